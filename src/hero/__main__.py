@@ -1,0 +1,3 @@
+from hero.cli import main
+
+raise SystemExit(main())

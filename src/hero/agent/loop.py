@@ -1,0 +1,171 @@
+"""The tool-calling loop: ask the model, run the tools it calls, repeat.
+
+Every limit is checked in one place (``_limit_reached``), before the work it limits.
+The loop knows nothing of stories or branches: it gets a model, a message history, a
+tool context and limits, and says why it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hero.agent.tools import ToolContext, execute_tool, tool_schemas
+from hero.llm import Completion
+from hero.trace import Trace
+
+#: Stop reasons. ``done`` is the model's own end of turn; the rest are guardrails.
+DONE = "done"
+GUARDRAILS = ("max_turns", "max_tool_calls", "max_wall_time", "loop")
+
+
+class Model(Protocol):
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> Completion: ...
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    max_turns: int = 100
+    """LLM calls in one round."""
+    max_tool_calls: int = 300
+    """Tool calls in one round."""
+    max_wall_s: float = 3600.0
+    """Wall time of one round, checked before each LLM call and each tool call."""
+    loop_repeats: int = 4
+    """The same tool call with the same arguments this many times in a row is a loop."""
+
+
+@dataclass
+class AgentResult:
+    stop_reason: str = DONE
+    detail: str = ""
+    turns: int = 0
+    tool_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    final_message: str = ""
+    llm_s: float = 0.0
+    command_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def guardrail(self) -> bool:
+        return self.stop_reason in GUARDRAILS
+
+
+def run_agent(
+    model: Model,
+    messages: list[dict[str, Any]],
+    ctx: ToolContext,
+    limits: AgentLimits,
+    trace: Trace,
+    *,
+    on_turn: Callable[[AgentResult], None] | None = None,
+) -> AgentResult:
+    """Run until the model answers without tool calls or a guardrail stops it.
+
+    ``messages`` is extended in place, so the caller holds the whole conversation.
+    """
+    tools = tool_schemas()
+    result = AgentResult()
+    started = time.monotonic()
+    last_call: tuple[str, str] | None = None
+    repeats = 0
+    for message in messages:
+        trace.event("message", role=message["role"], content=message.get("content"))
+    while True:
+        if _limit_reached(result, limits, started, next_step="turn"):
+            break
+        completion = model.complete(messages, tools)
+        result.turns += 1
+        result.tokens_in += completion.tokens_in
+        result.tokens_out += completion.tokens_out
+        result.llm_s += completion.http_s
+        messages.append(completion.message)
+        trace.event(
+            "assistant",
+            turn=result.turns,
+            content=completion.content,
+            tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
+            tokens_in=completion.tokens_in,
+            tokens_out=completion.tokens_out,
+            http_s=round(completion.http_s, 4),
+        )
+        if not completion.tool_calls:
+            result.final_message = completion.content
+            break
+        stopped = False
+        for call in completion.tool_calls:
+            signature = (call.name, _canonical(call.arguments))
+            repeats = repeats + 1 if signature == last_call else 1
+            last_call = signature
+            if repeats >= limits.loop_repeats:
+                result.stop_reason = "loop"
+                result.detail = (
+                    f"the same call {call.name}({_short(call.arguments)}) was made "
+                    f"{repeats} times in a row"
+                )
+                stopped = True
+                break
+            if _limit_reached(result, limits, started, next_step="tool"):
+                stopped = True
+                break
+            t0 = time.monotonic()
+            outcome = execute_tool(ctx, call.name, call.arguments)
+            result.tool_calls += 1
+            result.command_s += outcome.command_s
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
+            trace.event(
+                "tool_result",
+                turn=result.turns,
+                id=call.id,
+                name=call.name,
+                is_error=outcome.is_error,
+                content=outcome.content,
+                duration_s=round(time.monotonic() - t0, 4),
+            )
+        if on_turn is not None:
+            on_turn(result)
+        if stopped:
+            break
+    result.wall_s = time.monotonic() - started
+    trace.event(
+        "agent_end",
+        stop_reason=result.stop_reason,
+        detail=result.detail,
+        turns=result.turns,
+        tool_calls=result.tool_calls,
+        wall_s=round(result.wall_s, 3),
+    )
+    return result
+
+
+def _limit_reached(result: AgentResult, limits: AgentLimits, started: float, next_step: str) -> bool:
+    if next_step == "turn" and result.turns >= limits.max_turns:
+        result.stop_reason = "max_turns"
+        result.detail = f"turn cap reached ({limits.max_turns} model calls)"
+    elif next_step == "tool" and result.tool_calls >= limits.max_tool_calls:
+        result.stop_reason = "max_tool_calls"
+        result.detail = f"tool-call cap reached ({limits.max_tool_calls} calls)"
+    elif time.monotonic() - started >= limits.max_wall_s:
+        result.stop_reason = "max_wall_time"
+        result.detail = f"wall-time cap reached ({limits.max_wall_s:g} s)"
+    else:
+        return False
+    return True
+
+
+def _canonical(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), sort_keys=True)
+    except ValueError:
+        return arguments
+
+
+def _short(arguments: str, limit: int = 80) -> str:
+    return arguments if len(arguments) <= limit else arguments[: limit - 3] + "..."

@@ -1,0 +1,187 @@
+"""Command line: parse arguments, call one function, map the result to an exit code.
+
+Exit codes: 0 passed, 1 did not pass (gave_up or error), 2 usage or configuration error,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hero import __version__
+
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    home = argparse.ArgumentParser(add_help=False)
+    home.add_argument(
+        "--home",
+        default=argparse.SUPPRESS,
+        help="hero home directory (default: $HERO_HOME, else the current directory)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="hero",
+        parents=[home],
+        description="Turn user stories into git commits: Worker -> Verifier -> Reviewer rounds.",
+    )
+    parser.add_argument("--version", action="version", version=f"hero {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", parents=[home], help="run one story to a verdict")
+    run.add_argument("story", help="path to the story's markdown file")
+    run.add_argument("--json", action="store_true", help="print one JSON object with the result")
+    run.add_argument("-v", "--verbose", action="store_true", help="show progress even off a terminal")
+
+    init = sub.add_parser("init", parents=[home], help="scaffold a hero home in the current directory")
+    init.add_argument("--target-repo", help="the git repository stories will change (relative to the home)")
+
+    demo = sub.add_parser("demo", help="run an example story end to end against a scripted model")
+    demo.add_argument("--dir", help="where to create the demo (default: a new temporary folder)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "init":
+            return cmd_init(args)
+        if args.command == "demo":
+            from hero.demo import run_demo
+
+            return run_demo(Path(args.dir) if args.dir else None)
+    except KeyboardInterrupt:
+        print("hero: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    parser.error(f"unknown command {args.command}")
+    return EXIT_USAGE
+
+
+def _home(args: argparse.Namespace) -> Path:
+    from hero.config import resolve_home
+
+    return resolve_home(getattr(args, "home", None))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from hero.scaffold import init_home
+
+    home = _home(args)
+    created = init_home(home, target_repo=args.target_repo)
+    for path in created:
+        print(f"created {path.relative_to(home) if path.is_relative_to(home) else path}")
+    if not created:
+        print(f"{home} is already a hero home; nothing to do")
+    else:
+        print("next: set target_repo in config/roles.yaml, pick a provider, then `hero run STORY.md`")
+    return EXIT_PASSED
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from hero.config import ConfigError, load_config
+    from hero.errors import Interrupted
+    from hero.gitops import GitError
+    from hero.state import StateError
+    from hero.story import StoryError
+
+    started = time.monotonic()
+    story_path = Path(args.story)
+    if not story_path.is_file():
+        print(f"hero: {story_path}: no such story file", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        config = load_config(_home(args), roles=("worker", "reviewer"))
+    except ConfigError as exc:
+        print(f"hero: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    show = args.verbose or sys.stderr.isatty()
+    progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
+    _sigterm_as_interrupt()
+    try:
+        state = run_with_config(story_path.resolve(), config, progress=progress)
+    except StoryError as exc:
+        print(f"hero: invalid story: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (StateError, GitError) as exc:
+        print(f"hero: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (KeyboardInterrupt, Interrupted):
+        print("hero: interrupted; run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001
+        from hero.pipeline import StoryBusy
+
+        if isinstance(exc, StoryBusy):
+            print(f"hero: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    result = summarize(state, config.home, time.monotonic() - started)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(_summary_line(result))
+    return EXIT_PASSED if state.status == "passed" else EXIT_FAILED
+
+
+def run_with_config(story_path: Path, config: Any, *, progress: Any = None) -> Any:
+    """Build the models from the config and run the story: the path `hero run` and the demo share."""
+    from hero.llm import LlmClient
+    from hero.pipeline import run_story
+
+    def retry_note(msg: str) -> None:
+        if progress:
+            progress(f"model: {msg}")
+
+    worker = LlmClient(config.role("worker"), config.llm, on_retry=retry_note)
+    reviewer = LlmClient(config.role("reviewer"), config.llm, on_retry=retry_note)
+    return run_story(story_path, config, worker, reviewer, progress=progress)
+
+
+def summarize(state: Any, home: Path, duration_s: float) -> dict[str, Any]:
+    return {
+        "id": state.id,
+        "status": state.status,
+        "rounds": len(state.rounds),
+        "verdicts": [r["review"]["verdict"] for r in state.rounds],
+        "branch": state.branch,
+        "base_sha": state.base_sha,
+        "head_sha": state.head_sha,
+        "usage": state.usage,
+        "duration_s": round(duration_s, 3),
+        "error": state.error or None,
+        "state": str(home / "runs" / "state" / f"{state.id}.json"),
+        "story": state.story_path,
+    }
+
+
+def _summary_line(result: dict[str, Any]) -> str:
+    head = (result["head_sha"] or "")[:10]
+    line = (
+        f"{result['id']}: {result['status']} after {result['rounds']} round(s); "
+        f"branch {result['branch']} at {head}; state {result['state']}"
+    )
+    if result["error"]:
+        line += f"\nerror: {result['error']}"
+    return line
+
+
+def _sigterm_as_interrupt() -> None:
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. called from a test's thread)
+        pass

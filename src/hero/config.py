@@ -1,0 +1,735 @@
+"""Configuration of a hero home: providers, roles, knobs and API keys.
+
+Layout (relative to the home directory)::
+
+    config/roles.yaml              roles (worker, reviewer, planner) and knobs; target_repo
+    config/providers/<name>.yaml   one OpenAI-compatible endpoint per file
+    config.local.yaml              optional, git-ignored: keys: {<provider name>: <key>}
+
+Every problem raises :class:`ConfigError`, whose text is one line
+``<file>: <key>: <message>`` with the file shown relative to the home. Error text never
+contains an API key value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROLE_NAMES = ("worker", "reviewer", "planner")
+ROLES_FILE = "config/roles.yaml"
+PROVIDERS_DIR = "config/providers"
+LOCAL_FILE = "config.local.yaml"
+
+ROLE_KEYS = ("provider", "model", "reasoning_effort")
+PROVIDER_KEYS = (
+    "name",
+    "base_url",
+    "default_model",
+    "default_reasoning_effort",
+    "api_key_env",
+    "insecure_tls",
+    "headers",
+    "input_usd_per_mtok",
+    "output_usd_per_mtok",
+)
+LOCAL_KEYS = ("keys",)
+KNOB_KEYS = (
+    "target_repo",
+    "target_base_ref",
+    "max_retries",
+    "max_parallel",
+    "verify_timeout_ms",
+    "default_verify",
+    "worker_max_turns",
+    "worker_max_tool_calls",
+    "worker_max_wall_s",
+    "bash_timeout_s",
+    "loop_repeats",
+    "llm_timeout_s",
+    "llm_max_attempts",
+    "llm_backoff_base_s",
+    "llm_backoff_max_s",
+)
+ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SENSITIVE_HEADER_RE = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
+
+
+class ConfigError(Exception):
+    """A configuration problem; ``str(e) == f"{file}: {key}: {message}"``, never a secret."""
+
+    def __init__(self, file: str, key: str, message: str) -> None:
+        self.file = str(file)
+        self.key = str(key)
+        self.message = " ".join(str(message).split())
+        super().__init__(f"{self.file}: {self.key}: {self.message}")
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    base_url: str
+    default_model: str
+    default_reasoning_effort: str | None = None
+    api_key_env: str | None = None
+    insecure_tls: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+    input_usd_per_mtok: float | None = None
+    output_usd_per_mtok: float | None = None
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    role: str
+    provider: Provider
+    model: str
+    reasoning_effort: str | None
+    api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    max_turns: int = 100
+    max_tool_calls: int = 300
+    max_wall_s: float = 3600.0
+    bash_timeout_s: float = 600.0
+    loop_repeats: int = 4
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    timeout_s: float = 600.0
+    max_attempts: int = 6
+    backoff_base_s: float = 2.0
+    backoff_max_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Config:
+    home: Path
+    target_repo: Path
+    target_base_ref: str | None = None
+    max_retries: int = 3
+    max_parallel: int = 2
+    verify_timeout_ms: int = 120_000
+    default_verify: tuple[str, ...] = ()
+    worker_limits: WorkerLimits = WorkerLimits()
+    llm: LlmSettings = LlmSettings()
+    roles: Mapping[str, RoleConfig] = field(default_factory=dict)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+    key_env_names: tuple[str, ...] = ()
+
+    def role(self, name: str) -> RoleConfig:
+        """The loaded role ``name``; ConfigError naming config/roles.yaml when absent."""
+        try:
+            return self.roles[name]
+        except KeyError:
+            loaded = ", ".join(self.roles) or "none"
+            raise ConfigError(
+                ROLES_FILE,
+                name,
+                f"role not loaded (loaded roles: {loaded}); if config/roles.yaml has no "
+                f"`{name}:` block, add one like `{name}: {{provider: local}}`",
+            ) from None
+
+
+def resolve_home(cli_home: str | None, *, env: Mapping[str, str] | None = None) -> Path:
+    """The hero home: ``--home`` if given, else ``$HERO_HOME``, else the current directory."""
+    env = os.environ if env is None else env
+    chosen = cli_home or env.get("HERO_HOME") or None
+    if chosen is None:
+        return Path.cwd()
+    return Path(chosen).expanduser().resolve()
+
+
+def load_config(
+    home: Path,
+    roles: Iterable[str] = ("worker", "reviewer"),
+    *,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Load and validate the home's configuration, resolving only the roles in ``roles``.
+
+    ``env`` (default ``os.environ``) is where ``api_key_env`` variables are looked up.
+    """
+    wanted = tuple(dict.fromkeys(roles))
+    for name in wanted:
+        if name not in ROLE_NAMES:
+            raise ValueError(f"unknown role {name!r}; expected one of {', '.join(ROLE_NAMES)}")
+    env = os.environ if env is None else env
+    secrets: list[str] = []
+    try:
+        return _load(Path(home), wanted, env, secrets)
+    except ConfigError as exc:
+        # Defence in depth: no message may carry a key, whatever path produced it.
+        key, message = exc.key, exc.message
+        for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+            key = key.replace(secret, "***")
+            message = message.replace(secret, "***")
+        raise ConfigError(exc.file, key, message) from None
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _load(
+    home: Path, wanted: tuple[str, ...], env: Mapping[str, str], secrets: list[str]
+) -> Config:
+    home = home.expanduser().resolve()
+    if not home.is_dir():
+        raise ConfigError(
+            str(home),
+            "home",
+            "expected a hero home directory; found nothing there. Run `hero init` to create "
+            "one, or pass --home DIR / set HERO_HOME",
+        )
+    roles_path = home / ROLES_FILE
+    if not roles_path.is_file():
+        where = "this home has no config/ directory" if not (home / "config").is_dir() else ""
+        raise ConfigError(
+            ROLES_FILE,
+            "file",
+            f"not found in {home}{'; ' + where if where else ''}. Run `hero init` to create "
+            "a home here, or pass --home DIR / set HERO_HOME to an existing one",
+        )
+    data = _read_mapping(home, ROLES_FILE)
+    _check_keys(data, ROLES_FILE_KEYS, ROLES_FILE, "key")
+    r = _Reader(data, ROLES_FILE)
+
+    # Local keys first, so that any later error can be scrubbed of them.
+    local_keys = _read_local_keys(home)
+    secrets.extend(v for v in local_keys.values() if v)
+
+    target_repo = _target_repo(home, r)
+    worker_limits = WorkerLimits(
+        max_turns=r.integer("worker_max_turns", 100),
+        max_tool_calls=r.integer("worker_max_tool_calls", 300),
+        max_wall_s=r.number("worker_max_wall_s", 3600.0),
+        bash_timeout_s=r.number("bash_timeout_s", 600.0),
+        loop_repeats=r.integer("loop_repeats", 4, minimum=2),
+    )
+    llm = LlmSettings(
+        timeout_s=r.number("llm_timeout_s", 600.0),
+        max_attempts=r.integer("llm_max_attempts", 6),
+        backoff_base_s=r.number("llm_backoff_base_s", 2.0, allow_zero=True),
+        backoff_max_s=r.number("llm_backoff_max_s", 60.0, allow_zero=True),
+    )
+    if llm.backoff_max_s < llm.backoff_base_s:
+        raise ConfigError(
+            ROLES_FILE,
+            "llm_backoff_max_s",
+            f"expected a value >= llm_backoff_base_s ({llm.backoff_base_s:g}); "
+            f"found {llm.backoff_max_s:g}",
+        )
+
+    role_blocks = {name: _role_block(data, name) for name in ROLE_NAMES}
+
+    providers = _read_providers(home)
+    key_env_names = tuple(dict.fromkeys(p.api_key_env for p in providers.values() if p.api_key_env))
+    for name in key_env_names:
+        if env.get(name):
+            secrets.append(env[name])
+    for provider in providers.values():
+        for header, value in provider.headers.items():
+            if value and _SENSITIVE_HEADER_RE.search(header):
+                secrets.append(value)
+
+    loaded: dict[str, RoleConfig] = {}
+    for name in wanted:
+        block = role_blocks[name]
+        if block is None:
+            raise ConfigError(ROLES_FILE, name, _role_missing_message(name))
+        loaded[name] = _resolve_role(name, block, providers, local_keys, env)
+
+    return Config(
+        home=home,
+        target_repo=target_repo,
+        target_base_ref=r.string("target_base_ref"),
+        max_retries=r.integer("max_retries", 3),
+        max_parallel=r.integer("max_parallel", 2),
+        verify_timeout_ms=r.integer("verify_timeout_ms", 120_000),
+        default_verify=r.string_list("default_verify"),
+        worker_limits=worker_limits,
+        llm=llm,
+        roles=loaded,
+        secrets=tuple(dict.fromkeys(s for s in secrets if s)),
+        key_env_names=key_env_names,
+    )
+
+
+def _role_missing_message(name: str) -> str:
+    return (
+        f"role not configured; add a block like `{name}: {{provider: local, model: <model>}}` "
+        "to config/roles.yaml (provider = a file name in config/providers/ without .yaml)"
+    )
+
+
+def _target_repo(home: Path, r: _Reader) -> Path:
+    raw = r.data.get("target_repo")
+    if raw is None:
+        raise ConfigError(
+            ROLES_FILE,
+            "target_repo",
+            "required; expected the path of the git repository hero works on "
+            "(absolute, or relative to the hero home); found nothing",
+        )
+    if not isinstance(raw, str) or not raw.strip():
+        raise ConfigError(
+            ROLES_FILE, "target_repo", f"expected a path as a string; found {_describe(raw)}"
+        )
+    path = Path(raw.strip()).expanduser()
+    if not path.is_absolute():
+        path = home / path
+    path = path.resolve()
+    if not path.exists():
+        raise ConfigError(
+            ROLES_FILE,
+            "target_repo",
+            f"expected an existing git repository; {path} does not exist "
+            "(relative paths are relative to the hero home)",
+        )
+    if not path.is_dir():
+        raise ConfigError(
+            ROLES_FILE,
+            "target_repo",
+            f"expected a directory holding a git repository; {path} is a file",
+        )
+    if not (path / ".git").exists():
+        raise ConfigError(
+            ROLES_FILE,
+            "target_repo",
+            f"expected the root of a git repository; {path} has no .git "
+            "(run `git init` there, or point target_repo at the repository root)",
+        )
+    return path
+
+
+def _role_block(data: Mapping[Any, Any], name: str) -> dict[str, Any] | None:
+    block = data.get(name)
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise ConfigError(
+            ROLES_FILE,
+            name,
+            f"expected a mapping like `{name}: {{provider: local}}`; found {_describe(block)}",
+        )
+    _check_keys(block, ROLE_KEYS, ROLES_FILE, "key", prefix=f"{name}.")
+    r = _Reader(block, ROLES_FILE, prefix=f"{name}.")
+    provider = block.get("provider")
+    if provider is None:
+        raise ConfigError(
+            ROLES_FILE,
+            f"{name}.provider",
+            "required; expected the name of a provider file in config/providers/ "
+            "(without .yaml); found nothing",
+        )
+    if not isinstance(provider, str) or not _NAME_RE.match(provider):
+        raise ConfigError(
+            ROLES_FILE,
+            f"{name}.provider",
+            "expected a provider name (letters, digits, '.', '_', '-'), the file name of "
+            f"config/providers/<name>.yaml; found {_describe(provider)}",
+        )
+    return {
+        "provider": provider,
+        "model": r.string("model"),
+        "reasoning_effort": r.string("reasoning_effort"),
+    }
+
+
+def _resolve_role(
+    name: str,
+    block: Mapping[str, Any],
+    providers: Mapping[str, Provider],
+    local_keys: Mapping[str, str],
+    env: Mapping[str, str],
+) -> RoleConfig:
+    provider_name = block["provider"]
+    provider = providers.get(provider_name)
+    if provider is None:
+        available = ", ".join(sorted(providers)) or "none"
+        raise ConfigError(
+            ROLES_FILE,
+            f"{name}.provider",
+            f"expected a provider with a file {PROVIDERS_DIR}/{provider_name}.yaml; "
+            f"that file does not exist (available providers: {available})",
+        )
+    return RoleConfig(
+        role=name,
+        provider=provider,
+        model=block["model"] or provider.default_model,
+        reasoning_effort=block["reasoning_effort"] or provider.default_reasoning_effort,
+        api_key=_api_key(provider, local_keys, env),
+    )
+
+
+def _api_key(
+    provider: Provider, local_keys: Mapping[str, str], env: Mapping[str, str]
+) -> str | None:
+    local = local_keys.get(provider.name)
+    if local:
+        return local
+    if provider.api_key_env is None:
+        return None
+    value = env.get(provider.api_key_env)
+    if value:
+        return value
+    raise ConfigError(
+        f"{PROVIDERS_DIR}/{provider.name}.yaml",
+        "api_key_env",
+        f"environment variable {provider.api_key_env} is not set and {LOCAL_FILE} has no "
+        f"keys.{provider.name}; set one of them (or remove api_key_env for a keyless endpoint)",
+    )
+
+
+def _read_local_keys(home: Path) -> dict[str, str]:
+    if not (home / LOCAL_FILE).is_file():
+        return {}
+    data = _read_mapping(home, LOCAL_FILE, secret=True)
+    _check_keys(data, LOCAL_KEYS, LOCAL_FILE, "key")
+    keys = data.get("keys")
+    if keys is None:
+        return {}
+    if not isinstance(keys, dict):
+        raise ConfigError(
+            LOCAL_FILE,
+            "keys",
+            "expected a mapping of provider name -> API key, like `keys: {openai: sk-...}`; "
+            f"found {_type_name(keys)}",
+        )
+    out: dict[str, str] = {}
+    for name, value in keys.items():
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ConfigError(
+                LOCAL_FILE,
+                "keys",
+                "expected provider names (file names in config/providers/ without .yaml) "
+                f"as keys; found a key that is {_type_name(name)} and not a provider name",
+            )
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ConfigError(
+                LOCAL_FILE,
+                f"keys.{name}",
+                f"expected the API key as a string (quote it); found {_type_name(value)}",
+            )
+        if value.strip():
+            out[name] = value.strip()
+    return out
+
+
+def _read_providers(home: Path) -> dict[str, Provider]:
+    directory = home / PROVIDERS_DIR
+    if not directory.is_dir():
+        return {}
+    providers: dict[str, Provider] = {}
+    for path in sorted(directory.glob("*.yaml")):
+        if path.is_file():
+            provider = _read_provider(home, path.stem)
+            providers[provider.name] = provider
+    return providers
+
+
+def _read_provider(home: Path, stem: str) -> Provider:
+    rel = f"{PROVIDERS_DIR}/{stem}.yaml"
+    data = _read_mapping(home, rel)
+    _check_keys(data, PROVIDER_KEYS, rel, "key")
+    r = _Reader(data, rel)
+    name = r.string("name")
+    if name is not None and name != stem:
+        raise ConfigError(
+            rel, "name", f"expected {stem!r} (the file name without .yaml); found {name!r}"
+        )
+    if not _NAME_RE.match(stem):
+        raise ConfigError(
+            rel,
+            "name",
+            "expected a file name of letters, digits, '.', '_' or '-'; "
+            f"found {stem!r}; rename the file",
+        )
+    base_url = r.string("base_url")
+    if base_url is None:
+        raise ConfigError(
+            rel,
+            "base_url",
+            "required; expected the endpoint's base URL like https://api.openai.com/v1; "
+            "found nothing",
+        )
+    if not re.match(r"^https?://[^\s/]+", base_url):
+        raise ConfigError(
+            rel,
+            "base_url",
+            f"expected an http:// or https:// URL; found {_describe(base_url)}",
+        )
+    default_model = r.string("default_model")
+    if default_model is None:
+        raise ConfigError(
+            rel,
+            "default_model",
+            "required; expected the model name used when a role sets no model; found nothing",
+        )
+    api_key_env = data.get("api_key_env")
+    if api_key_env is not None:
+        if not isinstance(api_key_env, str) or not _ENV_NAME_RE.match(api_key_env.strip()):
+            raise ConfigError(
+                rel,
+                "api_key_env",
+                "expected the NAME of an environment variable (like OPENAI_API_KEY); found "
+                f"{_type_name(api_key_env)} that is not a variable name. Put API keys "
+                f"themselves in {LOCAL_FILE} under keys.{stem}",
+            )
+        api_key_env = api_key_env.strip()
+        if _looks_like_secret(api_key_env):
+            raise ConfigError(
+                rel,
+                "api_key_env",
+                "expected the NAME of an environment variable (like OPENAI_API_KEY); found a "
+                f"value that looks like an API key. Put API keys in {LOCAL_FILE} under "
+                f"keys.{stem}",
+            )
+    insecure_tls = data.get("insecure_tls", False)
+    if insecure_tls is None:
+        insecure_tls = False
+    if not isinstance(insecure_tls, bool):
+        raise ConfigError(
+            rel, "insecure_tls", f"expected true or false; found {_describe(insecure_tls)}"
+        )
+    return Provider(
+        name=stem,
+        base_url=base_url.rstrip("/"),
+        default_model=default_model,
+        default_reasoning_effort=r.string("default_reasoning_effort"),
+        api_key_env=api_key_env,
+        insecure_tls=insecure_tls,
+        headers=_headers(data.get("headers"), rel),
+        input_usd_per_mtok=r.optional_number("input_usd_per_mtok"),
+        output_usd_per_mtok=r.optional_number("output_usd_per_mtok"),
+    )
+
+
+def _headers(value: Any, rel: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(
+            rel,
+            "headers",
+            f"expected a mapping of header name -> value; found {_type_name(value)}",
+        )
+    out: dict[str, str] = {}
+    for name, header_value in value.items():
+        if not isinstance(name, str) or not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", name):
+            raise ConfigError(
+                rel, "headers", f"expected HTTP header names; found {_describe(name)}"
+            )
+        if not isinstance(header_value, str):  # values may be secret: never show them
+            raise ConfigError(
+                rel,
+                f"headers.{name}",
+                f"expected a string value (quote it); found {_type_name(header_value)}",
+            )
+        out[name] = header_value
+    return out
+
+
+def _looks_like_secret(name: str) -> bool:
+    has_lower = any(c.islower() for c in name)
+    has_upper = any(c.isupper() for c in name)
+    has_digit = any(c.isdigit() for c in name)
+    return len(name) >= 20 and has_lower and has_digit and (has_upper or "_" not in name)
+
+
+# ----------------------------------------------------------------------------- yaml helpers
+
+
+def _read_mapping(home: Path, rel: str, *, secret: bool = False) -> dict[Any, Any]:
+    """Parse a YAML file that must hold a mapping (an empty file is an empty mapping)."""
+    import yaml
+
+    path = home / rel
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(
+            rel, "file", "expected UTF-8 text; found bytes that are not UTF-8"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(rel, "file", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or exc.context or "syntax error"
+        if secret:  # quoted fragments might be pieces of a key
+            problem = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", problem)
+        raise ConfigError(rel, "yaml", f"invalid YAML{where}: {problem}") from None
+    except yaml.YAMLError:
+        raise ConfigError(rel, "yaml", "invalid YAML") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        found = _type_name(data) if secret else _describe(data)
+        raise ConfigError(
+            rel, "file", f"expected a mapping of keys at the top level; found {found}"
+        )
+    return data
+
+
+def _strict_loader() -> type:
+    """A yaml SafeLoader that refuses duplicate mapping keys."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"found duplicate key {key!r}",
+                        key_node.start_mark,
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
+def _check_keys(
+    data: Mapping[Any, Any], known: tuple[str, ...], rel: str, what: str, prefix: str = ""
+) -> None:
+    for key in data:
+        if key in known:
+            continue
+        name = str(key)
+        hint = difflib.get_close_matches(name, known, n=1)
+        extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+        if name in ("api_key", "key", "apikey", "token"):
+            extra += f"; API keys belong in {LOCAL_FILE} under keys.<provider name>"
+        raise ConfigError(
+            rel, f"{prefix}{name}", f"unknown {what}{extra}; known keys: {', '.join(known)}"
+        )
+
+
+class _Reader:
+    """Typed access to optional keys of a mapping, raising ConfigError on wrong types."""
+
+    def __init__(self, data: Mapping[Any, Any], rel: str, prefix: str = "") -> None:
+        self.data = data
+        self.rel = rel
+        self.prefix = prefix
+
+    def _error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(self.rel, f"{self.prefix}{key}", message)
+
+    def string(self, key: str) -> str | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self._error(key, f"expected a non-empty string; found {_describe(value)}")
+        return value.strip()
+
+    def integer(self, key: str, default: int, *, minimum: int = 1) -> int:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self._error(
+                key,
+                f"expected a whole number >= {minimum} (default {default}); found {_describe(value)}",
+            )
+        return value
+
+    def number(self, key: str, default: float, *, allow_zero: bool = False) -> float:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        bound = ">= 0" if allow_zero else "> 0"
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or value != value  # NaN
+            or value < 0
+            or (value == 0 and not allow_zero)
+            or value == float("inf")
+        ):
+            raise self._error(
+                key, f"expected a number {bound} (default {default:g}); found {_describe(value)}"
+            )
+        return float(value)
+
+    def optional_number(self, key: str) -> float | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise self._error(key, f"expected a number >= 0 or null; found {_describe(value)}")
+        return float(value)
+
+    def string_list(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise self._error(key, f"expected a list of strings; found {_describe(value)}")
+        out: list[str] = []
+        for i, item in enumerate(value, 1):
+            if not isinstance(item, str) or not item.strip():
+                raise self._error(
+                    key, f"expected a list of non-empty strings; item {i} is {_describe(item)}"
+                )
+            out.append(item.strip())
+        return tuple(out)
+
+
+def _type_name(value: Any) -> str:
+    """The kind of a value, never the value itself (safe for secrets)."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def _describe(value: Any) -> str:
+    """The kind and (short) value, for files that hold no secrets."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    if isinstance(value, str):
+        if not value.strip():
+            return "an empty string"
+        text = " ".join(value.split())
+        return f"the string {text[:57] + '...' if len(text) > 60 else text!r}"
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    if isinstance(value, dict):
+        return "a mapping" if value else "an empty mapping"
+    return _type_name(value)

@@ -1,0 +1,198 @@
+"""Worktrees, branches, commits and diffs on the target repository.
+
+Every operation that touches the shared repository's refs or worktree list goes through
+``TargetRepo.locked()``: a thread lock for stories run in one process and an ``flock`` on a
+file in the repository's git directory for several hero processes on one machine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Used for hero's commits (and the worker's) where git has no identity configured.
+DEFAULT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "hero",
+    "GIT_AUTHOR_EMAIL": "hero@localhost",
+    "GIT_COMMITTER_NAME": "hero",
+    "GIT_COMMITTER_EMAIL": "hero@localhost",
+}
+
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true", "LC_ALL": "C"}
+
+
+class GitError(Exception):
+    """A git command failed; the message holds the command and git's own words."""
+
+
+def git(cwd: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> str:
+    full_env = {**os.environ, **_GIT_ENV, **(env or {})}
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip()
+        raise GitError(f"git {' '.join(args)} (in {cwd}) failed: {detail}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """Text cut to a size, saying how much was left out."""
+
+    text: str
+    cut_chars: int = 0
+    omitted: tuple[str, ...] = ()
+
+
+class TargetRepo:
+    """The user's repository that stories branch from."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._identity: dict[str, str] | None = None
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._lock:
+            lock_file = Path(git(self.path, "rev-parse", "--git-common-dir").strip())
+            if not lock_file.is_absolute():
+                lock_file = self.path / lock_file
+            with open(lock_file / "hero.lock", "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def identity_env(self) -> dict[str, str]:
+        """Author and committer variables to set, empty where git already has a user."""
+        if self._identity is None:
+            name = git(self.path, "config", "user.name", check=False).strip()
+            email = git(self.path, "config", "user.email", check=False).strip()
+            self._identity = {} if (name and email) else dict(DEFAULT_IDENTITY)
+        return self._identity
+
+    def current_branch(self) -> str:
+        name = git(self.path, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
+        return name or "HEAD"
+
+    def rev_parse(self, ref: str) -> str:
+        out = git(self.path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+        sha = out.strip()
+        if not sha:
+            raise GitError(f"base ref '{ref}' does not name a commit in {self.path}")
+        return sha
+
+    def branch_sha(self, branch: str) -> str | None:
+        out = git(self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
+        return out.strip() or None
+
+    def keep_branch_aside(self, branch: str) -> str:
+        """Rename ``branch`` to a fresh name so its commits are kept; returns the new name."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        new = f"{branch}-prev-{stamp}"
+        n = 1
+        while self.branch_sha(new):
+            n += 1
+            new = f"{branch}-prev-{stamp}-{n}"
+        with self.locked():
+            self._remove_worktree_of(branch)
+            git(self.path, "branch", "-m", branch, new)
+        return new
+
+    def _remove_worktree_of(self, branch: str) -> None:
+        listing = git(self.path, "worktree", "list", "--porcelain")
+        current: str | None = None
+        for line in listing.splitlines():
+            if line.startswith("worktree "):
+                current = line[len("worktree ") :]
+            elif line == f"branch refs/heads/{branch}" and current:
+                if Path(current).resolve() != self.path.resolve():
+                    git(self.path, "worktree", "remove", "--force", current, check=False)
+        git(self.path, "worktree", "prune")
+
+    def ensure_worktree(self, branch: str, worktree: Path, base_sha: str) -> None:
+        """Make ``worktree`` a checkout of ``branch``, creating the branch at ``base_sha``."""
+        with self.locked():
+            git(self.path, "worktree", "prune")
+            if (worktree / ".git").exists():
+                head = git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+                if head.strip() == branch:
+                    return
+                raise GitError(
+                    f"{worktree} is a checkout of '{head.strip() or 'a detached HEAD'}', "
+                    f"not '{branch}'; remove it with `git worktree remove {worktree}`"
+                )
+            if worktree.exists() and any(worktree.iterdir()):
+                raise GitError(f"{worktree} exists and is not a git worktree; move it aside")
+            worktree.parent.mkdir(parents=True, exist_ok=True)
+            if self.branch_sha(branch):
+                self._remove_worktree_of(branch)
+                git(self.path, "worktree", "add", str(worktree), branch)
+            else:
+                git(self.path, "worktree", "add", "-b", branch, str(worktree), base_sha)
+
+
+def head_sha(worktree: Path) -> str:
+    return git(worktree, "rev-parse", "HEAD").strip()
+
+
+def commit_all(worktree: Path, message: str, identity: Mapping[str, str]) -> str | None:
+    """Commit everything uncommitted in the worktree; returns the new sha, or None if clean."""
+    if not git(worktree, "status", "--porcelain", "--untracked-files=all").strip():
+        return None
+    git(worktree, "add", "-A")
+    git(worktree, "commit", "--no-verify", "-q", "-m", message, env=identity)
+    return head_sha(worktree)
+
+
+def log_since(worktree: Path, base_sha: str, max_chars: int = 8_000) -> Bounded:
+    text = git(worktree, "log", "--no-color", "--format=%h %s", f"{base_sha}..HEAD")
+    return _bound(text, max_chars)
+
+
+def diff_since(worktree: Path, base_sha: str, max_chars: int = 60_000) -> tuple[Bounded, str]:
+    """The diff from the base to HEAD and its ``--stat`` summary.
+
+    Whole files are kept in order while they fit in ``max_chars``; the files left out are
+    named in ``Bounded.omitted`` so the reader knows what it did not see.
+    """
+    stat = git(worktree, "diff", "--no-color", "--stat", base_sha, "HEAD")
+    diff = git(worktree, "diff", "--no-color", base_sha, "HEAD")
+    if len(diff) <= max_chars:
+        return Bounded(diff), stat
+    parts = diff.split("\ndiff --git ")
+    kept: list[str] = []
+    omitted: list[str] = []
+    used = 0
+    for i, part in enumerate(parts):
+        chunk = part if i == 0 else "diff --git " + part
+        if used + len(chunk) <= max_chars:
+            kept.append(chunk)
+            used += len(chunk) + 1
+        else:
+            header = chunk.split("\n", 1)[0]
+            name = header.rsplit(" b/", 1)[-1] if " b/" in header else header
+            omitted.append(f"{name} ({chunk.count(chr(10))} lines)")
+    return Bounded("\n".join(kept), len(diff) - used, tuple(omitted)), stat
+
+
+def _bound(text: str, max_chars: int) -> Bounded:
+    if len(text) <= max_chars:
+        return Bounded(text)
+    return Bounded(text[:max_chars], len(text) - max_chars)

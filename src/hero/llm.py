@@ -1,0 +1,231 @@
+"""One client for OpenAI-compatible Chat Completions endpoints: retries, usage, cost.
+
+It knows nothing of roles or stories: it is built from a provider, a model and settings,
+and handed to whoever needs it (so tests hand in the same client pointed at a scripted
+model on loopback).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hero.config import LlmSettings, RoleConfig
+from hero.errors import Interrupted
+
+#: HTTP statuses worth another try: rate limits, timeouts and the server's own failures.
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+
+
+class LlmError(Exception):
+    """The model could not be reached or answered unusably; retries (if any) ran out."""
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    content: str
+    tool_calls: tuple[ToolCallRequest, ...]
+    message: dict[str, Any]  # the assistant message, ready to append to the history
+    tokens_in: int
+    tokens_out: int
+    http_s: float  # time inside the HTTP request(s) that succeeded
+    finish_reason: str
+
+
+@dataclass
+class Usage:
+    tokens_in: int = 0
+    tokens_out: int = 0
+    llm_calls: int = 0
+    cost_usd: float = 0.0
+    retries: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "llm_calls": self.llm_calls,
+            "cost_usd": round(self.cost_usd, 6),
+        }
+
+
+class LlmClient:
+    """Chat Completions with tools, over the real ``openai`` SDK."""
+
+    def __init__(
+        self,
+        role: RoleConfig,
+        settings: LlmSettings,
+        *,
+        cancel: threading.Event | None = None,
+        on_retry: Callable[[str], None] | None = None,
+    ) -> None:
+        import openai  # heavy: imported when a client is made, not when hero starts
+
+        self.role = role
+        self.settings = settings
+        self.usage = Usage()
+        self._cancel = cancel
+        self._on_retry = on_retry
+        self._openai = openai
+        http_client = None
+        if role.provider.insecure_tls:
+            http_client = openai.DefaultHttpxClient(verify=False)
+        self._client = openai.OpenAI(
+            base_url=role.provider.base_url,
+            api_key=role.api_key or "no-key",
+            max_retries=0,  # retries are ours: backoff with jitter, Retry-After, cancellable
+            timeout=settings.timeout_s,
+            default_headers=dict(role.provider.headers) or None,
+            http_client=http_client,
+        )
+        self._extra: dict[str, Any] = {}
+        if role.reasoning_effort:
+            self._extra["reasoning_effort"] = role.reasoning_effort
+
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> Completion:
+        params: dict[str, Any] = {"model": self.role.model, "messages": messages, **self._extra}
+        if tools:
+            params["tools"] = tools
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.monotonic()
+            try:
+                response = self._client.chat.completions.create(**params)
+                return self._record(response, time.monotonic() - started)
+            except Exception as exc:  # noqa: BLE001 - sorted into retryable or not below
+                error: Exception = exc
+            delay, reason = self._classify(error)
+            if attempt >= self.settings.max_attempts:
+                raise LlmError(
+                    f"{self._where()}: {reason}; gave up after {attempt} attempts"
+                ) from error
+            wait = self._backoff(attempt) if delay is None else delay
+            with self.usage.lock:
+                self.usage.retries += 1
+            if self._on_retry:
+                self._on_retry(f"{reason}; retry {attempt} in {wait:.1f} s")
+            self._sleep(wait)
+
+    def _classify(self, exc: Exception) -> tuple[float | None, str]:
+        """(delay the server asked for or None, reason) for a retryable error; raise otherwise."""
+        oa = self._openai
+        if isinstance(exc, oa.APIStatusError):
+            status = exc.status_code
+            if status not in RETRYABLE_STATUS:
+                raise LlmError(self._describe(exc, f"HTTP {status}")) from exc
+            return self._retry_after(exc), f"HTTP {status}"
+        if isinstance(exc, oa.APITimeoutError):
+            return None, f"timed out after {self.settings.timeout_s:g} s"
+        if isinstance(exc, oa.APIConnectionError):
+            return None, f"connection failed ({exc.__cause__ or exc})"
+        if isinstance(exc, oa.APIResponseValidationError | _BadReply):
+            return None, f"unusable answer ({exc})"
+        raise LlmError(f"{self._where()}: {type(exc).__name__}: {exc}") from exc
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _record(self, response: Any, http_s: float) -> Completion:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise _BadReply("the model's answer held no choices")
+        msg = choices[0].message
+        content = msg.content or ""
+        calls = tuple(
+            ToolCallRequest(tc.id or f"call_{i}", tc.function.name, tc.function.arguments or "")
+            for i, tc in enumerate(msg.tool_calls or ())
+            if getattr(tc, "function", None) is not None
+        )
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in calls
+            ]
+        usage = getattr(response, "usage", None)
+        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        provider = self.role.provider
+        cost = 0.0
+        if provider.input_usd_per_mtok:
+            cost += tokens_in * provider.input_usd_per_mtok / 1e6
+        if provider.output_usd_per_mtok:
+            cost += tokens_out * provider.output_usd_per_mtok / 1e6
+        with self.usage.lock:
+            self.usage.tokens_in += tokens_in
+            self.usage.tokens_out += tokens_out
+            self.usage.llm_calls += 1
+            self.usage.cost_usd += cost
+        return Completion(
+            content=content,
+            tool_calls=calls,
+            message=message,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            http_s=http_s,
+            finish_reason=str(choices[0].finish_reason or ""),
+        )
+
+    def _where(self) -> str:
+        return f"{self.role.role} model '{self.role.model}' at {self.role.provider.base_url}"
+
+    def _describe(self, exc: Any, what: str) -> str:
+        body = getattr(exc, "body", None)
+        detail = ""
+        if isinstance(body, dict):
+            err = body.get("error", body)
+            detail = err.get("message", "") if isinstance(err, dict) else str(err)
+        elif body is not None:
+            detail = json.dumps(body)[:300]
+        return f"{self._where()}: {what}: {detail or exc}"
+
+    def _retry_after(self, exc: Any) -> float | None:
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        ms = headers.get("retry-after-ms")
+        if ms:
+            try:
+                return min(float(ms) / 1000, self.settings.backoff_max_s * 5)
+            except ValueError:
+                pass
+        value = headers.get("retry-after")
+        if not value:
+            return None
+        try:
+            seconds = float(value)
+        except ValueError:
+            parsed = email.utils.parsedate_to_datetime(value)
+            if parsed is None:
+                return None
+            seconds = parsed.timestamp() - time.time()
+        return max(0.0, min(seconds, self.settings.backoff_max_s * 5))
+
+    def _backoff(self, attempt: int) -> float:
+        ceiling = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)  # jitter spreads parallel stories apart
+
+    def _sleep(self, seconds: float) -> None:
+        if self._cancel is None:
+            time.sleep(seconds)
+        elif self._cancel.wait(seconds):
+            raise Interrupted("cancelled while waiting to retry the model")
+
+
+class _BadReply(Exception):
+    """The endpoint answered 200 with something that is not a usable chat completion."""

@@ -1,0 +1,374 @@
+"""The round loop for one story: Worker -> rescue commit -> Verifier -> Reviewer, until done.
+
+State is saved after every step, so a crash or Ctrl-C at any point leaves a record the
+next run resumes from: the finished rounds are kept, the unfinished one is run again, and
+the branch's commits are never thrown away.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hero.agent.loop import AgentLimits, Model
+from hero.agent.tools import ToolContext
+from hero.config import Config
+from hero.errors import Interrupted
+from hero.gitops import GitError, TargetRepo, commit_all, diff_since, head_sha, log_since
+from hero.llm import LlmError
+from hero.roles.reviewer import Verdict, review, short_circuit
+from hero.roles.verifier import VerifyResult, run_verify
+from hero.roles.worker import build_messages, run_worker
+from hero.runner import child_env
+from hero.state import RESUMABLE, RunState, load_state, save_state
+from hero.story import Story, VerifyTier, append_feedback, parse_story
+from hero.trace import Trace
+
+Progress = Callable[[str], None]
+
+
+class StoryBusy(Exception):
+    """Another hero process is running this story right now."""
+
+
+def run_story(
+    story_path: Path,
+    config: Config,
+    worker_model: Model,
+    reviewer_model: Model,
+    *,
+    repo: TargetRepo | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> RunState:
+    """Run one story to passed, gave_up or error; raises Interrupted/KeyboardInterrupt when
+    stopped (after saving state ``interrupted``), StoryError for an invalid story."""
+    story = parse_story(story_path)
+    with _story_lock(config.home, story.id):
+        return _Run(story, config, worker_model, reviewer_model, repo, progress, cancel).run()
+
+
+@contextmanager
+def _story_lock(home: Path, story_id: str) -> Iterator[None]:
+    lock_dir = home / "runs" / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{story_id}.lock", "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoryBusy(f"story '{story_id}' is being run by another hero process") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class _Run:
+    def __init__(
+        self,
+        story: Story,
+        config: Config,
+        worker_model: Model,
+        reviewer_model: Model,
+        repo: TargetRepo | None,
+        progress: Progress | None,
+        cancel: threading.Event | None,
+    ) -> None:
+        self.story = story
+        self.config = config
+        self.home = config.home
+        self.worker_model = worker_model
+        self.reviewer_model = reviewer_model
+        self.repo = repo or TargetRepo(config.target_repo)
+        self.say = progress or (lambda _msg: None)
+        self.cancel = cancel
+        self.branch = f"hero/{story.id}"
+        self.worktree = self.home / "worktrees" / story.id
+        self.run_dir = self.home / "runs" / story.id
+        self.state = RunState(id=story.id)
+        self._usage_base: dict[str, Any] = {}
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self) -> RunState:
+        story, state = self.story, self._start()
+        max_rounds = story.max_retries or self.config.max_retries
+        tiers = story.verify or (
+            (VerifyTier("default", self.config.default_verify),) if self.config.default_verify else ()
+        )
+        try:
+            if state.status == "passed":
+                self.say(f"{story.id}: already passed on {state.branch}; nothing to do")
+                return state
+            self.repo.ensure_worktree(self.branch, self.worktree, state.base_sha)
+            self._rescue(f"hero: keep uncommitted work found on resume ({story.id})")
+            env = child_env(
+                drop_names=self.config.key_env_names,
+                secret_values=self.config.secrets,
+                extra=self.repo.identity_env(),
+            )
+            while len(state.rounds) < max_rounds:
+                n = len(state.rounds) + 1
+                record = self._round(n, max_rounds, tiers, env)
+                state.rounds.append(record)
+                if record["review"]["verdict"] == "APPROVED":
+                    self._finish("passed")
+                    self._move_to_done()
+                    self.say(f"{story.id}: passed in round {n}; branch {self.branch}")
+                    self._save()
+                    return state
+                append_feedback(Path(state.story_path), n, record["feedback"])
+                self._save()
+            self._finish("gave_up")
+            self.say(f"{story.id}: gave up after {len(state.rounds)} round(s)")
+        except LlmError as exc:
+            self._fail(f"model error: {exc}")
+        except GitError as exc:
+            self._fail(f"git error: {exc}")
+        except (KeyboardInterrupt, Interrupted):
+            state.status = "interrupted"
+            state.phase = ""
+            self._save()
+            self.say(f"{story.id}: interrupted in round {state.current_round}; run again to resume")
+            raise
+        except Exception as exc:  # noqa: BLE001 - record, keep the trace, never lose state
+            self._write_error_log()
+            self._fail(f"internal error: {type(exc).__name__}: {exc} (see runs/{story.id}/error.log)")
+        self._save()
+        return state
+
+    def _round(
+        self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], env: dict[str, str]
+    ) -> dict[str, Any]:
+        story, state, limits = self.story, self.state, self.config.worker_limits
+        started = time.time()
+        state.current_round = n
+        self._phase("worker", f"round {n}/{max_rounds}: worker")
+        feedback = state.rounds[-1]["feedback"] if state.rounds else ""
+        messages = build_messages(
+            story, tiers, self.worktree, round_no=n, max_rounds=max_rounds,
+            feedback=feedback, home=self.home,
+        )
+        ctx = ToolContext(
+            root=self.worktree,
+            env=env,
+            bash_timeout_s=limits.bash_timeout_s,
+            max_bash_timeout_s=max(limits.bash_timeout_s, 1800.0),
+            cancel=self.cancel,
+        )
+        agent_limits = AgentLimits(
+            max_turns=limits.max_turns,
+            max_tool_calls=limits.max_tool_calls,
+            max_wall_s=limits.max_wall_s,
+            loop_repeats=limits.loop_repeats,
+        )
+        trace_path = self.run_dir / f"round-{n}.jsonl"
+        with Trace(trace_path) as trace:
+            trace.event("round_start", story=story.id, round=n, branch=self.branch)
+            result = run_worker(self.worker_model, messages, ctx, agent_limits, trace)
+            self._rescue(f"hero: commit work left uncommitted in round {n} ({story.id})")
+            self.say(
+                f"round {n}: worker {result.stop_reason}: {result.turns} turns, "
+                f"{result.tool_calls} tool calls"
+            )
+            verify: VerifyResult
+            if result.guardrail:
+                verify = VerifyResult(passed=False)
+                verdict = short_circuit(f"the worker was stopped: {result.detail}")
+            else:
+                self._phase("verify", f"round {n}: verify")
+                verify = run_verify(
+                    tiers,
+                    self.worktree,
+                    timeout_s=self.config.verify_timeout_ms / 1000,
+                    env=env,
+                    log_path=self.run_dir / f"verify-r{n}.log",
+                    cancel=self.cancel,
+                )
+                trace.event("verify", **verify.to_dict())
+                self.say(f"round {n}: verify {'passed' if verify.passed else 'FAILED'}")
+                if not verify.passed:
+                    failed = [c.command for c in verify.commands if c.exit_code != 0]
+                    verdict = short_circuit("verification failed: " + "; ".join(failed))
+                else:
+                    self._phase("review", f"round {n}: review")
+                    verdict = self._review(n, verify, trace)
+            trace.event("verdict", **verdict.to_dict())
+        self.say(f"round {n}: {verdict.verdict}: {verdict.summary}")
+        state.head_sha = head_sha(self.worktree)
+        return {
+            "round": n,
+            "started_at": started,
+            "duration_s": round(time.time() - started, 3),
+            "worker": {
+                "turns": result.turns,
+                "tool_calls": result.tool_calls,
+                "tokens_in": result.tokens_in,
+                "tokens_out": result.tokens_out,
+                "stop_reason": result.stop_reason,
+                "detail": result.detail,
+                "summary": result.final_message[-2000:],
+            },
+            "verify": verify.to_dict(),
+            "review": {
+                "verdict": verdict.verdict,
+                "summary": verdict.summary,
+                "short_circuited": verdict.short_circuited,
+                "malformed": verdict.malformed,
+                "ac_check": verdict.ac_check,
+                "comments": verdict.comments,
+            },
+            "head_sha": state.head_sha,
+            "feedback": _feedback_text(verdict, verify),
+        }
+
+    def _review(self, n: int, verify: VerifyResult, trace: Trace) -> Verdict:
+        base = self.state.base_sha
+        log = log_since(self.worktree, base)
+        diff, stat = diff_since(self.worktree, base)
+        diff_text = diff.text
+        if diff.omitted:
+            diff_text += (
+                f"\n\n[diff cut for size: {diff.cut_chars} characters left out, "
+                f"covering: {', '.join(diff.omitted)}]"
+            )
+        elif diff.cut_chars:
+            diff_text += f"\n\n[... {diff.cut_chars} characters of diff cut for size]"
+        log_text = log.text + (f"\n[... {log.cut_chars} characters cut]" if log.cut_chars else "")
+        return review(
+            self.reviewer_model,
+            self.story,
+            round_no=n,
+            branch=self.branch,
+            base_sha=base,
+            verify_summary=verify.summary(),
+            git_log=log_text,
+            diff_stat=stat,
+            diff=diff_text,
+            home=self.home,
+            trace=trace,
+        )
+
+    # -- state -------------------------------------------------------------------------
+
+    def _start(self) -> RunState:
+        story, repo = self.story, self.repo
+        old = load_state(self.home, story.id)
+        resume = (
+            old is not None
+            and old.status in RESUMABLE
+            and old.base_sha
+            and repo.branch_sha(self.branch) is not None
+        )
+        if old is not None and old.status == "passed":
+            self.state = old
+            return old
+        if resume:
+            assert old is not None
+            state = old
+            self.say(f"{story.id}: resuming after round {len(state.rounds)} on {self.branch}")
+        else:
+            base_ref = story.base_ref or self.config.target_base_ref or repo.current_branch()
+            base_sha = repo.rev_parse(base_ref)
+            if repo.branch_sha(self.branch) is not None:
+                if (self.worktree / ".git").exists():
+                    commit_all(
+                        self.worktree,
+                        f"hero: keep uncommitted work before a fresh start ({story.id})",
+                        repo.identity_env(),
+                    )
+                kept = repo.keep_branch_aside(self.branch)
+                self.say(f"{story.id}: earlier branch kept as {kept}; starting afresh")
+            state = RunState(
+                id=story.id,
+                base_ref=base_ref,
+                base_sha=base_sha,
+                head_sha=base_sha,
+                branch=self.branch,
+                worktree=str(self.worktree),
+                started_at=time.time(),
+            )
+            if old is not None:
+                state.runs = old.runs
+                state.usage = old.usage
+        state.status = "running"
+        state.title = story.title
+        state.story_path = str(story.path)
+        state.error = ""
+        state.finished_at = None
+        state.runs += 1
+        self.state = state
+        self._usage_base = dict(state.usage)
+        self._save()
+        return state
+
+    def _phase(self, phase: str, message: str) -> None:
+        self.state.phase = phase
+        self._save()
+        self.say(message)
+
+    def _finish(self, status: str) -> None:
+        self.state.status = status
+        self.state.phase = ""
+        self.state.finished_at = time.time()
+
+    def _fail(self, message: str) -> None:
+        self._finish("error")
+        self.state.error = message
+        self.say(f"{self.story.id}: error: {message}")
+
+    def _save(self) -> None:
+        usage = dict(self._usage_base) or {"tokens_in": 0, "tokens_out": 0, "llm_calls": 0, "cost_usd": 0.0}
+        for model in (self.worker_model, self.reviewer_model):
+            part = getattr(model, "usage", None)
+            if part is None:
+                continue
+            usage["tokens_in"] = usage.get("tokens_in", 0) + part.tokens_in
+            usage["tokens_out"] = usage.get("tokens_out", 0) + part.tokens_out
+            usage["llm_calls"] = usage.get("llm_calls", 0) + part.llm_calls
+            usage["cost_usd"] = round(usage.get("cost_usd", 0.0) + part.cost_usd, 6)
+            if self.reviewer_model is self.worker_model:
+                break
+        self.state.usage = usage
+        save_state(self.home, self.state)
+
+    def _rescue(self, message: str) -> None:
+        if (self.worktree / ".git").exists():
+            commit_all(self.worktree, message, self.repo.identity_env())
+            self.state.head_sha = head_sha(self.worktree)
+
+    def _move_to_done(self) -> None:
+        src = Path(self.state.story_path)
+        done = self.home / "done"
+        if src.parent.resolve() == done.resolve() or not src.exists():
+            return
+        done.mkdir(parents=True, exist_ok=True)
+        dest = done / src.name
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = done / f"{src.stem}.{n}{src.suffix}"
+        shutil.move(str(src), dest)
+        self.state.story_path = str(dest)
+
+    def _write_error_log(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / "error.log", "a", encoding="utf-8") as fh:
+            fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n")
+            fh.write(traceback.format_exc())
+
+
+def _feedback_text(verdict: Verdict, verify: VerifyResult) -> str:
+    text = verdict.feedback()
+    failures = verify.failures()
+    if failures:
+        text += "\n\nVerifier failures:\n\n" + failures
+    return text

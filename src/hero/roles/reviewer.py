@@ -1,0 +1,170 @@
+"""The reviewer: one LLM call that judges the diff against the story, answering JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hero.agent.loop import Model
+from hero.prompting import load_template, render
+from hero.story import Story
+from hero.trace import Trace
+
+APPROVED = "APPROVED"
+CHANGES_REQUESTED = "CHANGES_REQUESTED"
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    summary: str
+    ac_check: list[dict[str, Any]] = field(default_factory=list)
+    comments: list[dict[str, Any]] = field(default_factory=list)
+    short_circuited: bool = False
+    malformed: bool = False
+
+    @property
+    def approved(self) -> bool:
+        return self.verdict == APPROVED
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def feedback(self) -> str:
+        """The verdict as markdown: what the worker reads next round, and the story file keeps."""
+        lines = [f"**{self.verdict}**: {self.summary}"]
+        unmet = [a for a in self.ac_check if not a.get("satisfied")]
+        if unmet:
+            lines.append("\nAcceptance criteria not yet met:")
+            lines.extend(f"- {a.get('ac', '?')}" for a in unmet)
+        if self.comments:
+            lines.append("\nComments:")
+            for c in self.comments:
+                where = c.get("file") or ""
+                if where and c.get("line"):
+                    where += f":{c['line']}"
+                prefix = f"[{c.get('severity', 'nit')}] " + (f"{where}: " if where else "")
+                lines.append(f"- {prefix}{c.get('comment', '')}")
+        return "\n".join(lines)
+
+
+def short_circuit(summary: str) -> Verdict:
+    """A verdict given without calling the model (red verifier, worker guardrail)."""
+    return Verdict(CHANGES_REQUESTED, summary, short_circuited=True)
+
+
+def parse_verdict(text: str) -> Verdict:
+    """Read the reviewer's answer; fences and prose around the JSON are tolerated.
+
+    Anything unreadable counts as CHANGES_REQUESTED: approving what nobody could read
+    would be a false pass. An APPROVED that lists a blocker or an unmet criterion is
+    not an approval either.
+    """
+    data = _find_json_object(text)
+    if data is None:
+        excerpt = text.strip().replace("\n", " ")[:200]
+        return Verdict(
+            CHANGES_REQUESTED,
+            f"the reviewer's answer was not the JSON verdict asked for: {excerpt!r}",
+            malformed=True,
+        )
+    verdict = str(data.get("verdict", "")).strip().upper().replace(" ", "_")
+    summary = str(data.get("summary", "")).strip()
+    ac_check = [a for a in _list(data.get("ac_check")) if isinstance(a, dict)]
+    comments = [c for c in _list(data.get("comments")) if isinstance(c, dict)]
+    for a in ac_check:
+        a["satisfied"] = _truthy(a.get("satisfied"))
+    for c in comments:
+        c["severity"] = "blocker" if str(c.get("severity", "")).lower() == "blocker" else "nit"
+    if verdict not in (APPROVED, CHANGES_REQUESTED):
+        return Verdict(
+            CHANGES_REQUESTED,
+            f"the reviewer gave no valid verdict ({data.get('verdict')!r}); {summary}".strip(),
+            ac_check,
+            comments,
+            malformed=True,
+        )
+    if verdict == APPROVED:
+        blockers = sum(1 for c in comments if c["severity"] == "blocker")
+        unmet = sum(1 for a in ac_check if not a["satisfied"])
+        if blockers or unmet:
+            why = []
+            if blockers:
+                why.append(f"{blockers} blocker comment(s)")
+            if unmet:
+                why.append(f"{unmet} unmet acceptance criterion(s)")
+            summary = f"approved with {' and '.join(why)}, so counted as changes requested. {summary}"
+            verdict = CHANGES_REQUESTED
+    return Verdict(verdict, summary, ac_check, comments)
+
+
+def review(
+    model: Model,
+    story: Story,
+    *,
+    round_no: int,
+    branch: str,
+    base_sha: str,
+    verify_summary: str,
+    git_log: str,
+    diff_stat: str,
+    diff: str,
+    home: Path | None,
+    trace: Trace,
+) -> Verdict:
+    task = render(
+        load_template("reviewer_task.md", home),
+        id=story.id,
+        title=story.title,
+        body=story.body.strip(),
+        scope=", ".join(story.scope) or "(whole repository)",
+        round=round_no,
+        verify_summary=verify_summary,
+        branch=branch,
+        git_log=git_log.strip() or "(no commits)",
+        diff_stat=diff_stat.strip() or "(no changes)",
+        base_sha=base_sha[:12],
+        diff=diff.strip() or "(empty diff: nothing was changed)",
+    )
+    messages = [
+        {"role": "system", "content": load_template("reviewer_system.md", home)},
+        {"role": "user", "content": task},
+    ]
+    trace.event("review_request", content=task)
+    completion = model.complete(messages)
+    trace.event(
+        "review_answer",
+        content=completion.content,
+        tokens_in=completion.tokens_in,
+        tokens_out=completion.tokens_out,
+        http_s=round(completion.http_s, 4),
+    )
+    return parse_verdict(completion.content)
+
+
+def _find_json_object(text: str) -> dict[str, Any] | None:
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        for start in (i for i, ch in enumerate(candidate) if ch == "{"):
+            try:
+                obj, _ = decoder.raw_decode(candidate, start)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and "verdict" in obj:
+                return obj
+    return None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1", "satisfied")
+    return bool(value)

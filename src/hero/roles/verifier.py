@@ -1,0 +1,113 @@
+"""The verifier: the story's checks, tier by tier, in the worktree.
+
+Fail-fast between tiers (a red unit tier makes the slow tiers pointless) but every command
+within a tier runs, so the worker sees all of that tier's failures at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hero.errors import Interrupted
+from hero.runner import run_command
+from hero.story import VerifyTier
+
+TAIL_CHARS = 2_000
+
+
+@dataclass(frozen=True)
+class CommandCheck:
+    tier: str
+    command: str
+    exit_code: int
+    duration_s: float
+    timed_out: bool
+    tail: str
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    passed: bool
+    commands: tuple[CommandCheck, ...] = ()
+    skipped_tiers: tuple[str, ...] = ()
+    log_path: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "commands": [asdict(c) for c in self.commands],
+            "skipped_tiers": list(self.skipped_tiers),
+            "log": self.log_path,
+        }
+
+    def summary(self) -> str:
+        """A short text for the reviewer and for the worker's next round."""
+        if not self.commands:
+            return "No verify commands are configured for this story."
+        lines = []
+        for c in self.commands:
+            mark = "PASS" if c.exit_code == 0 else "FAIL"
+            extra = " (timed out)" if c.timed_out else ""
+            lines.append(f"- [{mark}] {c.tier}: `{c.command}` exit {c.exit_code}{extra}")
+        if self.skipped_tiers:
+            lines.append("- not run (an earlier tier failed): " + ", ".join(self.skipped_tiers))
+        return "\n".join(lines)
+
+    def failures(self) -> str:
+        parts = []
+        for c in self.commands:
+            if c.exit_code != 0:
+                parts.append(f"`{c.command}` exited {c.exit_code}; end of its output:\n```\n{c.tail}\n```")
+        return "\n\n".join(parts)
+
+
+def run_verify(
+    tiers: tuple[VerifyTier, ...],
+    cwd: Path,
+    *,
+    timeout_s: float,
+    env: Mapping[str, str],
+    log_path: Path,
+    cancel: threading.Event | None = None,
+) -> VerifyResult:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    checks: list[CommandCheck] = []
+    skipped: list[str] = []
+    passed = True
+    with open(log_path, "w", encoding="utf-8") as log:
+        for tier in tiers:
+            if not passed:
+                skipped.append(tier.name)
+                log.write(f"=== tier {tier.name}: skipped, an earlier tier failed\n")
+                continue
+            for command in tier.commands:
+                log.write(f"=== tier {tier.name}: $ {command}\n")
+                log.flush()
+                started = time.time()
+                result = run_command(command, cwd, timeout_s=timeout_s, env=env, cancel=cancel)
+                if result.cancelled:
+                    raise Interrupted(f"verify command cancelled: {command}")
+                log.write(result.output)
+                if result.output and not result.output.endswith("\n"):
+                    log.write("\n")
+                note = f" (timed out after {timeout_s:g} s)" if result.timed_out else ""
+                log.write(f"=== exit {result.exit_code}{note} in {time.time() - started:.2f} s\n\n")
+                log.flush()
+                checks.append(
+                    CommandCheck(
+                        tier=tier.name,
+                        command=command,
+                        exit_code=result.exit_code,
+                        duration_s=round(result.duration_s, 3),
+                        timed_out=result.timed_out,
+                        tail=result.output[-TAIL_CHARS:],
+                    )
+                )
+                if result.exit_code != 0:
+                    passed = False
+    return VerifyResult(passed, tuple(checks), tuple(skipped), str(log_path))

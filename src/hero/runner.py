@@ -1,0 +1,331 @@
+"""The one place that runs shell commands.
+
+Every command runs as ``sh -c COMMAND`` in its own process group (session), with stdin
+from /dev/null and stdout+stderr captured through one pipe. The whole group is killed on
+timeout, on cancel, on KeyboardInterrupt, and after the shell exits (so background children
+neither outlive the command nor keep the pipe open).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+TIMEOUT_EXIT_CODE = 124
+CANCEL_EXIT_CODE = 130
+TERM_GRACE_S = 1.0
+_READ_CHUNK = 65536
+_READER_JOIN_S = 2.0
+_POLL_MAX_S = 0.05
+
+_SAFE_ENV = {
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "GIT_TERMINAL_PROMPT": "0",
+    "CI": "1",
+    "GIT_EDITOR": "true",
+    "EDITOR": "true",
+}
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: str
+    exit_code: int  # 124 on timeout; 128+N if killed by signal N; 130 if cancelled
+    output: str  # stdout+stderr interleaved, utf-8 errors="replace"
+    duration_s: float
+    timed_out: bool = False
+    cancelled: bool = False
+    output_truncated_bytes: int = 0  # bytes dropped beyond max_output_bytes (middle cut)
+
+
+def child_env(
+    base: Mapping[str, str] | None = None,
+    *,
+    drop_names: Iterable[str] = (),
+    secret_values: Iterable[str] = (),
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Environment for child processes: base minus dropped names and secret-valued variables,
+    plus non-interactive defaults (pagers, editors, git prompts), then ``extra``."""
+    source = os.environ if base is None else base
+    drop = set(drop_names)
+    secrets = {s for s in secret_values if s}
+    env = {k: v for k, v in source.items() if k not in drop and v not in secrets}
+    env.update(_SAFE_ENV)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+    """Keep ~40% head and ~60% tail of ``text`` when it is longer than ``max_chars``,
+    joined by a line saying how many characters were cut."""
+    if len(text) <= max_chars:
+        return text
+    marker_len = len(f"\n[... {len(text)} characters cut from the middle ...]\n")
+    budget = max(0, max_chars - marker_len)
+    head_n = budget * 2 // 5
+    tail_n = budget - head_n
+    head_end = head_n
+    tail_start = len(text) - tail_n
+    # Prefer cutting at line boundaries when one is close by.
+    nl = text.rfind("\n", 0, head_end)
+    if nl >= 0 and head_end - nl <= max(1, head_n // 5):
+        head_end = nl + 1
+    nl = text.find("\n", tail_start, len(text))
+    if nl >= 0 and nl + 1 - tail_start <= max(1, tail_n // 5):
+        tail_start = nl + 1
+    cut = tail_start - head_end
+    head = text[:head_end]
+    if head and not head.endswith("\n"):
+        head += "\n"
+    return f"{head}[... {cut} characters cut from the middle ...]\n{text[tail_start:]}"
+
+
+class _Capture:
+    """Drains a pipe, keeping the first and last bytes within a budget."""
+
+    def __init__(self, max_bytes: int) -> None:
+        max_bytes = max(0, max_bytes)
+        self.head_limit = max_bytes * 2 // 5
+        self.tail_limit = max_bytes - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.lock = threading.Lock()
+
+    def feed(self, chunk: bytes) -> None:
+        with self.lock:
+            self.total += len(chunk)
+            room = self.head_limit - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk and self.tail_limit > 0:
+                self.tail += chunk
+                if len(self.tail) > 2 * self.tail_limit + _READ_CHUNK:
+                    del self.tail[: len(self.tail) - self.tail_limit]
+
+    def result(self) -> tuple[str, int]:
+        with self.lock:
+            head = bytes(self.head)
+            tail = bytes(self.tail[-self.tail_limit :]) if self.tail_limit > 0 else b""
+            total = self.total
+        dropped = total - len(head) - len(tail)
+        if dropped <= 0:
+            return (head + tail).decode("utf-8", errors="replace"), 0
+        # Do not start the tail in the middle of a UTF-8 sequence.
+        skip = 0
+        while skip < 3 and skip < len(tail) and 0x80 <= tail[skip] <= 0xBF:
+            skip += 1
+        tail = tail[skip:]
+        dropped += skip
+        text = (
+            head.decode("utf-8", errors="replace")
+            + f"\n[... {dropped} bytes cut from the middle ...]\n"
+            + tail.decode("utf-8", errors="replace")
+        )
+        return text, dropped
+
+
+def _drain(stream: object, capture: _Capture) -> None:
+    fd = stream.fileno()  # type: ignore[attr-defined]
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            capture.feed(chunk)
+    finally:
+        try:
+            stream.close()  # type: ignore[attr-defined]
+        except OSError:
+            pass
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a non-zombie process is left in the group. Zombies count as gone: an
+    orphan is only reaped by init, and some container inits never reap."""
+    if not _killpg(pgid, 0):
+        return False
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # fields after "(comm)": state ppid pgrp ...
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+
+
+class _ExitWatcher:
+    """Waits for a child to exit WITHOUT reaping it (so its pid, which is also the process
+    group id, cannot be reused while we still signal the group)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.pidfd: int | None = None
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def exited(self) -> bool:
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once the child has exited; False after timeout_s."""
+        if self.exited():
+            return True
+        if timeout_s <= 0:
+            return False
+        if self.pidfd is not None:
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            # ceil to whole milliseconds so a short wait never becomes a busy loop
+            ready = poller.poll(max(1, int(timeout_s * 1000 + 0.999)))
+            return bool(ready) or self.exited()
+        deadline = time.monotonic() + timeout_s
+        delay = 0.0005
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self.exited()
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, _POLL_MAX_S)
+            if self.exited():
+                return True
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _terminate_group(proc: subprocess.Popen[bytes], watcher: _ExitWatcher) -> None:
+    """SIGTERM the group, give it TERM_GRACE_S, then SIGKILL whatever is left; reap the shell."""
+    pgid = proc.pid
+    _killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    if watcher.wait(TERM_GRACE_S):
+        proc.wait()
+        # The shell is gone; let the rest of the group finish its grace period.
+        while time.monotonic() < deadline and _group_alive(pgid):
+            time.sleep(0.02)
+    _killpg(pgid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_command(
+    command: str,
+    cwd: Path,
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cancel: threading.Event | None = None,
+    max_output_bytes: int = 8_000_000,
+) -> CommandResult:
+    """Run ``sh -c command`` in ``cwd`` in its own process group; see the module docstring.
+
+    Raises OSError if the command cannot be started (e.g. ``cwd`` does not exist).
+    """
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        ["sh", "-c", command],
+        cwd=str(cwd),
+        env=None if env is None else dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    capture = _Capture(max_output_bytes)
+    reader = threading.Thread(
+        target=_drain, args=(proc.stdout, capture), name="hero-runner-reader", daemon=True
+    )
+    reader.start()
+    watcher = _ExitWatcher(proc.pid)
+    timed_out = cancelled = False
+    try:
+        deadline = start + timeout_s
+        while True:
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = not watcher.exited()
+                break
+            step = remaining if cancel is None else min(remaining, _POLL_MAX_S)
+            if watcher.wait(step):
+                break
+        if timed_out or cancelled:
+            _terminate_group(proc, watcher)
+        else:
+            # The shell has exited but is not reaped yet: kill leftovers in its group.
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    except BaseException:
+        _killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait()
+        finally:
+            watcher.close()
+        reader.join(_READER_JOIN_S)
+        raise
+    watcher.close()
+    reader.join(_READER_JOIN_S)
+    output, dropped = capture.result()
+    if timed_out:
+        exit_code = TIMEOUT_EXIT_CODE
+    elif cancelled:
+        exit_code = CANCEL_EXIT_CODE
+    else:
+        rc = proc.returncode
+        exit_code = 128 - rc if rc < 0 else rc
+    return CommandResult(
+        command=command,
+        exit_code=exit_code,
+        output=output,
+        duration_s=time.monotonic() - start,
+        timed_out=timed_out,
+        cancelled=cancelled,
+        output_truncated_bytes=dropped,
+    )

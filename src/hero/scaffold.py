@@ -1,0 +1,284 @@
+"""`hero init`: create a hero home (config files and folders), never overwriting anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GITIGNORE_LINES = ("config.local.yaml", "worktrees/", "runs/")
+HOME_DIRS = ("config", "config/providers", "inbox", "done", "runs", "worktrees")
+KEEP_DIRS = ("inbox", "done")  # get a .gitkeep so an empty home can be committed
+DEFAULT_TARGET_REPO = "../my-project"
+
+OPENAI_PROVIDER = """\
+# Provider "openai": the OpenAI API (https://platform.openai.com).
+#
+# A provider file describes one OpenAI-compatible Chat Completions endpoint. Its file name
+# (without .yaml) is the provider's name, which config/roles.yaml refers to. Copy this file
+# to add another endpoint (OpenRouter, Azure, a company gateway, ...).
+
+# Must equal the file name without .yaml.
+name: openai
+
+# Base URL of the API: the part before /chat/completions.
+base_url: https://api.openai.com/v1
+
+# Model used by a role that does not set `model:` in config/roles.yaml.
+default_model: gpt-5-mini
+
+# Reasoning effort sent to the model (e.g. minimal, low, medium, high) when a role does
+# not set `reasoning_effort:`. null = do not send it (needed for non-reasoning models).
+default_reasoning_effort: medium
+
+# Name of the environment variable holding the API key. A key in config.local.yaml
+# (keys: {openai: ...}) takes precedence. Never put the key itself in this file.
+# Remove this line for an endpoint that needs no key.
+api_key_env: OPENAI_API_KEY
+
+# true = do not verify the server's TLS certificate (self-signed gateways only).
+insecure_tls: false
+
+# Extra HTTP headers sent with every request, e.g. {OpenAI-Organization: org-...}.
+headers: {}
+
+# Optional prices in US dollars per million tokens, for cost reports. null = unknown.
+input_usd_per_mtok: null
+output_usd_per_mtok: null
+"""
+
+LOCAL_PROVIDER = """\
+# Provider "local": a model served on this machine, no API key needed.
+#
+# Works with any OpenAI-compatible server:
+#   Ollama     http://127.0.0.1:11434/v1   (`ollama pull qwen2.5-coder:14b`, then `ollama serve`)
+#   vLLM       http://127.0.0.1:8000/v1    (`vllm serve <model>`)
+#   llama.cpp  http://127.0.0.1:8080/v1    (`llama-server -m model.gguf --jinja`)
+#   LM Studio  http://127.0.0.1:1234/v1
+# The model must support tool calling (function calling).
+
+# Must equal the file name without .yaml.
+name: local
+
+# Base URL of the API: the part before /chat/completions.
+base_url: http://127.0.0.1:11434/v1
+
+# Model used by a role that does not set `model:` in config/roles.yaml (as the server
+# names it: `ollama list`, or GET <base_url>/models).
+default_model: qwen2.5-coder:14b
+
+# Reasoning effort sent to the model when a role does not set one.
+# null = do not send it (most local models ignore or reject it).
+default_reasoning_effort: null
+
+# No api_key_env: this endpoint is keyless. If your server wants a key, add
+#   api_key_env: LOCAL_LLM_API_KEY
+# or put it in config.local.yaml under keys.local.
+
+# true = do not verify the server's TLS certificate (only matters for https URLs).
+insecure_tls: false
+
+# Extra HTTP headers sent with every request.
+headers: {}
+
+# Optional prices in US dollars per million tokens, for cost reports. null = unknown.
+input_usd_per_mtok: null
+output_usd_per_mtok: null
+"""
+
+ROLES_TEMPLATE = """\
+# hero roles and settings.
+#
+# Roles: each names a provider (a file in config/providers/, without .yaml) and may
+# override its model and reasoning effort:
+#   provider:          required
+#   model:             default: the provider's default_model
+#   reasoning_effort:  default: the provider's default_reasoning_effort (null = not sent)
+# API keys never go here: see config.local.yaml.example.
+
+# The Worker edits code in the story's worktree with tools (bash, read/write/edit files, ...).
+worker:
+  provider: local
+  # model: qwen2.5-coder:32b
+  # reasoning_effort: high
+# Alternative, the OpenAI API (needs OPENAI_API_KEY or keys.openai in config.local.yaml):
+# worker:
+#   provider: openai
+#   model: gpt-5
+#   reasoning_effort: medium
+
+# The Reviewer reads the diff and the checks' output and approves or asks for changes.
+reviewer:
+  provider: local
+  # model: qwen2.5-coder:32b
+# Alternative:
+# reviewer:
+#   provider: openai
+#   model: gpt-5-mini
+#   reasoning_effort: low
+
+# The Planner turns a rough idea into story files (only used by planning commands).
+planner:
+  provider: local
+# Alternative:
+# planner:
+#   provider: openai
+#   model: gpt-5
+
+# ---------------------------------------------------------------- target repository
+
+# The git repository hero works on: absolute, or relative to this hero home. Required.
+# Each story gets its own branch and worktree (in worktrees/) made from it.
+target_repo: {target_repo}
+
+# Branch, tag or commit that story branches start from. null = the repository's current HEAD.
+# A story can override it with `base_ref:` in its frontmatter.
+target_base_ref: null
+
+# ---------------------------------------------------------------- rounds
+
+# Retry budget per story: how many Worker -> Verifier -> Reviewer rounds hero runs before
+# giving up on it. Default 3.
+# A story can override it with `max_retries:` in its frontmatter.
+max_retries: 3
+
+# Stories worked on at the same time, each in its own worktree. Default 2.
+max_parallel: 2
+
+# Time limit for each verify command, in milliseconds. Default 120000 (2 minutes).
+verify_timeout_ms: 120000
+
+# Checks run after each Worker round for stories without `verify:` in their frontmatter.
+# Shell commands run in the worktree; all must exit 0. Default [] (no checks).
+default_verify: []
+# default_verify:
+#   - ruff check .
+#   - python -m pytest -q
+
+# ---------------------------------------------------------------- worker limits
+
+# Model turns (requests) in one Worker round. Default 100.
+worker_max_turns: 100
+
+# Tool calls in one Worker round. Default 300.
+worker_max_tool_calls: 300
+
+# Wall-clock limit of one Worker round, in seconds. Default 3600.
+worker_max_wall_s: 3600
+
+# Default timeout of one bash tool call, in seconds (the model may ask for longer, within
+# limits). Default 600.
+bash_timeout_s: 600
+
+# Identical consecutive tool calls that count as the Worker being stuck in a loop. Default 4.
+loop_repeats: 4
+
+# ---------------------------------------------------------------- model requests
+
+# Timeout of one model request, in seconds. Default 600.
+llm_timeout_s: 600
+
+# Attempts per model request on rate limits, timeouts and server errors. Default 6.
+llm_max_attempts: 6
+
+# First wait between attempts, in seconds; it doubles after each failed attempt (a server's
+# Retry-After is honoured). Default 2.
+llm_backoff_base_s: 2
+
+# Longest wait between attempts, in seconds. Default 60.
+llm_backoff_max_s: 60
+"""
+
+LOCAL_EXAMPLE = """\
+# Copy this file to config.local.yaml and fill in your keys.
+# config.local.yaml is git-ignored: never commit API keys.
+#
+# A key here takes precedence over the provider's api_key_env environment variable.
+# The names under `keys:` are provider names (file names in config/providers/ without .yaml).
+
+keys:
+  openai: sk-your-key-here
+  # local: only if your local server wants a key
+"""
+
+
+def init_home(home: Path, *, target_repo: str | None = None) -> list[Path]:
+    """Create a hero home in ``home``; return the paths created (or appended to).
+
+    Existing files are never overwritten: rerunning creates only what is missing. An
+    existing ``.gitignore`` gets the missing hero lines appended. ``target_repo`` is written
+    to config/roles.yaml as given (a relative path is relative to the home).
+    """
+    home = Path(home)
+    if home.exists() and not home.is_dir():
+        raise NotADirectoryError(f"{home}: cannot create a hero home: it is a file")
+    created: list[Path] = []
+    if not home.exists():
+        home.mkdir(parents=True)
+        created.append(home)
+    for rel in HOME_DIRS:
+        directory = home / rel
+        if not directory.is_dir():
+            directory.mkdir(parents=True)
+            created.append(directory)
+
+    roles = ROLES_TEMPLATE.replace(
+        "{target_repo}", _yaml_string(target_repo or DEFAULT_TARGET_REPO)
+    )
+    if not target_repo:
+        roles = roles.replace(
+            "# The git repository hero works on:",
+            "# CHANGE THIS. The git repository hero works on:",
+        )
+    files = {
+        "config/providers/openai.yaml": OPENAI_PROVIDER,
+        "config/providers/local.yaml": LOCAL_PROVIDER,
+        "config/roles.yaml": roles,
+        "config.local.yaml.example": LOCAL_EXAMPLE,
+    }
+    for rel in KEEP_DIRS:
+        files[f"{rel}/.gitkeep"] = ""
+    for rel, content in files.items():
+        path = home / rel
+        if _create(path, content):
+            created.append(path)
+
+    gitignore = home / ".gitignore"
+    if _ensure_gitignore(gitignore):
+        created.append(gitignore)
+    return created
+
+
+def _yaml_string(value: str) -> str:
+    """A double-quoted YAML scalar (JSON strings are valid YAML)."""
+    import json
+
+    return json.dumps(value)
+
+
+def _create(path: Path, content: str) -> bool:
+    """Write a new file; False (and no change) if something is already there."""
+    try:
+        with path.open("x", encoding="utf-8", newline="\n") as fh:
+            fh.write(content)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _ensure_gitignore(path: Path) -> bool:
+    """Create .gitignore or append the missing hero lines; True if the file changed."""
+    if not path.exists():
+        return _create(path, "".join(line + "\n" for line in GITIGNORE_LINES))
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    present = {line.strip().strip("/") for line in text.splitlines()}
+    missing = [line for line in GITIGNORE_LINES if line.strip("/") not in present]
+    if not missing:
+        return False
+    newline = "\r\n" if "\r\n" in text else "\n"
+    addition = ""
+    if text and not text.endswith("\n"):
+        addition += "\n"
+    addition += "# hero\n" + "".join(line + "\n" for line in missing)
+    with path.open("ab") as fh:
+        fh.write(addition.replace("\n", newline).encode("utf-8"))
+    return True

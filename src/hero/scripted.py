@@ -1,0 +1,570 @@
+"""A scripted, OpenAI-compatible chat completions server for demos, tests and benchmarks.
+
+Give :class:`ScriptedModel` either a sequence of answers (served in order, one per request)
+or a handler (a callable that receives each parsed request body and returns the answer).
+An answer is a :class:`Reply` (one assistant message, text and/or tool calls), an
+:class:`HttpError` (an error status with OpenAI's error JSON), or :class:`Drop` (close the
+connection without answering).
+
+    with ScriptedModel([call("bash", command="ls"), text("done")]) as m:
+        client = openai.OpenAI(base_url=m.base_url, api_key="x", max_retries=0)
+        ...
+
+Standard library only; quiet; HTTP/1.1 keep-alive; every request is one ``json.loads`` in
+and one ``json.dumps`` out, written with a single send.
+
+Command line (foreground server, stops on SIGTERM or Ctrl-C)::
+
+    python -m hero.scripted --handler MODULE:FUNC [--port N] [--latency S] [--host H]
+
+``FUNC`` must be a Handler itself (``def handler(body: dict) -> Reply | HttpError | Drop``),
+not a factory. The server prints ``listening on <base_url>`` on stdout once it accepts
+connections.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import socketserver
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = [
+    "Drop",
+    "Handler",
+    "HttpError",
+    "RecordedRequest",
+    "Reply",
+    "ScriptedModel",
+    "ToolCall",
+    "call",
+    "calls",
+    "main",
+    "text",
+]
+
+
+# --------------------------------------------------------------------------- script items
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call in an assistant reply."""
+
+    name: str
+    arguments: str | dict  # dict -> json.dumps; str is sent raw (lets tests send malformed JSON)
+    id: str | None = None  # auto "call_<n>" when None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One assistant message."""
+
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    prompt_tokens: int | None = None  # None -> len(json of request messages) // 4
+    completion_tokens: int | None = None  # None -> estimate from content and tool calls
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tool_calls, tuple):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+
+@dataclass(frozen=True)
+class HttpError:
+    """Answer with an error status (OpenAI error JSON) instead of a reply."""
+
+    status: int
+    message: str = "scripted error"
+    headers: Mapping[str, str] = field(default_factory=dict)  # e.g. {"Retry-After": "1"}
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Close the connection without answering."""
+
+
+Answer = Reply | HttpError | Drop
+Handler = Callable[[dict], Answer]
+
+
+def text(content: str) -> Reply:
+    """A plain text assistant reply."""
+    return Reply(content=content)
+
+
+def call(name: str, /, **arguments: Any) -> Reply:
+    """A reply with one tool call; keyword arguments become the JSON arguments."""
+    return Reply(tool_calls=(ToolCall(name, dict(arguments)),))
+
+
+def calls(*tool_calls: ToolCall, content: str | None = None) -> Reply:
+    """A reply with several tool calls (and optional text content)."""
+    return Reply(content=content, tool_calls=tuple(tool_calls))
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One POST to chat/completions as the server received it."""
+
+    body: dict  # the parsed JSON request (model, messages, tools, ...)
+    headers: dict[str, str]  # header names lower-cased
+    received_at: float  # time.monotonic()
+    path: str
+
+
+# --------------------------------------------------------------------------- wire helpers
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Payload Too Large",
+    422: "Unprocessable Entity",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+_ERROR_TYPES = {
+    400: ("invalid_request_error", None),
+    401: ("authentication_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("not_found_error", "not_found"),
+    409: ("conflict_error", None),
+    422: ("invalid_request_error", None),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+
+_CHAT_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+_MODELS_PATHS = frozenset({"/v1/models", "/models"})
+_MODEL_ID = "scripted"
+
+
+def _error_body(status: int, message: str) -> dict:
+    err_type, code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "error", None))
+    return {"error": {"message": message, "type": err_type, "code": code, "param": None}}
+
+
+def _estimate_completion_tokens(reply: Reply, wire_calls: list[dict]) -> int:
+    n = len(reply.content or "")
+    for tc in wire_calls:
+        fn = tc["function"]
+        n += len(fn["name"]) + len(fn["arguments"])
+    return max(1, n // 4)
+
+
+# --------------------------------------------------------------------------- HTTP plumbing
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+
+    def __init__(self, address: tuple[str, int], model: ScriptedModel) -> None:
+        self.model = model
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(address, _RequestHandler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup that can be slow.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            self._conns.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            return  # client went away mid-request: not worth a traceback
+        super().handle_error(request, client_address)
+
+    def close_connections(self) -> None:
+        """Shut down idle keep-alive connections so their threads end and clients see EOF."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for sock in conns:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet: no request logging
+
+    # ---- responses
+
+    def _send_json(
+        self, status: int, payload: dict, headers: Mapping[str, str] | None = None
+    ) -> None:
+        body = json.dumps(payload).encode()
+        lines = [
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+        ]
+        if headers:
+            lines.extend(f"{k}: {v}" for k, v in headers.items())
+        if self.close_connection:
+            lines.append("Connection: close")
+        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+
+    def _send_error(
+        self, status: int, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self._send_json(status, _error_body(status, message), headers)
+
+    def _path(self) -> str:
+        path = self.path.split("?", 1)[0]
+        if len(path) > 1 and path.endswith("/"):
+            path = path[:-1]
+        return path
+
+    def _read_body(self) -> bytes | None:
+        length = self.headers.get("Content-Length")
+        if length is None:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                self.close_connection = True
+                self._send_error(411, "chunked request bodies are not supported")
+                return None
+            return b""
+        try:
+            n = int(length)
+        except ValueError:
+            self.close_connection = True
+            self._send_error(400, f"invalid Content-Length: {length!r}")
+            return None
+        return self.rfile.read(n) if n > 0 else b""
+
+    # ---- methods
+
+    def do_GET(self) -> None:
+        path = self._path()
+        if path in _MODELS_PATHS:
+            self._send_json(200, {"object": "list", "data": [_model_card()]})
+        elif path.rsplit("/", 1)[-1] == _MODEL_ID and path.rsplit("/", 1)[0] in _MODELS_PATHS:
+            self._send_json(200, _model_card())
+        else:
+            self._send_error(404, f"unknown path: GET {self.path}")
+
+    def do_POST(self) -> None:
+        raw = self._read_body()
+        if raw is None:
+            return
+        path = self._path()
+        if path not in _CHAT_PATHS:
+            self._send_error(404, f"unknown path: POST {self.path}")
+            return
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            self._send_error(400, f"request body is not valid JSON: {exc}")
+            return
+        if not isinstance(body, dict):
+            self._send_error(400, "request body must be a JSON object")
+            return
+        if body.get("stream"):
+            self._send_error(400, "scripted model: streaming is not supported (stream=true)")
+            return
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        model = self.server.model
+        answer, error = model._answer(RecordedRequest(body, headers, time.monotonic(), path))
+        if model.latency_s > 0:
+            time.sleep(model.latency_s)
+        if error is not None:
+            self._send_error(500, error)
+        elif isinstance(answer, Reply):
+            try:
+                payload = model._completion(body, answer)
+            except Exception:
+                self._send_error(500, "scripted model: bad reply:\n" + traceback.format_exc())
+            else:
+                self._send_json(200, payload)
+        elif isinstance(answer, HttpError):
+            self._send_error(answer.status, answer.message, answer.headers)
+        else:  # Drop: no answer; the server closes the socket after this method returns.
+            self.close_connection = True
+
+    def do_PUT(self) -> None:
+        self._read_body()
+        self._send_error(405, f"method not allowed: PUT {self.path}")
+
+    def do_DELETE(self) -> None:
+        self._read_body()
+        self._send_error(405, f"method not allowed: DELETE {self.path}")
+
+
+def _model_card() -> dict:
+    return {"id": _MODEL_ID, "object": "model", "created": 0, "owned_by": "hero"}
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class ScriptedModel:
+    """An OpenAI-compatible chat completions server answering from a script.
+
+    ``script`` is either a sequence of answers served in order (a request after the last
+    gets a 500 "script exhausted" error) or a Handler called with each request body
+    (possibly from several threads at once).
+    """
+
+    def __init__(
+        self,
+        script: Handler | Sequence[Answer],
+        *,
+        latency_s: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._handler: Handler | None
+        self._script: tuple[Answer, ...]
+        if callable(script):
+            self._handler = script
+            self._script = ()
+        else:
+            items = tuple(script)
+            for i, item in enumerate(items):
+                if not isinstance(item, Reply | HttpError | Drop):
+                    raise TypeError(
+                        f"script item {i} is {type(item).__name__}; "
+                        "expected Reply, HttpError or Drop"
+                    )
+            self._handler = None
+            self._script = items
+        self.latency_s = float(latency_s)
+        self.host = host
+        self.port = port
+        self.requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._served = 0
+        self._call_ids = itertools.count(1)
+        self._completion_ids = itertools.count(1)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    # ---- lifecycle
+
+    def start(self) -> ScriptedModel:
+        """Bind and serve on a daemon thread; returns self. A second call is a no-op."""
+        if self._stopped:
+            raise RuntimeError("ScriptedModel cannot be restarted after stop()")
+        if self._server is not None:
+            return self
+        server_cls = _Server6 if ":" in self.host else _Server
+        server = server_cls((self.host, self.port), self)
+        self.port = server.server_port
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"hero-scripted-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, close open connections and the listening socket. Idempotent."""
+        self._stopped = True
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.close_connections()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> ScriptedModel:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ---- info
+
+    @property
+    def base_url(self) -> str:
+        """``http://<host>:<port>/v1`` (available once started)."""
+        if self._server is None and not self._stopped:
+            raise RuntimeError("ScriptedModel is not started; call start() or use `with`")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def remaining(self) -> int:
+        """For a sequence script: answers not yet served."""
+        if self._handler is not None:
+            raise TypeError("remaining is only defined for a sequence script, not a handler")
+        with self._lock:
+            return len(self._script) - self._served
+
+    # ---- serving (called from request threads)
+
+    def _answer(self, request: RecordedRequest) -> tuple[Answer | None, str | None]:
+        """Record the request and pick its answer; returns (answer, 500-error message)."""
+        handler = self._handler
+        if handler is None:
+            with self._lock:
+                self.requests.append(request)
+                index = self._served
+                if index >= len(self._script):
+                    return None, (
+                        f"scripted model: script exhausted after {len(self._script)} replies"
+                    )
+                self._served = index + 1
+            return self._script[index], None
+        with self._lock:
+            self.requests.append(request)
+        try:
+            answer = handler(request.body)
+        except Exception:
+            return None, "scripted model: handler raised:\n" + traceback.format_exc()
+        if not isinstance(answer, Reply | HttpError | Drop):
+            return None, (
+                f"scripted model: handler returned {type(answer).__name__}; "
+                "expected Reply, HttpError or Drop"
+            )
+        return answer, None
+
+    def _completion(self, body: dict, reply: Reply) -> dict:
+        wire_calls = []
+        for tc in reply.tool_calls:
+            args = tc.arguments if isinstance(tc.arguments, str) else json.dumps(tc.arguments)
+            wire_calls.append(
+                {
+                    "id": tc.id if tc.id is not None else f"call_{next(self._call_ids)}",
+                    "type": "function",
+                    "function": {"name": tc.name, "arguments": args},
+                }
+            )
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if wire_calls:
+            message["tool_calls"] = wire_calls
+        prompt_tokens = reply.prompt_tokens
+        if prompt_tokens is None:
+            prompt_tokens = len(json.dumps(body.get("messages", []))) // 4
+        completion_tokens = reply.completion_tokens
+        if completion_tokens is None:
+            completion_tokens = _estimate_completion_tokens(reply, wire_calls)
+        return {
+            "id": f"chatcmpl-scripted-{next(self._completion_ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or _MODEL_ID,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if wire_calls else "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _load_handler(spec: str) -> Handler:
+    import importlib
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--handler must look like MODULE:FUNC, got {spec!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{spec} is not callable")
+    return obj
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a scripted model server in the foreground until SIGTERM/SIGINT."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(
+        prog="python -m hero.scripted",
+        description="Serve a scripted OpenAI-compatible chat completions API.",
+    )
+    parser.add_argument(
+        "--handler",
+        required=True,
+        help="MODULE:FUNC, where FUNC(body: dict) returns a Reply, HttpError or Drop",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before answering")
+    args = parser.parse_args(argv)
+
+    try:
+        handler = _load_handler(args.handler)
+    except (ImportError, AttributeError, ValueError) as exc:
+        parser.error(f"cannot load handler {args.handler!r}: {exc}")
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with ScriptedModel(handler, latency_s=args.latency, host=args.host, port=args.port) as m:
+        print(f"listening on {m.base_url}", flush=True)
+        while not stop.wait(0.5):
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    # Run via the imported module, so the handler's `from hero.scripted import Reply` and the
+    # server's isinstance checks see the same classes (not a second copy living in __main__).
+    from hero.scripted import main as _main
+
+    raise SystemExit(_main())

@@ -1,0 +1,97 @@
+"""The run record of one story (``runs/state/<id>.json``) and its atomic persistence."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("queued", "running", "passed", "gave_up", "error", "skipped", "interrupted")
+#: Statuses from which the next run continues the same branch and round count.
+RESUMABLE = ("queued", "running", "interrupted", "error")
+
+
+class StateError(Exception):
+    """A state file that cannot be read; names the file."""
+
+
+@dataclass
+class RunState:
+    id: str
+    status: str = "queued"
+    title: str = ""
+    story_path: str = ""
+    branch: str = ""
+    base_ref: str = ""
+    base_sha: str = ""
+    head_sha: str = ""
+    worktree: str = ""
+    current_round: int = 0
+    phase: str = ""
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, Any] = field(
+        default_factory=lambda: {"tokens_in": 0, "tokens_out": 0, "llm_calls": 0, "cost_usd": 0.0}
+    )
+    error: str = ""
+    started_at: float = 0.0
+    updated_at: float = 0.0
+    finished_at: float | None = None
+    runs: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def state_dir(home: Path) -> Path:
+    return home / "runs" / "state"
+
+
+def state_path(home: Path, story_id: str) -> Path:
+    return state_dir(home) / f"{story_id}.json"
+
+
+def load_state(home: Path, story_id: str) -> RunState | None:
+    path = state_path(home, story_id)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("id") != story_id:
+            raise ValueError("not a state record for this story")
+        return RunState.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise StateError(
+            f"{path}: unreadable state ({exc}); move it aside to start the story afresh"
+        ) from exc
+
+
+def save_state(home: Path, state: RunState) -> None:
+    """Write the state atomically: a crash leaves the old file or the new one, never half."""
+    state.updated_at = time.time()
+    directory = state_dir(home)
+    directory.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(state.to_dict(), indent=2, ensure_ascii=False)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{state.id}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, state_path(home, state.id))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

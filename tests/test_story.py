@@ -1,0 +1,479 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hero.story import (
+    FEEDBACK_HEADING,
+    MAX_STORY_BYTES,
+    Story,
+    StoryError,
+    VerifyTier,
+    append_feedback,
+    parse_story,
+    parse_story_text,
+)
+
+FULL = """\
+---
+id: add-login.v2_1
+title: Add a login page
+priority: high
+max_retries: 5
+verify:
+  - ruff check .
+  - python -m pytest -q
+scope:
+  - src/app/login.py
+  - tests/
+depends_on: [setup-db, base-layout]
+base_ref: main
+---
+# Login
+
+Some intro text.
+
+## Goal
+Users can log in with email and password.
+
+## Acceptance Criteria
+- [ ] A form with email and password fields
+- [x] Wrong password shows an error
+  message under the form
+* Plain bullet item
+
+## Constraints
+Use the existing session module.
+
+## Out of Scope
+Password reset.
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "story.md") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8", newline="")
+    return path
+
+
+def story_with(frontmatter: str, body: str = "## Goal\nDo it.\n") -> str:
+    return f"---\n{frontmatter}---\n{body}"
+
+
+def error_for(tmp_path: Path, text: str) -> StoryError:
+    path = write(tmp_path, text)
+    with pytest.raises(StoryError) as info:
+        parse_story(path)
+    err = info.value
+    assert str(err) == f"{path}: {err.field}: {err.message}"
+    assert "\n" not in str(err)
+    assert err.path == path
+    return err
+
+
+# ----------------------------------------------------------------------------- valid stories
+
+
+def test_valid_story_with_every_field(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    story = parse_story(path)
+    assert isinstance(story, Story)
+    assert story.path == path
+    assert story.id == "add-login.v2_1"
+    assert story.title == "Add a login page"
+    assert story.priority == "high"
+    assert story.max_retries == 5
+    assert story.verify == (VerifyTier("verify", ("ruff check .", "python -m pytest -q")),)
+    assert story.scope == ("src/app/login.py", "tests/")
+    assert story.depends_on == ("setup-db", "base-layout")
+    assert story.base_ref == "main"
+    assert story.goal == "Users can log in with email and password."
+    assert story.acceptance_criteria == (
+        "A form with email and password fields",
+        "Wrong password shows an error message under the form",
+        "Plain bullet item",
+    )
+    assert story.constraints == "Use the existing session module."
+    assert story.out_of_scope == "Password reset."
+    assert story.feedback == ""
+    assert story.body.startswith("# Login\n\nSome intro text.\n\n## Goal\n")
+    assert story.body.endswith("## Out of Scope\nPassword reset.")
+    assert "---" not in story.body
+
+
+def test_minimal_story_defaults(tmp_path: Path) -> None:
+    story = parse_story(write(tmp_path, "---\nid: s1\ntitle: T\n---\n"))
+    assert story.priority == "normal"
+    assert story.max_retries is None
+    assert story.verify == ()
+    assert story.scope == ()
+    assert story.depends_on == ()
+    assert story.base_ref is None
+    assert story.body == ""
+    assert story.goal == ""
+    assert story.acceptance_criteria == ()
+    assert story.constraints == ""
+    assert story.out_of_scope == ""
+
+
+def test_story_is_frozen(tmp_path: Path) -> None:
+    story = parse_story(write(tmp_path, FULL))
+    with pytest.raises(AttributeError):
+        story.id = "other"  # type: ignore[misc]
+
+
+def test_tiered_verify_keeps_declared_order(tmp_path: Path) -> None:
+    text = story_with(
+        "id: s1\ntitle: T\nverify:\n"
+        "  zz-lint: ruff check .\n"
+        "  unit:\n    - pytest -q tests/unit\n    - pytest -q tests/api\n"
+        "  aa-slow: [pytest -q -m slow]\n"
+    )
+    story = parse_story(write(tmp_path, text))
+    assert story.verify == (
+        VerifyTier("zz-lint", ("ruff check .",)),
+        VerifyTier("unit", ("pytest -q tests/unit", "pytest -q tests/api")),
+        VerifyTier("aa-slow", ("pytest -q -m slow",)),
+    )
+
+
+def test_single_strings_become_one_item_lists(tmp_path: Path) -> None:
+    text = story_with("id: s1\ntitle: T\nverify: make test\nscope: src/\ndepends_on: s0\n")
+    story = parse_story(write(tmp_path, text))
+    assert story.verify == (VerifyTier("verify", ("make test",)),)
+    assert story.scope == ("src/",)
+    assert story.depends_on == ("s0",)
+
+
+def test_empty_optional_values_mean_defaults(tmp_path: Path) -> None:
+    text = story_with("id: s1\ntitle: T\npriority:\nmax_retries:\nverify: []\nscope:\nbase_ref:\n")
+    story = parse_story(write(tmp_path, text))
+    assert (story.priority, story.max_retries, story.verify, story.scope, story.base_ref) == (
+        "normal",
+        None,
+        (),
+        (),
+        None,
+    )
+
+
+def test_bom_and_crlf(tmp_path: Path) -> None:
+    text = FULL.replace("\n", "\r\n")
+    path = tmp_path / "bom.md"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    story = parse_story(path)
+    assert story.id == "add-login.v2_1"
+    assert story.verify == (VerifyTier("verify", ("ruff check .", "python -m pytest -q")),)
+    assert story.goal == "Users can log in with email and password."
+    assert len(story.acceptance_criteria) == 3
+    assert "\r" not in story.body
+    assert not story.body.startswith("\ufeff")
+
+
+def test_parse_story_text_matches_parse_story(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    assert parse_story_text(FULL, path) == parse_story(path)
+    assert parse_story_text("\ufeff" + FULL.replace("\n", "\r\n"), path) == parse_story(path)
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def test_sections_are_case_insensitive_and_numbered_items(tmp_path: Path) -> None:
+    body = (
+        "## GOAL:\nShip it.\nSecond line.\n\n"
+        "## acceptance criteria\n"
+        "1. first item\n"
+        "2) second item\n"
+        "   wrapped\n"
+        "3. [ ] third with box\n"
+        "   - nested detail\n"
+        "\n"
+        "A closing remark that is not an item.\n\n"
+        "### Sub heading inside the section\n"
+        "## Out-of-scope\nNothing else.\n"
+        "## constraints ##\nKeep it small.\n"
+    )
+    story = parse_story(write(tmp_path, story_with("id: s1\ntitle: T\n", body)))
+    assert story.goal == "Ship it.\nSecond line."
+    assert story.acceptance_criteria == (
+        "first item",
+        "second item wrapped",
+        "third with box\n- nested detail",
+    )
+    assert story.out_of_scope == "Nothing else."
+    assert story.constraints == "Keep it small."
+
+
+def test_acceptance_criteria_checkbox_styles(tmp_path: Path) -> None:
+    body = "## Acceptance Criteria\n\n- [ ] unchecked\n- [x] checked\n- [X] upper\n+ plus\n"
+    story = parse_story(write(tmp_path, story_with("id: s1\ntitle: T\n", body)))
+    assert story.acceptance_criteria == ("unchecked", "checked", "upper", "plus")
+
+
+def test_acceptance_criteria_without_a_list_are_paragraphs(tmp_path: Path) -> None:
+    body = "## Acceptance Criteria\nThe page loads\nfast.\n\nIt looks nice.\n"
+    story = parse_story(write(tmp_path, story_with("id: s1\ntitle: T\n", body)))
+    assert story.acceptance_criteria == ("The page loads fast.", "It looks nice.")
+
+
+def test_headings_inside_code_fences_are_ignored(tmp_path: Path) -> None:
+    body = "## Goal\nRun this:\n```sh\n## Constraints\necho hi\n```\nDone.\n"
+    story = parse_story(write(tmp_path, story_with("id: s1\ntitle: T\n", body)))
+    assert story.goal == "Run this:\n```sh\n## Constraints\necho hi\n```\nDone."
+    assert story.constraints == ""
+
+
+def test_missing_sections_are_empty(tmp_path: Path) -> None:
+    story = parse_story(write(tmp_path, story_with("id: s1\ntitle: T\n", "Just text.\n")))
+    assert story.body == "Just text."
+    assert (story.goal, story.acceptance_criteria, story.constraints, story.out_of_scope) == (
+        "",
+        (),
+        "",
+        "",
+    )
+
+
+def test_feedback_section_is_kept_out_of_body(tmp_path: Path) -> None:
+    body = (
+        "## Goal\nDo it.\n\n"
+        f"{FEEDBACK_HEADING}\n\n### Round 1\n\nFix the tests.\n\n"
+        "## Constraints\nNone.\n"
+    )
+    story = parse_story(write(tmp_path, story_with("id: s1\ntitle: T\n", body)))
+    assert story.feedback == "### Round 1\n\nFix the tests."
+    assert "Reviewer Feedback" not in story.body
+    assert "Fix the tests" not in story.body
+    assert story.body == "## Goal\nDo it.\n\n## Constraints\nNone."
+    assert story.constraints == "None."
+
+
+# ----------------------------------------------------------------------------- invalid stories
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "fragment"),
+    [
+        ("", "frontmatter", "empty"),
+        ("   \n\n", "frontmatter", "empty"),
+        ("# Just markdown\n", "frontmatter", "'# Just markdown'"),
+        ("---\nid: s1\ntitle: T\n", "frontmatter", "closing '---'"),
+        ("---\n---\nbody\n", "frontmatter", "found nothing"),
+        ("---\n- a\n- b\n---\n", "frontmatter", "found a list"),
+        ("---\njust a string\n---\n", "frontmatter", "found the string"),
+        ("---\nid: s1\ntitle: [unclosed\n---\n", "frontmatter", "invalid YAML"),
+        ("---\nid: s1\nid: s2\ntitle: T\n---\n", "frontmatter", "duplicate key 'id'"),
+        ("---\ntitle: T\n---\n", "id", "missing"),
+        ("---\nid: s1\n---\n", "title", "missing"),
+        ("---\nid: s1\ntitle: '  '\n---\n", "title", "empty string"),
+        ("---\nid: s1\ntitle: 2024\n---\n", "title", "the number 2024"),
+        ("---\nid: -bad\ntitle: T\n---\n", "id", "'-bad'"),
+        ("---\nid: has space\ntitle: T\n---\n", "id", "'has space'"),
+        ("---\nid: a..b\ntitle: T\n---\n", "id", "'..'"),
+        ("---\nid: x.lock\ntitle: T\n---\n", "id", "'.lock'"),
+        ("---\nid: 42\ntitle: T\n---\n", "id", "the number 42"),
+        ("---\nid: s1\ntitle: T\npriority: urgent\n---\n", "priority", "'urgent'"),
+        ("---\nid: s1\ntitle: T\npriority: 1\n---\n", "priority", "low, normal, high"),
+        ("---\nid: s1\ntitle: T\nmax_retries: 0\n---\n", "max_retries", "the number 0"),
+        ("---\nid: s1\ntitle: T\nmax_retries: -2\n---\n", "max_retries", ">= 1"),
+        ("---\nid: s1\ntitle: T\nmax_retries: true\n---\n", "max_retries", "boolean true"),
+        ("---\nid: s1\ntitle: T\nmax_retries: '3'\n---\n", "max_retries", "the string '3'"),
+        ("---\nid: s1\ntitle: T\nmax_retries: 2.5\n---\n", "max_retries", "2.5"),
+        ("---\nid: s1\ntitle: T\nverify: 3\n---\n", "verify", "the number 3"),
+        ("---\nid: s1\ntitle: T\nverify: ['ok', '']\n---\n", "verify", "command 2"),
+        ("---\nid: s1\ntitle: T\nverify: [ok, 5]\n---\n", "verify", "the number 5"),
+        ("---\nid: s1\ntitle: T\nverify: {unit: [ok, [x]]}\n---\n", "verify", "tier 'unit'"),
+        ("---\nid: s1\ntitle: T\nverify: {unit: 7}\n---\n", "verify", "tier 'unit'"),
+        ("---\nid: s1\ntitle: T\nverify: {unit: []}\n---\n", "verify", "at least one"),
+        ("---\nid: s1\ntitle: T\nverify: {1: [ok]}\n---\n", "verify", "tier names"),
+        ("---\nid: s1\ntitle: T\nscope: {a: b}\n---\n", "scope", "a mapping"),
+        ("---\nid: s1\ntitle: T\nscope: [src, 3]\n---\n", "scope", "item 2"),
+        ("---\nid: s1\ntitle: T\ndepends_on: 7\n---\n", "depends_on", "the number 7"),
+        ("---\nid: s1\ntitle: T\ndepends_on: [ok, null]\n---\n", "depends_on", "item 2"),
+        ("---\nid: s1\ntitle: T\ndepends_on: [bad id]\n---\n", "depends_on", "'bad id'"),
+        ("---\nid: s1\ntitle: T\ndepends_on: [s1]\n---\n", "depends_on", "own id"),
+        ("---\nid: s1\ntitle: T\nbase_ref: [main]\n---\n", "base_ref", "a list"),
+        ("---\nid: s1\ntitle: T\nbase_ref: 3\n---\n", "base_ref", "the number 3"),
+        ("---\nid: s1\ntitle: T\nprio: high\n---\n", "prio", "known fields: id, title"),
+    ],
+)
+def test_invalid_stories(tmp_path: Path, text: str, field: str, fragment: str) -> None:
+    err = error_for(tmp_path, text)
+    assert err.field == field
+    assert fragment in err.message
+
+
+def test_invalid_yaml_names_the_file_line(tmp_path: Path) -> None:
+    err = error_for(tmp_path, "---\nid: s1\ntitle: T\nscope: [a\npriority: high\n---\n")
+    assert err.field == "frontmatter"
+    assert "invalid YAML at line " in err.message
+    line = int(err.message.split("at line ")[1].split(",")[0])
+    assert 4 <= line <= 6  # the unclosed '[' is on file line 4
+
+
+def test_yaml_error_line_counts_the_opening_delimiter(tmp_path: Path) -> None:
+    err = error_for(tmp_path, "---\nid: s1\ntitle: T\n\tbad: tab\n---\n")
+    assert "line 4" in err.message
+
+
+def test_unknown_field_suggests_the_close_match(tmp_path: Path) -> None:
+    err = error_for(tmp_path, "---\nid: s1\ntitle: T\ndepend_on: [x]\n---\n")
+    assert err.field == "depend_on"
+    assert "unknown field" in err.message
+    assert "did you mean 'depends_on'" in err.message
+    assert "known fields: id, title, priority, max_retries, verify, scope" in err.message
+
+
+def test_binary_file(tmp_path: Path) -> None:
+    path = tmp_path / "bin.md"
+    path.write_bytes(b"---\nid: s1\x00\x01\x02\n---\n")
+    with pytest.raises(StoryError) as info:
+        parse_story(path)
+    assert info.value.field == "file"
+    assert "binary" in info.value.message
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.md"
+    path.write_bytes("---\nid: s1\ntitle: café\n---\n".encode("latin-1"))
+    with pytest.raises(StoryError) as info:
+        parse_story(path)
+    assert info.value.field == "file"
+    assert "UTF-8" in info.value.message
+    assert "0xe9" in info.value.message
+
+
+def test_too_large(tmp_path: Path) -> None:
+    text = "---\nid: s1\ntitle: T\n---\n" + "x" * MAX_STORY_BYTES
+    path = write(tmp_path, text)
+    with pytest.raises(StoryError) as info:
+        parse_story(path)
+    assert info.value.field == "file"
+    assert "too large" in info.value.message
+    assert str(MAX_STORY_BYTES) in info.value.message
+    with pytest.raises(StoryError) as info:
+        parse_story_text(text, path)
+    assert info.value.field == "file"
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(StoryError) as info:
+        parse_story(tmp_path / "nope.md")
+    assert info.value.field == "file"
+    assert "cannot read" in info.value.message
+    with pytest.raises(StoryError) as info:
+        parse_story(tmp_path)
+    assert info.value.field == "file"
+    assert "directory" in info.value.message
+
+
+# ----------------------------------------------------------------------------- append_feedback
+
+
+def test_append_feedback_adds_heading_once_and_rounds_once(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    assert append_feedback(path, 1, "Tests fail on empty password.") is True
+    after_one = path.read_text(encoding="utf-8")
+    assert after_one.startswith(FULL)
+    assert after_one.count(FEEDBACK_HEADING) == 1
+    assert after_one.count("### Round 1") == 1
+
+    assert append_feedback(path, 1, "something else") is False
+    assert path.read_text(encoding="utf-8") == after_one
+
+    assert append_feedback(path, 2, "Now the error message is missing.") is True
+    after_two = path.read_text(encoding="utf-8")
+    assert after_two.startswith(after_one)
+    assert after_two.count(FEEDBACK_HEADING) == 1
+    assert after_two.count("### Round 2") == 1
+    assert append_feedback(path, 2, "again") is False
+    assert append_feedback(path, 1, "again") is False
+    assert path.read_text(encoding="utf-8") == after_two
+
+    story = parse_story(path)
+    assert story.feedback == (
+        "### Round 1\n\nTests fail on empty password.\n\n"
+        "### Round 2\n\nNow the error message is missing."
+    )
+    # The body and sections are exactly what they were before any feedback.
+    original = parse_story_text(FULL, path)
+    assert story.body == original.body
+    assert story.out_of_scope == original.out_of_scope == "Password reset."
+    assert story.acceptance_criteria == original.acceptance_criteria
+
+
+def test_append_feedback_keeps_crlf_and_bom(tmp_path: Path) -> None:
+    original = b"\xef\xbb\xbf" + FULL.replace("\n", "\r\n").encode("utf-8")
+    path = tmp_path / "crlf.md"
+    path.write_bytes(original)
+    assert append_feedback(path, 1, "line one\nline two") is True
+    assert append_feedback(path, 2, "windows\r\ntext") is True
+    data = path.read_bytes()
+    assert data.startswith(original)
+    added = data[len(original) :]
+    assert b"\n" not in added.replace(b"\r\n", b"")
+    assert b"\r\r" not in added
+    assert append_feedback(path, 2, "x") is False
+    assert path.read_bytes() == data
+    story = parse_story(path)
+    assert story.feedback == "### Round 1\n\nline one\nline two\n\n### Round 2\n\nwindows\ntext"
+
+
+def test_append_feedback_file_without_final_newline(tmp_path: Path) -> None:
+    text = "---\nid: s1\ntitle: T\n---\n## Goal\nDo it."
+    path = write(tmp_path, text)
+    assert append_feedback(path, 1, "ok") is True
+    content = path.read_text(encoding="utf-8")
+    assert content.startswith(text + "\n")
+    story = parse_story(path)
+    assert story.goal == "Do it."
+    assert story.feedback == "### Round 1\n\nok"
+
+
+def test_append_feedback_new_heading_when_user_added_a_section_after(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    append_feedback(path, 1, "first")
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write("\n## Notes\nUser notes.\n")
+    assert append_feedback(path, 2, "second") is True
+    assert append_feedback(path, 1, "dup") is False
+    content = path.read_text(encoding="utf-8")
+    assert content.count(FEEDBACK_HEADING) == 2
+    story = parse_story(path)
+    assert story.feedback == "### Round 1\n\nfirst\n\n### Round 2\n\nsecond"
+    assert story.body.endswith("## Notes\nUser notes.")
+
+
+def test_append_feedback_headings_and_fences_in_text_cannot_break_sections(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, FULL)
+    text = "## Summary\n### Round 9\nFix:\n```sh\n# a shell comment\n## kept\n"  # unclosed fence
+    assert append_feedback(path, 1, text) is True
+    assert append_feedback(path, 2, "next") is True
+    assert append_feedback(path, 9, "round nine is real") is True
+    story = parse_story(path)
+    assert "#### Summary" in story.feedback
+    assert "#### Round 9" in story.feedback
+    assert "# a shell comment\n## kept\n```" in story.feedback  # code left alone, fence closed
+    assert "### Round 2\n\nnext" in story.feedback
+    assert story.body == parse_story_text(FULL, path).body
+
+
+def test_append_feedback_closes_an_unclosed_fence_in_the_story(tmp_path: Path) -> None:
+    text = "---\nid: s1\ntitle: T\n---\n## Goal\n```\ncode\n"
+    path = write(tmp_path, text)
+    assert append_feedback(path, 1, "fb") is True
+    assert path.read_text(encoding="utf-8").startswith(text)
+    assert parse_story(path).feedback == "### Round 1\n\nfb"
+    assert append_feedback(path, 1, "fb") is False
+
+
+def test_append_feedback_empty_text_and_bad_round(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    assert append_feedback(path, 3, "  \n") is True
+    assert "### Round 3\n\n(no feedback text)" in parse_story(path).feedback
+    with pytest.raises(ValueError):
+        append_feedback(path, -1, "x")
