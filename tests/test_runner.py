@@ -133,7 +133,7 @@ def test_no_fd_leak_over_many_runs(tmp_path: Path) -> None:
 def test_timeout_kills_grandchild(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     start = time.monotonic()
-    r = run(f"echo started; sleep 60 & echo $! > {pidfile}; wait", tmp_path, timeout_s=0.5)
+    r = run(f"echo started; sleep 60 & echo $! > {pidfile}; wait", tmp_path, timeout_s=1.5)
     assert time.monotonic() - start < HANG_BOUND_S
     assert r.exit_code == 124
     assert r.timed_out and not r.cancelled
@@ -144,7 +144,7 @@ def test_timeout_kills_grandchild(tmp_path: Path) -> None:
 def test_timeout_sigkills_a_group_that_ignores_sigterm(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     start = time.monotonic()
-    r = run(f"trap '' TERM; sleep 60 & echo $! > {pidfile}; wait", tmp_path, timeout_s=0.3)
+    r = run(f"trap '' TERM; sleep 60 & echo $! > {pidfile}; wait", tmp_path, timeout_s=1.0)
     assert time.monotonic() - start < HANG_BOUND_S
     assert r.exit_code == 124 and r.timed_out
     assert _wait_dead(_read_pid(pidfile))
@@ -174,18 +174,21 @@ def test_orphaned_grandchild_is_killed(tmp_path: Path) -> None:
 def test_cancel_from_another_thread(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     cancel = threading.Event()
-    timer = threading.Timer(0.3, cancel.set)
-    timer.start()
-    try:
-        start = time.monotonic()
-        r = run(
-            f"echo working; sleep 60 & echo $! > {pidfile}; wait",
-            tmp_path,
-            timeout_s=60,
-            cancel=cancel,
-        )
-    finally:
-        timer.cancel()
+
+    def cancel_once_started() -> None:
+        _read_pid(pidfile)
+        cancel.set()
+
+    setter = threading.Thread(target=cancel_once_started, daemon=True)
+    setter.start()
+    start = time.monotonic()
+    r = run(
+        f"echo working; sleep 60 & echo $! > {pidfile}; wait",
+        tmp_path,
+        timeout_s=60,
+        cancel=cancel,
+    )
+    setter.join(5)
     assert time.monotonic() - start < HANG_BOUND_S
     assert r.exit_code == 130
     assert r.cancelled and not r.timed_out

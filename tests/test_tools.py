@@ -226,6 +226,12 @@ def test_empty_arguments_mean_no_arguments(ctx: ToolContext, root: Path, raw: st
     assert "f.txt" in ok(ctx, "ls", raw)
 
 
+def test_already_parsed_arguments_accepted(ctx: ToolContext, root: Path) -> None:
+    write(root, "f.txt", "x\n")
+    out = execute_tool(ctx, "read_file", {"path": "f.txt"})  # type: ignore[arg-type]
+    assert not out.is_error and out.content == "     1\tx"
+
+
 def test_null_optional_argument_is_default(ctx: ToolContext, root: Path) -> None:
     write(root, "f.txt", "needle\n")
     out = ok(ctx, "grep", {"pattern": "needle", "path": None, "glob": None, "output_mode": None})

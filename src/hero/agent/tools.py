@@ -210,8 +210,10 @@ def _coerce(value: object, type_: str) -> tuple[bool, object]:
 
 def _parse_arguments(spec: _ToolSpec, raw: str | None) -> dict[str, object]:
     expected = f"expected a JSON object {_shape(spec)}"
-    if raw is None or not raw.strip():
-        data: object = {}
+    if isinstance(raw, Mapping):  # already parsed (lenient for callers)
+        data: object = dict(raw)
+    elif raw is None or not raw.strip():
+        data = {}
     else:
         try:
             data = json.loads(raw)

@@ -1,0 +1,135 @@
+"""Shared set-up: real git repos, real hero homes, hero's scripted model on loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hero.gitops import DEFAULT_IDENTITY
+from hero.scripted import ScriptedModel
+
+GIT_ENV = {**DEFAULT_IDENTITY, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout
+
+
+@pytest.fixture(autouse=True)
+def _no_global_git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run as on a machine where git has no user configured."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.delenv("HERO_HOME", raising=False)
+
+
+@pytest.fixture
+def target_repo(tmp_path: Path) -> Path:
+    """A small Python project with a passing unittest suite, committed on `main`."""
+    repo = tmp_path / "repo"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_calc.py").write_text(
+        "import unittest\n\nfrom calc import add\n\n\n"
+        "class AddTest(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+    )
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    return repo
+
+
+HomeFactory = Callable[..., Path]
+
+
+@pytest.fixture
+def make_home(tmp_path: Path, target_repo: Path) -> HomeFactory:
+    """make_home(model, **knobs) -> a hero home whose worker and reviewer use ``model``.
+
+    Knobs are written to config/roles.yaml as given (e.g. max_retries=2,
+    llm_backoff_base_s=0.01). LLM retries default to fast backoff for tests.
+    """
+
+    def factory(model: ScriptedModel, **knobs: object) -> Path:
+        home = tmp_path / "home"
+        (home / "config" / "providers").mkdir(parents=True, exist_ok=True)
+        (home / "inbox").mkdir(exist_ok=True)
+        (home / "config" / "providers" / "scripted.yaml").write_text(
+            f"name: scripted\nbase_url: {model.base_url}\ndefault_model: scripted-test\n"
+        )
+        settings: dict[str, object] = {
+            "target_repo": str(target_repo),
+            "llm_backoff_base_s": 0.01,
+            "llm_backoff_max_s": 0.05,
+            "llm_max_attempts": 3,
+        }
+        settings.update(knobs)
+        lines = [f"{k}: {v!r}" if isinstance(v, str) else f"{k}: {v}" for k, v in settings.items()]
+        lines += ["worker:", "  provider: scripted", "reviewer:", "  provider: scripted"]
+        (home / "config" / "roles.yaml").write_text("\n".join(lines) + "\n")
+        return home
+
+    return factory
+
+
+StoryWriter = Callable[..., Path]
+
+
+@pytest.fixture
+def write_story(tmp_path: Path) -> StoryWriter:
+    """write_story(home, id, verify=[...], **frontmatter) -> path of inbox/<id>.md."""
+
+    def writer(home: Path, story_id: str = "s1", *, verify: object = None, body: str = "", **fm: object) -> Path:
+        import yaml
+
+        front: dict[str, object] = {"id": story_id, "title": f"Story {story_id}"}
+        if verify is not None:
+            front["verify"] = verify
+        front.update(fm)
+        text = "---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\n" + textwrap.dedent(
+            body
+            or """\
+            ## Goal
+            Add a `sub(a, b)` function to calc.
+
+            ## Acceptance Criteria
+            - [ ] `calc.sub(5, 3) == 2`
+            """
+        )
+        path = home / "inbox" / f"{story_id}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    return writer
+
+
+@pytest.fixture
+def scripted() -> Iterator[Callable[..., ScriptedModel]]:
+    """scripted(script_or_handler, latency_s=0) -> a started ScriptedModel, stopped after the test."""
+    started: list[ScriptedModel] = []
+
+    def start(script: object, **kwargs: object) -> ScriptedModel:
+        model = ScriptedModel(script, **kwargs).start()  # type: ignore[arg-type]
+        started.append(model)
+        return model
+
+    yield start
+    for model in started:
+        model.stop()
