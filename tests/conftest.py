@@ -95,22 +95,29 @@ StoryWriter = Callable[..., Path]
 def write_story(tmp_path: Path) -> StoryWriter:
     """write_story(home, id, verify=[...], **frontmatter) -> path of inbox/<id>.md."""
 
-    def writer(home: Path, story_id: str = "s1", *, verify: object = None, body: str = "", **fm: object) -> Path:
+    def writer(
+        home: Path, story_id: str = "s1", *, verify: object = None, body: str = "", **fm: object
+    ) -> Path:
         import yaml
 
         front: dict[str, object] = {"id": story_id, "title": f"Story {story_id}"}
         if verify is not None:
             front["verify"] = verify
         front.update(fm)
-        text = "---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\n" + textwrap.dedent(
-            body
-            or """\
+        text = (
+            "---\n"
+            + yaml.safe_dump(front, sort_keys=False)
+            + "---\n\n"
+            + textwrap.dedent(
+                body
+                or """\
             ## Goal
             Add a `sub(a, b)` function to calc.
 
             ## Acceptance Criteria
             - [ ] `calc.sub(5, 3) == 2`
             """
+            )
         )
         path = home / "inbox" / f"{story_id}.md"
         path.parent.mkdir(parents=True, exist_ok=True)

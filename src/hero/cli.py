@@ -37,10 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", parents=[home], help="run one story to a verdict")
     run.add_argument("story", help="path to the story's markdown file")
     run.add_argument("--json", action="store_true", help="print one JSON object with the result")
-    run.add_argument("-v", "--verbose", action="store_true", help="show progress even off a terminal")
+    run.add_argument(
+        "-v", "--verbose", action="store_true", help="show progress even off a terminal"
+    )
 
-    init = sub.add_parser("init", parents=[home], help="scaffold a hero home in the current directory")
-    init.add_argument("--target-repo", help="the git repository stories will change (relative to the home)")
+    init = sub.add_parser(
+        "init", parents=[home], help="scaffold a hero home in the current directory"
+    )
+    init.add_argument(
+        "--target-repo", help="the git repository stories will change (relative to the home)"
+    )
 
     demo = sub.add_parser("demo", help="run an example story end to end against a scripted model")
     demo.add_argument("--dir", help="where to create the demo (default: a new temporary folder)")
@@ -85,7 +91,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     if not created:
         print(f"{home} is already a hero home; nothing to do")
     else:
-        print("next: set target_repo in config/roles.yaml, pick a provider, then `hero run STORY.md`")
+        print(
+            "next: set target_repo in config/roles.yaml, pick a provider, then `hero run STORY.md`"
+        )
     return EXIT_PASSED
 
 

@@ -40,7 +40,11 @@ def make_demo_home(root: Path, base_url: str) -> tuple[Path, Path]:
     repo = root / "textkit"
     shutil.copytree(examples / "demo-repo", repo)
     env = {"GIT_CONFIG_GLOBAL": "/dev/null", **DEFAULT_IDENTITY}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "textkit: word_count"]):
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", "textkit: word_count"],
+    ):
         subprocess.run(["git", *args], cwd=repo, check=True, env={**_os_env(), **env})
     init_home(home, target_repo=str(repo))
     (home / "config" / "providers" / "scripted.yaml").write_text(
@@ -95,7 +99,9 @@ def run_demo(directory: Path | None) -> int:
     print(f"branch:   {state.branch} in {config.target_repo}")
     log = subprocess.run(
         ["git", "log", "--oneline", f"{state.base_sha}..{state.branch}"],
-        cwd=config.target_repo, capture_output=True, text=True,
+        cwd=config.target_repo,
+        capture_output=True,
+        text=True,
     ).stdout
     for line in log.splitlines():
         print(f"            {line}")
@@ -120,7 +126,7 @@ def slugify(text: str) -> str:
     return _NOT_ALNUM.sub("-", text.lower()).strip("-")
 '''
 
-TEST_SLUG_PY = '''import unittest
+TEST_SLUG_PY = """import unittest
 
 from textkit import slugify
 
@@ -134,7 +140,7 @@ class SlugifyTest(unittest.TestCase):
 
     def test_punctuation_only(self) -> None:
         self.assertEqual(slugify("?!--..."), "")
-'''
+"""
 
 
 def demo_policy(request: dict[str, Any]) -> Any:
@@ -162,7 +168,10 @@ def demo_policy(request: dict[str, Any]) -> Any:
                     '__all__ = ["slugify", "word_count"]'
                 ),
             ),
-            call("bash", command="git add -A && git commit -q -m 'Add textkit.slugify' && git log --oneline -1"),
+            call(
+                "bash",
+                command="git add -A && git commit -q -m 'Add textkit.slugify' && git log --oneline -1",
+            ),
             text("Added textkit.slugify and exported it."),
         ]
     else:
@@ -170,7 +179,10 @@ def demo_policy(request: dict[str, Any]) -> Any:
             call("grep", pattern="def slugify", path="textkit"),
             call("write_file", path="tests/test_slug.py", content=TEST_SLUG_PY),
             call("bash", command=" && ".join(verify) if verify else "true"),
-            call("bash", command="git add -A && git commit -q -m 'Test slugify' && git log --oneline -1"),
+            call(
+                "bash",
+                command="git add -A && git commit -q -m 'Test slugify' && git log --oneline -1",
+            ),
             text("Added tests for slugify: the example, an empty string and punctuation only."),
         ]
     return plan[min(step, len(plan) - 1)]

@@ -99,7 +99,9 @@ class TargetRepo:
         return sha
 
     def branch_sha(self, branch: str) -> str | None:
-        out = git(self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False)
+        out = git(
+            self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+        )
         return out.strip() or None
 
     def keep_branch_aside(self, branch: str) -> str:

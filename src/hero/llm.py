@@ -156,7 +156,11 @@ class LlmClient:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
                 for c in calls
             ]
         usage = getattr(response, "usage", None)
@@ -217,7 +221,9 @@ class LlmClient:
         return max(0.0, min(seconds, self.settings.backoff_max_s * 5))
 
     def _backoff(self, attempt: int) -> float:
-        ceiling = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
+        ceiling = min(
+            self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1)
+        )
         return random.uniform(ceiling / 2, ceiling)  # jitter spreads parallel stories apart
 
     def _sleep(self, seconds: float) -> None:

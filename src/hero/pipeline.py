@@ -27,7 +27,7 @@ from hero.llm import LlmError
 from hero.roles.reviewer import Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.roles.worker import build_messages, run_worker
-from hero.runner import child_env
+from hero.runner import RUN_MARKER, child_env, kill_marked
 from hero.state import RESUMABLE, RunState, load_state, save_state
 from hero.story import Story, VerifyTier, append_feedback, parse_story
 from hero.trace import Trace
@@ -102,18 +102,23 @@ class _Run:
         story, state = self.story, self._start()
         max_rounds = story.max_retries or self.config.max_retries
         tiers = story.verify or (
-            (VerifyTier("default", self.config.default_verify),) if self.config.default_verify else ()
+            (VerifyTier("default", self.config.default_verify),)
+            if self.config.default_verify
+            else ()
         )
         try:
             if state.status == "passed":
                 self.say(f"{story.id}: already passed on {state.branch}; nothing to do")
                 return state
+            marker = f"{self.home.resolve()}/{story.id}"
+            if kill_marked(marker):
+                self.say(f"{story.id}: ended processes left running by an earlier run")
             self.repo.ensure_worktree(self.branch, self.worktree, state.base_sha)
             self._rescue(f"hero: keep uncommitted work found on resume ({story.id})")
             env = child_env(
                 drop_names=self.config.key_env_names,
                 secret_values=self.config.secrets,
-                extra=self.repo.identity_env(),
+                extra={**self.repo.identity_env(), RUN_MARKER: marker},
             )
             while len(state.rounds) < max_rounds:
                 n = len(state.rounds) + 1
@@ -141,7 +146,9 @@ class _Run:
             raise
         except Exception as exc:  # noqa: BLE001 - record, keep the trace, never lose state
             self._write_error_log()
-            self._fail(f"internal error: {type(exc).__name__}: {exc} (see runs/{story.id}/error.log)")
+            self._fail(
+                f"internal error: {type(exc).__name__}: {exc} (see runs/{story.id}/error.log)"
+            )
         self._save()
         return state
 
@@ -154,8 +161,13 @@ class _Run:
         self._phase("worker", f"round {n}/{max_rounds}: worker")
         feedback = state.rounds[-1]["feedback"] if state.rounds else ""
         messages = build_messages(
-            story, tiers, self.worktree, round_no=n, max_rounds=max_rounds,
-            feedback=feedback, home=self.home,
+            story,
+            tiers,
+            self.worktree,
+            round_no=n,
+            max_rounds=max_rounds,
+            feedback=feedback,
+            home=self.home,
         )
         ctx = ToolContext(
             root=self.worktree,
@@ -172,7 +184,7 @@ class _Run:
         )
         trace_path = self.run_dir / f"round-{n}.jsonl"
         with Trace(trace_path) as trace:
-            trace.event("round_start", story=story.id, round=n, branch=self.branch)
+            trace.event("round_start", story=story.id, round=n, run=state.runs, branch=self.branch)
             result = run_worker(self.worker_model, messages, ctx, agent_limits, trace)
             self._rescue(f"hero: commit work left uncommitted in round {n} ({story.id})")
             self.say(
@@ -326,7 +338,12 @@ class _Run:
         self.say(f"{self.story.id}: error: {message}")
 
     def _save(self) -> None:
-        usage = dict(self._usage_base) or {"tokens_in": 0, "tokens_out": 0, "llm_calls": 0, "cost_usd": 0.0}
+        usage = dict(self._usage_base) or {
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "llm_calls": 0,
+            "cost_usd": 0.0,
+        }
         for model in (self.worker_model, self.reviewer_model):
             part = getattr(model, "usage", None)
             if part is None:

@@ -329,3 +329,39 @@ def run_command(
         cancelled=cancelled,
         output_truncated_bytes=dropped,
     )
+
+
+#: Environment variable that marks every process started for one story, so that a later
+#: run can find and end what a crashed run left behind.
+RUN_MARKER = "HERO_RUN_MARKER"
+
+
+def kill_marked(marker: str) -> int:
+    """SIGKILL every process of this user whose environment has ``RUN_MARKER=marker``.
+
+    Used before a story runs: a hero process killed with SIGKILL cannot clean up its
+    commands' process groups, so the next run does. Returns how many were killed; does
+    nothing where /proc is not available.
+    """
+    needle = b"\0" + f"{RUN_MARKER}={marker}".encode() + b"\0"
+    killed = 0
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = b"\0" + fh.read() + b"\0"
+        except OSError:
+            continue
+        if needle in environ:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed

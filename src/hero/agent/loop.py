@@ -91,7 +91,10 @@ def run_agent(
             "assistant",
             turn=result.turns,
             content=completion.content,
-            tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in completion.tool_calls],
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in completion.tool_calls
+            ],
             tokens_in=completion.tokens_in,
             tokens_out=completion.tokens_out,
             http_s=round(completion.http_s, 4),
@@ -145,7 +148,9 @@ def run_agent(
     return result
 
 
-def _limit_reached(result: AgentResult, limits: AgentLimits, started: float, next_step: str) -> bool:
+def _limit_reached(
+    result: AgentResult, limits: AgentLimits, started: float, next_step: str
+) -> bool:
     if next_step == "turn" and result.turns >= limits.max_turns:
         result.stop_reason = "max_turns"
         result.detail = f"turn cap reached ({limits.max_turns} model calls)"

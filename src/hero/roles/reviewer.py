@@ -97,7 +97,9 @@ def parse_verdict(text: str) -> Verdict:
                 why.append(f"{blockers} blocker comment(s)")
             if unmet:
                 why.append(f"{unmet} unmet acceptance criterion(s)")
-            summary = f"approved with {' and '.join(why)}, so counted as changes requested. {summary}"
+            summary = (
+                f"approved with {' and '.join(why)}, so counted as changes requested. {summary}"
+            )
             verdict = CHANGES_REQUESTED
     return Verdict(verdict, summary, ac_check, comments)
 

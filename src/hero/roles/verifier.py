@@ -62,7 +62,9 @@ class VerifyResult:
         parts = []
         for c in self.commands:
             if c.exit_code != 0:
-                parts.append(f"`{c.command}` exited {c.exit_code}; end of its output:\n```\n{c.tail}\n```")
+                parts.append(
+                    f"`{c.command}` exited {c.exit_code}; end of its output:\n```\n{c.tail}\n```"
+                )
         return "\n\n".join(parts)
 
 
