@@ -100,7 +100,8 @@ class _Run:
 
     def run(self) -> RunState:
         story, state = self.story, self._start()
-        max_rounds = story.max_retries or self.config.max_retries
+        # A story that gave up earlier gets a fresh budget of rounds on the same branch.
+        max_rounds = state.round_offset + (story.max_retries or self.config.max_retries)
         tiers = story.verify or (
             (VerifyTier("default", self.config.default_verify),)
             if self.config.default_verify
@@ -276,7 +277,7 @@ class _Run:
         old = load_state(self.home, story.id)
         resume = (
             old is not None
-            and old.status in RESUMABLE
+            and (old.status in RESUMABLE or old.status == "gave_up")
             and old.base_sha
             and repo.branch_sha(self.branch) is not None
         )
@@ -286,7 +287,11 @@ class _Run:
         if resume:
             assert old is not None
             state = old
-            self.say(f"{story.id}: resuming after round {len(state.rounds)} on {self.branch}")
+            if state.status == "gave_up":
+                state.round_offset = len(state.rounds)
+                self.say(f"{story.id}: gave up before; continuing {self.branch} with new rounds")
+            else:
+                self.say(f"{story.id}: resuming after round {len(state.rounds)} on {self.branch}")
         else:
             base_ref = story.base_ref or self.config.target_base_ref or repo.current_branch()
             base_sha = repo.rev_parse(base_ref)

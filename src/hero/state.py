@@ -31,6 +31,7 @@ class RunState:
     head_sha: str = ""
     worktree: str = ""
     current_round: int = 0
+    round_offset: int = 0  # rounds finished before the current budget (a retry after gave_up)
     phase: str = ""
     rounds: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] = field(
