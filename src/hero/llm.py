@@ -20,6 +20,10 @@ from hero.config import LlmSettings, RoleConfig
 from hero.errors import Interrupted
 
 #: HTTP statuses worth another try: rate limits, timeouts and the server's own failures.
+#: A server's Retry-After is honoured as given, up to this (a longer ask is likely a quota
+#: reset that retrying soon will not fix, and the attempts run out anyway).
+MAX_RETRY_AFTER_S = 600.0
+
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 
 
@@ -205,7 +209,7 @@ class LlmClient:
         ms = headers.get("retry-after-ms")
         if ms:
             try:
-                return min(float(ms) / 1000, self.settings.backoff_max_s * 5)
+                return min(float(ms) / 1000, MAX_RETRY_AFTER_S)
             except ValueError:
                 pass
         value = headers.get("retry-after")
@@ -218,7 +222,7 @@ class LlmClient:
             if parsed is None:
                 return None
             seconds = parsed.timestamp() - time.time()
-        return max(0.0, min(seconds, self.settings.backoff_max_s * 5))
+        return max(0.0, min(seconds, MAX_RETRY_AFTER_S))
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(

@@ -64,14 +64,13 @@ def load_state(home: Path, story_id: str) -> RunState | None:
     path = state_path(home, story_id)
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    try:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("id") != story_id:
             raise ValueError("not a state record for this story")
         return RunState.from_dict(data)
-    except (ValueError, TypeError) as exc:
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
         raise StateError(
             f"{path}: unreadable state ({exc}); move it aside to start the story afresh"
         ) from exc

@@ -1,0 +1,325 @@
+"""Tests for hero.gitops: worktrees, branches, commits, diffs and the repo lock, on real git."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import git
+
+from hero.gitops import (
+    DEFAULT_IDENTITY,
+    GitError,
+    TargetRepo,
+    commit_all,
+    diff_since,
+    head_sha,
+    log_since,
+)
+
+
+def worktree_paths(repo: Path) -> list[Path]:
+    listing = git(repo, "worktree", "list", "--porcelain")
+    return [
+        Path(line[len("worktree ") :]).resolve()
+        for line in listing.splitlines()
+        if line.startswith("worktree ")
+    ]
+
+
+def commit_file(cwd: Path, name: str, content: str, message: str) -> str:
+    path = cwd / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+    git(cwd, "add", "-A")
+    git(cwd, "commit", "-q", "-m", message)
+    return git(cwd, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def repo(target_repo: Path) -> TargetRepo:
+    return TargetRepo(target_repo)
+
+
+@pytest.fixture
+def base(target_repo: Path) -> str:
+    return git(target_repo, "rev-parse", "HEAD").strip()
+
+
+# ------------------------------------------------------------------------- worktrees
+
+
+def test_ensure_worktree_creates_branch_at_base(
+    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
+) -> None:
+    commit_file(target_repo, "later.txt", "later\n", "a commit after the base")
+    wt = tmp_path / "worktrees" / "x"
+
+    repo.ensure_worktree("hero/x", wt, base)
+
+    assert repo.branch_sha("hero/x") == base
+    assert head_sha(wt) == base
+    assert git(wt, "symbolic-ref", "--short", "HEAD").strip() == "hero/x"
+    assert (wt / "calc" / "__init__.py").is_file()
+    assert not (wt / "later.txt").exists()
+    assert wt.resolve() in worktree_paths(target_repo)
+    # The user's checkout is untouched.
+    assert repo.current_branch() == "main"
+
+
+def test_ensure_worktree_again_is_a_no_op(
+    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
+) -> None:
+    wt = tmp_path / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", wt, base)
+    sha = commit_file(wt, "work.txt", "work\n", "work on the branch")
+    (wt / "uncommitted.txt").write_text("keep me\n")
+    before = worktree_paths(target_repo)
+
+    repo.ensure_worktree("hero/x", wt, base)
+
+    assert head_sha(wt) == sha
+    assert repo.branch_sha("hero/x") == sha
+    assert (wt / "uncommitted.txt").read_text() == "keep me\n"
+    assert worktree_paths(target_repo) == before
+
+
+def test_stale_worktree_is_pruned_and_recreated(
+    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
+) -> None:
+    wt = tmp_path / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", wt, base)
+    sha = commit_file(wt, "work.txt", "work\n", "work on the branch")
+    shutil.rmtree(wt)  # the folder is gone; git still lists the worktree
+
+    repo.ensure_worktree("hero/x", wt, base)
+
+    assert (wt / "work.txt").read_text() == "work\n"
+    assert head_sha(wt) == sha  # the existing branch is checked out, not recreated at base
+    assert worktree_paths(target_repo).count(wt.resolve()) == 1
+
+
+def test_existing_branch_gets_a_new_worktree_elsewhere(
+    repo: TargetRepo, base: str, tmp_path: Path
+) -> None:
+    first = tmp_path / "worktrees" / "one"
+    repo.ensure_worktree("hero/x", first, base)
+    sha = commit_file(first, "w.txt", "w\n", "work")
+    second = tmp_path / "worktrees" / "two"
+
+    repo.ensure_worktree("hero/x", second, base)
+
+    assert head_sha(second) == sha
+    assert not first.exists()
+
+
+def test_worktree_on_another_branch_is_refused(repo: TargetRepo, base: str, tmp_path: Path) -> None:
+    wt = tmp_path / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", wt, base)
+    with pytest.raises(GitError, match="hero/x"):
+        repo.ensure_worktree("hero/y", wt, base)
+
+
+def test_non_git_folder_in_the_way_is_refused(repo: TargetRepo, base: str, tmp_path: Path) -> None:
+    wt = tmp_path / "worktrees" / "x"
+    wt.mkdir(parents=True)
+    (wt / "notes.txt").write_text("mine\n")
+    with pytest.raises(GitError, match="not a git worktree"):
+        repo.ensure_worktree("hero/x", wt, base)
+    assert (wt / "notes.txt").read_text() == "mine\n"
+
+
+def test_keep_branch_aside_renames_and_keeps_commits(
+    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
+) -> None:
+    wt = tmp_path / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", wt, base)
+    sha = commit_file(wt, "work.txt", "work\n", "work to keep")
+
+    new = repo.keep_branch_aside("hero/x")
+
+    assert new.startswith("hero/x-prev-")
+    assert repo.branch_sha("hero/x") is None
+    assert repo.branch_sha(new) == sha
+    assert "work to keep" in git(target_repo, "log", "--format=%s", new)
+    assert wt.resolve() not in worktree_paths(target_repo)
+
+    # The name is free again: a fresh branch starts at the base.
+    repo.ensure_worktree("hero/x", wt, base)
+    assert head_sha(wt) == base
+
+
+def test_keep_branch_aside_twice_gives_distinct_names(repo: TargetRepo, base: str) -> None:
+    git(repo.path, "branch", "hero/x", base)
+    first = repo.keep_branch_aside("hero/x")
+    git(repo.path, "branch", "hero/x", base)
+    second = repo.keep_branch_aside("hero/x")
+    assert first != second
+    assert repo.branch_sha(first) == repo.branch_sha(second) == base
+
+
+# ------------------------------------------------------------------------- identity
+
+
+def test_identity_env_defaults_without_user_config(repo: TargetRepo) -> None:
+    assert repo.identity_env() == DEFAULT_IDENTITY
+
+
+def test_identity_env_empty_when_repo_has_user(target_repo: Path) -> None:
+    git(target_repo, "config", "user.name", "Repo Owner")
+    git(target_repo, "config", "user.email", "owner@example.com")
+    assert TargetRepo(target_repo).identity_env() == {}
+
+
+def test_identity_env_needs_both_name_and_email(target_repo: Path) -> None:
+    git(target_repo, "config", "user.name", "Only Name")
+    assert TargetRepo(target_repo).identity_env() == DEFAULT_IDENTITY
+
+
+# ------------------------------------------------------------------------- commits and diffs
+
+
+def test_commit_all_clean_tree_returns_none(target_repo: Path) -> None:
+    assert commit_all(target_repo, "nothing", DEFAULT_IDENTITY) is None
+
+
+def test_commit_all_commits_changes_and_untracked_files(target_repo: Path) -> None:
+    before = head_sha(target_repo)
+    (target_repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return b + a\n")
+    (target_repo / "new_dir").mkdir()
+    (target_repo / "new_dir" / "fresh.txt").write_text("fresh\n")
+
+    sha = commit_all(target_repo, "hero: save work", DEFAULT_IDENTITY)
+
+    assert sha is not None and sha == head_sha(target_repo) != before
+    changed = git(target_repo, "show", "--name-only", "--format=", sha).split()
+    assert sorted(changed) == ["calc/__init__.py", "new_dir/fresh.txt"]
+    assert git(target_repo, "status", "--porcelain").strip() == ""
+    assert git(target_repo, "log", "-1", "--format=%an <%ae>|%s") == (
+        "hero <hero@localhost>|hero: save work\n"
+    )
+    assert commit_all(target_repo, "again", DEFAULT_IDENTITY) is None
+
+
+def test_diff_since_keeps_whole_files_and_names_omitted(target_repo: Path) -> None:
+    base = head_sha(target_repo)
+    (target_repo / "a_small.txt").write_text("small a\n")
+    (target_repo / "b_big.txt").write_text("".join(f"line {i}\n" for i in range(500)))
+    (target_repo / "c_small.txt").write_text("small c\n")
+    commit_all(target_repo, "three files", DEFAULT_IDENTITY)
+
+    full, stat = diff_since(target_repo, base)
+    assert full.cut_chars == 0 and full.omitted == ()
+    assert "b/b_big.txt" in full.text
+
+    bounded, stat2 = diff_since(target_repo, base, max_chars=600)
+    assert stat2 == stat
+    assert "a_small.txt" in stat and "b_big.txt" in stat and "c_small.txt" in stat
+    assert len(bounded.text) <= 600
+    assert "+small a" in bounded.text
+    assert "+small c" in bounded.text
+    assert "b_big.txt" not in bounded.text
+    assert "line 1" not in bounded.text
+    assert len(bounded.omitted) == 1
+    assert bounded.omitted[0].startswith("b_big.txt (")
+    assert "lines)" in bounded.omitted[0]
+    assert bounded.cut_chars > 500 * len("+line 0\n") // 2
+
+
+def test_diff_since_with_no_changes(target_repo: Path) -> None:
+    base = head_sha(target_repo)
+    bounded, stat = diff_since(target_repo, base)
+    assert bounded.text == "" and stat == ""
+
+
+def test_log_since(target_repo: Path) -> None:
+    base = head_sha(target_repo)
+    assert log_since(target_repo, base).text == ""
+    commit_file(target_repo, "one.txt", "1\n", "first change")
+    commit_file(target_repo, "two.txt", "2\n", "second change")
+
+    log = log_since(target_repo, base)
+    lines = log.text.splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == ["second change", "first change"]
+    assert log.cut_chars == 0
+
+    short = log_since(target_repo, base, max_chars=10)
+    assert len(short.text) == 10
+    assert short.cut_chars == len(log.text) - 10
+
+
+def test_rev_parse(repo: TargetRepo, base: str) -> None:
+    assert repo.rev_parse("main") == base
+    assert repo.rev_parse("HEAD") == base
+    with pytest.raises(GitError) as info:
+        repo.rev_parse("no-such-branch")
+    assert "no-such-branch" in str(info.value)
+
+
+def test_git_error_names_the_command(target_repo: Path) -> None:
+    from hero.gitops import git as hero_git
+
+    with pytest.raises(GitError) as info:
+        hero_git(target_repo, "checkout", "does-not-exist")
+    assert "git checkout does-not-exist" in str(info.value)
+
+
+# ------------------------------------------------------------------------- the lock
+
+
+def _hold_lock(repo: TargetRepo, name: str, events: list[str], ready: threading.Barrier) -> None:
+    ready.wait()
+    with repo.locked():
+        events.append(f"{name} in")
+        time.sleep(0.05)
+        events.append(f"{name} out")
+
+
+def _assert_no_interleaving(events: list[str]) -> None:
+    assert len(events) == 4
+    for i in (0, 2):
+        name = events[i].split()[0]
+        assert events[i : i + 2] == [f"{name} in", f"{name} out"]
+
+
+def test_locked_serializes_threads_on_one_repo(repo: TargetRepo) -> None:
+    events: list[str] = []
+    ready = threading.Barrier(2)
+    threads = [
+        threading.Thread(target=_hold_lock, args=(repo, name, events, ready)) for name in "ab"
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    _assert_no_interleaving(events)
+
+
+def test_locked_serializes_separate_repo_objects(target_repo: Path) -> None:
+    # Two TargetRepo objects share no thread lock: only the flock on the git dir holds them.
+    events: list[str] = []
+    ready = threading.Barrier(2)
+    threads = [
+        threading.Thread(target=_hold_lock, args=(TargetRepo(target_repo), n, events, ready))
+        for n in "ab"
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    _assert_no_interleaving(events)
+    assert (target_repo / ".git" / "hero.lock").exists()
+
+
+def test_locked_from_a_worktree_uses_the_common_git_dir(
+    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
+) -> None:
+    wt = tmp_path / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", wt, base)
+    with TargetRepo(wt).locked():
+        pass
+    assert (target_repo / ".git" / "hero.lock").exists()
+    assert not (wt / "hero.lock").exists()
