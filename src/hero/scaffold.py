@@ -183,7 +183,8 @@ llm_max_attempts: 6
 # Retry-After is honoured). Default 2.
 llm_backoff_base_s: 2
 
-# Longest wait between attempts, in seconds. Default 60.
+# Longest backoff between attempts, in seconds (a server's Retry-After is honoured up to
+# 600 s). Default 60.
 llm_backoff_max_s: 60
 """
 
