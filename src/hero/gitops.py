@@ -88,8 +88,7 @@ class TargetRepo:
         return self._identity
 
     def current_branch(self) -> str:
-        name = git(self.path, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
-        return name or "HEAD"
+        return current_branch(self.path)
 
     def rev_parse(self, ref: str) -> str:
         out = git(self.path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
@@ -148,6 +147,12 @@ class TargetRepo:
                 git(self.path, "worktree", "add", str(worktree), branch)
             else:
                 git(self.path, "worktree", "add", "-b", branch, str(worktree), base_sha)
+
+
+def current_branch(worktree: Path) -> str:
+    """The branch checked out in ``worktree``, or ``HEAD`` (detached)."""
+    name = git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
+    return name or "HEAD"
 
 
 def head_sha(worktree: Path) -> str:

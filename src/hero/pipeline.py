@@ -22,7 +22,16 @@ from hero.agent.loop import AgentLimits, Model
 from hero.agent.tools import ToolContext
 from hero.config import Config
 from hero.errors import Interrupted
-from hero.gitops import GitError, TargetRepo, commit_all, diff_since, head_sha, log_since
+from hero.gitops import (
+    GitError,
+    TargetRepo,
+    commit_all,
+    current_branch,
+    diff_since,
+    git,
+    head_sha,
+    log_since,
+)
 from hero.llm import LlmError
 from hero.roles.reviewer import Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
@@ -114,8 +123,10 @@ class _Run:
             marker = f"{self.home.resolve()}/{story.id}"
             if kill_marked(marker):
                 self.say(f"{story.id}: ended processes left running by an earlier run")
+            if (self.worktree / ".git").exists():  # a run that crashed: keep what it left
+                self._rescue(f"hero: keep uncommitted work found on resume ({story.id})")
+                self._back_to_branch()
             self.repo.ensure_worktree(self.branch, self.worktree, state.base_sha)
-            self._rescue(f"hero: keep uncommitted work found on resume ({story.id})")
             env = child_env(
                 drop_names=self.config.key_env_names,
                 secret_values=self.config.secrets,
@@ -188,14 +199,17 @@ class _Run:
             trace.event("round_start", story=story.id, round=n, run=state.runs, branch=self.branch)
             result = run_worker(self.worker_model, messages, ctx, agent_limits, trace)
             self._rescue(f"hero: commit work left uncommitted in round {n} ({story.id})")
+            strayed = self._back_to_branch()
             self.say(
                 f"round {n}: worker {result.stop_reason}: {result.turns} turns, "
                 f"{result.tool_calls} tool calls"
             )
             verify: VerifyResult
-            if result.guardrail:
+            if result.guardrail or strayed:
                 verify = VerifyResult(passed=False)
-                verdict = short_circuit(f"the worker was stopped: {result.detail}")
+                verdict = short_circuit(
+                    f"the worker was stopped: {result.detail}" if result.guardrail else strayed
+                )
             else:
                 self._phase("verify", f"round {n}: verify")
                 verify = run_verify(
@@ -361,6 +375,29 @@ class _Run:
                 break
         self.state.usage = usage
         save_state(self.home, self.state)
+
+    def _back_to_branch(self) -> str:
+        """Put the worktree back on the story's branch if the worker left it.
+
+        Commits made on another branch that build on the story's branch are taken over
+        (a fast-forward); anything else stays where the worker put it and fails the round,
+        so no commit is lost and nothing unreviewed lands on ``hero/<id>``.
+        """
+        current = current_branch(self.worktree)
+        if current == self.branch:
+            return ""
+        where = head_sha(self.worktree)
+        git(self.worktree, "checkout", "-q", "--force", self.branch)
+        git(self.worktree, "merge", "-q", "--ff-only", where, check=False)
+        self.state.head_sha = head_sha(self.worktree)
+        if self.state.head_sha == where:
+            self.say(f"the worker switched to {current}; its commits are now on {self.branch}")
+            return ""
+        return (
+            f"the worker left {self.branch} for {current} and its commits there do not build on "
+            f"{self.branch}; hero switched back, and those commits are still on {current} "
+            f"({where[:12]}). Work on {self.branch} only."
+        )
 
     def _rescue(self, message: str) -> None:
         if (self.worktree / ".git").exists():
