@@ -153,7 +153,9 @@ def run_with_config(story_path: Path, config: Any, *, progress: Any = None) -> A
             progress(f"model: {msg}")
 
     worker = LlmClient(config.role("worker"), config.llm, on_retry=retry_note)
-    reviewer = LlmClient(config.role("reviewer"), config.llm, on_retry=retry_note)
+    reviewer = LlmClient(
+        config.role("reviewer"), config.llm, on_retry=retry_note, share_http_with=worker
+    )
     return run_story(story_path, config, worker, reviewer, progress=progress)
 
 
