@@ -209,7 +209,7 @@ def test_pass_in_one_round(
     assert out["id"] == "s1" and out["status"] == "passed" and out["rounds"] == 1
     assert out["branch"] == "hero/s1" and out["head_sha"] == branch_sha
     assert out["usage"] == state["usage"]
-    assert isinstance(out["duration_s"], float) and out["duration_s"] > 0
+    assert isinstance(out["duration"], float) and out["duration"] > 0  # seconds
     assert out["verdicts"] == ["APPROVED"] and out["error"] is None
 
     # the branch holds the worker's commit, authored by hero's fallback identity

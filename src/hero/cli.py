@@ -169,7 +169,7 @@ def summarize(state: Any, home: Path, duration_s: float) -> dict[str, Any]:
         "base_sha": state.base_sha,
         "head_sha": state.head_sha,
         "usage": state.usage,
-        "duration_s": round(duration_s, 3),
+        "duration": round(duration_s, 3),  # seconds
         "error": state.error or None,
         "state": str(home / "runs" / "state" / f"{state.id}.json"),
         "story": state.story_path,
