@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hero.yamlio import describe, strict_loader, type_name
+
 ROLE_NAMES = ("worker", "reviewer", "planner")
 ROLES_FILE = "config/roles.yaml"
 PROVIDERS_DIR = "config/providers"
@@ -283,7 +285,7 @@ def _target_repo(home: Path, r: _Reader) -> Path:
         )
     if not isinstance(raw, str) or not raw.strip():
         raise ConfigError(
-            ROLES_FILE, "target_repo", f"expected a path as a string; found {_describe(raw)}"
+            ROLES_FILE, "target_repo", f"expected a path as a string; found {describe(raw)}"
         )
     path = Path(raw.strip()).expanduser()
     if not path.is_absolute():
@@ -320,7 +322,7 @@ def _role_block(data: Mapping[Any, Any], name: str) -> dict[str, Any] | None:
         raise ConfigError(
             ROLES_FILE,
             name,
-            f"expected a mapping like `{name}: {{provider: local}}`; found {_describe(block)}",
+            f"expected a mapping like `{name}: {{provider: local}}`; found {describe(block)}",
         )
     _check_keys(block, ROLE_KEYS, ROLES_FILE, "key", prefix=f"{name}.")
     r = _Reader(block, ROLES_FILE, prefix=f"{name}.")
@@ -337,7 +339,7 @@ def _role_block(data: Mapping[Any, Any], name: str) -> dict[str, Any] | None:
             ROLES_FILE,
             f"{name}.provider",
             "expected a provider name (letters, digits, '.', '_', '-'), the file name of "
-            f"config/providers/<name>.yaml; found {_describe(provider)}",
+            f"config/providers/<name>.yaml; found {describe(provider)}",
         )
     return {
         "provider": provider,
@@ -404,7 +406,7 @@ def _read_local_keys(home: Path) -> dict[str, str]:
             LOCAL_FILE,
             "keys",
             "expected a mapping of provider name -> API key, like `keys: {openai: sk-...}`; "
-            f"found {_type_name(keys)}",
+            f"found {type_name(keys)}",
         )
     out: dict[str, str] = {}
     for name, value in keys.items():
@@ -413,7 +415,7 @@ def _read_local_keys(home: Path) -> dict[str, str]:
                 LOCAL_FILE,
                 "keys",
                 "expected provider names (file names in config/providers/ without .yaml) "
-                f"as keys; found a key that is {_type_name(name)} and not a provider name",
+                f"as keys; found a key that is {type_name(name)} and not a provider name",
             )
         if value is None:
             continue
@@ -421,7 +423,7 @@ def _read_local_keys(home: Path) -> dict[str, str]:
             raise ConfigError(
                 LOCAL_FILE,
                 f"keys.{name}",
-                f"expected the API key as a string (quote it); found {_type_name(value)}",
+                f"expected the API key as a string (quote it); found {type_name(value)}",
             )
         if value.strip():
             out[name] = value.strip()
@@ -469,7 +471,7 @@ def _read_provider(home: Path, stem: str) -> Provider:
         raise ConfigError(
             rel,
             "base_url",
-            f"expected an http:// or https:// URL; found {_describe(base_url)}",
+            f"expected an http:// or https:// URL; found {describe(base_url)}",
         )
     default_model = r.string("default_model")
     if default_model is None:
@@ -485,7 +487,7 @@ def _read_provider(home: Path, stem: str) -> Provider:
                 rel,
                 "api_key_env",
                 "expected the NAME of an environment variable (like OPENAI_API_KEY); found "
-                f"{_type_name(api_key_env)} that is not a variable name. Put API keys "
+                f"{type_name(api_key_env)} that is not a variable name. Put API keys "
                 f"themselves in {LOCAL_FILE} under keys.{stem}",
             )
         api_key_env = api_key_env.strip()
@@ -502,7 +504,7 @@ def _read_provider(home: Path, stem: str) -> Provider:
         insecure_tls = False
     if not isinstance(insecure_tls, bool):
         raise ConfigError(
-            rel, "insecure_tls", f"expected true or false; found {_describe(insecure_tls)}"
+            rel, "insecure_tls", f"expected true or false; found {describe(insecure_tls)}"
         )
     return Provider(
         name=stem,
@@ -524,19 +526,17 @@ def _headers(value: Any, rel: str) -> dict[str, str]:
         raise ConfigError(
             rel,
             "headers",
-            f"expected a mapping of header name -> value; found {_type_name(value)}",
+            f"expected a mapping of header name -> value; found {type_name(value)}",
         )
     out: dict[str, str] = {}
     for name, header_value in value.items():
         if not isinstance(name, str) or not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", name):
-            raise ConfigError(
-                rel, "headers", f"expected HTTP header names; found {_describe(name)}"
-            )
+            raise ConfigError(rel, "headers", f"expected HTTP header names; found {describe(name)}")
         if not isinstance(header_value, str):  # values may be secret: never show them
             raise ConfigError(
                 rel,
                 f"headers.{name}",
-                f"expected a string value (quote it); found {_type_name(header_value)}",
+                f"expected a string value (quote it); found {type_name(header_value)}",
             )
         out[name] = header_value
     return out
@@ -566,7 +566,7 @@ def _read_mapping(home: Path, rel: str, *, secret: bool = False) -> dict[Any, An
     except OSError as exc:
         raise ConfigError(rel, "file", f"cannot read: {exc.strerror or exc}") from None
     try:
-        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - SafeLoader subclass
+        data = yaml.load(text, Loader=strict_loader())  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -579,35 +579,11 @@ def _read_mapping(home: Path, rel: str, *, secret: bool = False) -> dict[Any, An
     if data is None:
         return {}
     if not isinstance(data, dict):
-        found = _type_name(data) if secret else _describe(data)
+        found = type_name(data) if secret else describe(data)
         raise ConfigError(
             rel, "file", f"expected a mapping of keys at the top level; found {found}"
         )
     return data
-
-
-def _strict_loader() -> type:
-    """A yaml SafeLoader that refuses duplicate mapping keys."""
-    import yaml
-
-    class StrictLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping",
-                        node.start_mark,
-                        f"found duplicate key {key!r}",
-                        key_node.start_mark,
-                    )
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return StrictLoader
 
 
 def _check_keys(
@@ -642,7 +618,7 @@ class _Reader:
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
-            raise self._error(key, f"expected a non-empty string; found {_describe(value)}")
+            raise self._error(key, f"expected a non-empty string; found {describe(value)}")
         return value.strip()
 
     def integer(self, key: str, default: int, *, minimum: int = 1) -> int:
@@ -652,7 +628,7 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self._error(
                 key,
-                f"expected a whole number >= {minimum} (default {default}); found {_describe(value)}",
+                f"expected a whole number >= {minimum} (default {default}); found {describe(value)}",
             )
         return value
 
@@ -670,7 +646,7 @@ class _Reader:
             or value == float("inf")
         ):
             raise self._error(
-                key, f"expected a number {bound} (default {default:g}); found {_describe(value)}"
+                key, f"expected a number {bound} (default {default:g}); found {describe(value)}"
             )
         return float(value)
 
@@ -679,7 +655,7 @@ class _Reader:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise self._error(key, f"expected a number >= 0 or null; found {_describe(value)}")
+            raise self._error(key, f"expected a number >= 0 or null; found {describe(value)}")
         return float(value)
 
     def string_list(self, key: str) -> tuple[str, ...]:
@@ -689,47 +665,12 @@ class _Reader:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list):
-            raise self._error(key, f"expected a list of strings; found {_describe(value)}")
+            raise self._error(key, f"expected a list of strings; found {describe(value)}")
         out: list[str] = []
         for i, item in enumerate(value, 1):
             if not isinstance(item, str) or not item.strip():
                 raise self._error(
-                    key, f"expected a list of non-empty strings; item {i} is {_describe(item)}"
+                    key, f"expected a list of non-empty strings; item {i} is {describe(item)}"
                 )
             out.append(item.strip())
         return tuple(out)
-
-
-def _type_name(value: Any) -> str:
-    """The kind of a value, never the value itself (safe for secrets)."""
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a {type(value).__name__}"
-
-
-def _describe(value: Any) -> str:
-    """The kind and (short) value, for files that hold no secrets."""
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        if not value.strip():
-            return "an empty string"
-        text = " ".join(value.split())
-        return f"the string {text[:57] + '...' if len(text) > 60 else text!r}"
-    if isinstance(value, list):
-        return "a list" if value else "an empty list"
-    if isinstance(value, dict):
-        return "a mapping" if value else "an empty mapping"
-    return _type_name(value)

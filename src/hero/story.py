@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hero.yamlio import describe, quote, strict_loader
+
 ID_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 PRIORITIES = ("low", "normal", "high")
 MAX_STORY_BYTES = 1_048_576
@@ -149,7 +151,7 @@ def parse_story_text(text: str, path: Path) -> Story:
             path,
             "frontmatter",
             "expected the file to start with a '---' line opening the YAML frontmatter; "
-            f"found {_quote(first)}",
+            f"found {quote(first)}",
         )
     fm_text, body, closed = split
     if not closed:
@@ -210,7 +212,7 @@ def _load_frontmatter(fm_text: str, path: Path) -> dict[Any, Any]:
     import yaml
 
     try:
-        meta = yaml.load(fm_text, Loader=_strict_loader())  # noqa: S506 - SafeLoader subclass
+        meta = yaml.load(fm_text, Loader=strict_loader())  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""
@@ -228,33 +230,9 @@ def _load_frontmatter(fm_text: str, path: Path) -> dict[Any, Any]:
         raise StoryError(
             path,
             "frontmatter",
-            f"expected a mapping of fields (id, title, ...); found {_describe(meta)}",
+            f"expected a mapping of fields (id, title, ...); found {describe(meta)}",
         )
     return meta
-
-
-def _strict_loader() -> type:
-    """A yaml SafeLoader that refuses duplicate mapping keys."""
-    import yaml
-
-    class StrictLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        "while constructing a mapping",
-                        node.start_mark,
-                        f"found duplicate key {key!r}",
-                        key_node.start_mark,
-                    )
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    return StrictLoader
 
 
 # ----------------------------------------------------------------------------- fields
@@ -276,7 +254,7 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
             path,
             "id",
             "expected letters, digits, '.', '_' or '-' starting with a letter or digit "
-            f"(pattern {ID_RE}); found {_quote(story_id)}",
+            f"(pattern {ID_RE}); found {quote(story_id)}",
         )
     if len(story_id) > MAX_ID_CHARS:
         raise StoryError(
@@ -287,7 +265,7 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
             path,
             "id",
             "expected a name usable as a git branch (no '..', not ending in '.' or '.lock'); "
-            f"found {_quote(story_id)}",
+            f"found {quote(story_id)}",
         )
     title = _required_str(meta, "title", path)
 
@@ -298,7 +276,7 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
         raise StoryError(
             path,
             "priority",
-            f"expected one of {', '.join(PRIORITIES)}; found {_describe(priority)}",
+            f"expected one of {', '.join(PRIORITIES)}; found {describe(priority)}",
         )
 
     max_retries = meta.get("max_retries")
@@ -306,7 +284,7 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
         isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 1
     ):
         raise StoryError(
-            path, "max_retries", f"expected a whole number >= 1; found {_describe(max_retries)}"
+            path, "max_retries", f"expected a whole number >= 1; found {describe(max_retries)}"
         )
 
     depends_on = _str_list(meta.get("depends_on"), "depends_on", path)
@@ -315,13 +293,13 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
             raise StoryError(
                 path,
                 "depends_on",
-                f"expected story ids (pattern {ID_RE}); found {_quote(dep)}",
+                f"expected story ids (pattern {ID_RE}); found {quote(dep)}",
             )
         if dep == story_id:
             raise StoryError(
                 path,
                 "depends_on",
-                f"expected ids of other stories; found the story's own id {_quote(dep)}",
+                f"expected ids of other stories; found the story's own id {quote(dep)}",
             )
 
     base_ref = meta.get("base_ref")
@@ -329,7 +307,7 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
         raise StoryError(
             path,
             "base_ref",
-            f"expected a git ref as a string (e.g. main); found {_describe(base_ref)}",
+            f"expected a git ref as a string (e.g. main); found {describe(base_ref)}",
         )
 
     return {
@@ -350,7 +328,7 @@ def _required_str(meta: dict[Any, Any], key: str, path: Path) -> str:
     value = meta[key]
     if not isinstance(value, str):
         raise StoryError(
-            path, key, f"expected a string (quote it in the YAML); found {_describe(value)}"
+            path, key, f"expected a string (quote it in the YAML); found {describe(value)}"
         )
     value = " ".join(value.split())
     if not value:
@@ -365,13 +343,13 @@ def _str_list(value: Any, key: str, path: Path) -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list):
         raise StoryError(
-            path, key, f"expected a list of strings (or one string); found {_describe(value)}"
+            path, key, f"expected a list of strings (or one string); found {describe(value)}"
         )
     out: list[str] = []
     for i, item in enumerate(value, 1):
         if not isinstance(item, str) or not item.strip():
             raise StoryError(
-                path, key, f"expected a list of non-empty strings; item {i} is {_describe(item)}"
+                path, key, f"expected a list of non-empty strings; item {i} is {describe(item)}"
             )
         out.append(item.strip())
     return tuple(out)
@@ -385,20 +363,20 @@ def _verify(value: Any, path: Path) -> tuple[VerifyTier, ...]:
         commands = _commands(value, path, "")
         return (VerifyTier(FLAT_VERIFY_TIER, commands),) if commands else ()
     if not isinstance(value, dict):
-        raise StoryError(path, "verify", f"{expected}; found {_describe(value)}")
+        raise StoryError(path, "verify", f"{expected}; found {describe(value)}")
     tiers: list[VerifyTier] = []
     for name, commands in value.items():
         if not isinstance(name, str) or not name.strip():
             raise StoryError(
                 path,
                 "verify",
-                f"expected tier names to be non-empty strings; found {_describe(name)}",
+                f"expected tier names to be non-empty strings; found {describe(name)}",
             )
         if not isinstance(commands, str | list):
             raise StoryError(
                 path,
                 "verify",
-                f"tier '{name}': expected a command or a list of commands; found {_describe(commands)}",
+                f"tier '{name}': expected a command or a list of commands; found {describe(commands)}",
             )
         tier_commands = _commands(commands, path, f"tier '{name}': ")
         if not tier_commands:
@@ -419,35 +397,10 @@ def _commands(value: str | list[Any], path: Path, where: str) -> tuple[str, ...]
             raise StoryError(
                 path,
                 "verify",
-                f"{where}expected non-empty command strings; command {i} is {_describe(item)}",
+                f"{where}expected non-empty command strings; command {i} is {describe(item)}",
             )
         out.append(item.strip())
     return tuple(out)
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, int):
-        return f"the number {value}"
-    if isinstance(value, float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return "an empty string" if not value.strip() else f"the string {_quote(value)}"
-    if isinstance(value, list):
-        return f"a list of {len(value)} item(s)" if value else "an empty list"
-    if isinstance(value, dict):
-        return "a mapping" if value else "an empty mapping"
-    return f"a {type(value).__name__} ({_quote(str(value))})"
-
-
-def _quote(text: str, limit: int = 60) -> str:
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return repr(text)
 
 
 # ----------------------------------------------------------------------------- body
