@@ -120,6 +120,8 @@ class LlmClient:
         attempt = 0
         while True:
             attempt += 1
+            if self._cancel is not None and self._cancel.is_set():
+                raise Interrupted("stopped before a model request")
             started = time.monotonic()
             try:
                 # post() rather than chat.completions.create(): the same request through the
@@ -131,6 +133,8 @@ class LlmClient:
                 return self._record(response, time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - sorted into retryable or not below
                 error: Exception = exc
+            if self._cancel is not None and self._cancel.is_set():
+                raise Interrupted("stopped during a model request") from error
             delay, reason = self._classify(error)
             if attempt >= self.settings.max_attempts:
                 raise LlmError(

@@ -37,7 +37,7 @@ from hero.roles.reviewer import Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.roles.worker import build_messages, run_worker
 from hero.runner import RUN_MARKER, child_env, kill_marked
-from hero.state import RESUMABLE, RunState, load_state, save_state
+from hero.state import RESUMABLE, RunState, file_digest, load_state, save_state
 from hero.story import Story, VerifyTier, append_feedback, parse_story
 from hero.trace import Trace
 
@@ -61,8 +61,8 @@ def run_story(
     """Run one story to passed, gave_up or error; raises Interrupted/KeyboardInterrupt when
     stopped (after saving state ``interrupted``), StoryError for an invalid story."""
     story = parse_story(story_path)
-    with _story_lock(config.home, story.id):
-        return _Run(story, config, worker_model, reviewer_model, repo, progress, cancel).run()
+    run = StoryRun(story, config, worker_model, reviewer_model, repo, progress, cancel)
+    return run.run()
 
 
 @contextmanager
@@ -80,7 +80,11 @@ def _story_lock(home: Path, story_id: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-class _Run:
+class StoryRun:
+    """One run of one story. ``run()`` does the work; ``force_interrupted()`` lets a daemon
+    that is shutting down record the story as interrupted while a model call is still
+    in flight (later saves by the run are then ignored)."""
+
     def __init__(
         self,
         story: Story,
@@ -104,10 +108,25 @@ class _Run:
         self.run_dir = self.home / "runs" / story.id
         self.state = RunState(id=story.id)
         self._usage_base: dict[str, Any] = {}
+        self._save_lock = threading.Lock()
+        self._frozen = False
 
     # -- the loop ----------------------------------------------------------------------
 
     def run(self) -> RunState:
+        with _story_lock(self.home, self.story.id):
+            return self._run()
+
+    def force_interrupted(self) -> None:
+        with self._save_lock:
+            if self._frozen or self.state.status != "running":
+                return
+            self.state.status = "interrupted"
+            self.state.phase = ""
+            save_state(self.home, self.state)
+            self._frozen = True
+
+    def _run(self) -> RunState:
         story, state = self.story, self._start()
         # A story that gave up earlier gets a fresh budget of rounds on the same branch.
         max_rounds = state.round_offset + (story.max_retries or self.config.max_retries)
@@ -143,6 +162,7 @@ class _Run:
                     self._save()
                     return state
                 append_feedback(Path(state.story_path), n, record["feedback"])
+                state.story_digest = file_digest(Path(state.story_path))
                 self._save()
             self._finish("gave_up")
             self.say(f"{story.id}: gave up after {len(state.rounds)} round(s)")
@@ -342,6 +362,8 @@ class _Run:
         return state
 
     def _phase(self, phase: str, message: str) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Interrupted(f"stopped before the {phase} step")
         self.state.phase = phase
         self._save()
         self.say(message)
@@ -350,6 +372,7 @@ class _Run:
         self.state.status = status
         self.state.phase = ""
         self.state.finished_at = time.time()
+        self.state.story_digest = file_digest(Path(self.state.story_path))
 
     def _fail(self, message: str) -> None:
         self._finish("error")
@@ -373,8 +396,11 @@ class _Run:
             usage["cost_usd"] = round(usage.get("cost_usd", 0.0) + part.cost_usd, 6)
             if self.reviewer_model is self.worker_model:
                 break
-        self.state.usage = usage
-        save_state(self.home, self.state)
+        with self._save_lock:
+            if self._frozen:
+                return
+            self.state.usage = usage
+            save_state(self.home, self.state)
 
     def _back_to_branch(self) -> str:
         """Put the worktree back on the story's branch if the worker left it.

@@ -42,6 +42,7 @@ class RunState:
     updated_at: float = 0.0
     finished_at: float | None = None
     runs: int = 0
+    story_digest: str = ""  # sha256 of the story file as hero last left it (edits show up)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,6 +51,16 @@ class RunState:
     def from_dict(cls, data: dict[str, Any]) -> RunState:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes, or "" if it cannot be read."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def state_dir(home: Path) -> Path:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hero.agent.tools import ToolContext, execute_tool, tool_schemas
+from hero.errors import Interrupted
 from hero.llm import Completion
 from hero.trace import Trace
 
@@ -79,6 +80,8 @@ def run_agent(
     for message in messages:
         trace.event("message", role=message["role"], content=message.get("content"))
     while True:
+        if ctx.cancel is not None and ctx.cancel.is_set():
+            raise Interrupted("stopped between worker turns")
         if _limit_reached(result, limits, started, next_step="turn"):
             break
         completion = model.complete(messages, tools)
