@@ -87,9 +87,6 @@ class LlmClient:
         self._cancel = cancel
         self._on_retry = on_retry
         self._openai = openai
-        from openai.types.chat import ChatCompletion
-
-        self._completion_type = ChatCompletion
         # TLS verification means nothing for a plain-http endpoint (a local server, the
         # scripted model), and loading the CA bundle costs ~45 ms of start-up per client.
         self.verify_tls = not role.provider.insecure_tls and role.provider.base_url.startswith(
@@ -107,6 +104,11 @@ class LlmClient:
             default_headers=dict(role.provider.headers) or None,
             http_client=self.http_client,
         )
+        # The SDK works out platform headers on its first request (a `uname`); do it now,
+        # at start-up, rather than inside the first turn.
+        warm = getattr(self._client, "platform_headers", None)
+        if callable(warm):
+            warm()
         self._extra: dict[str, Any] = {}
         if role.reasoning_effort:
             self._extra["reasoning_effort"] = role.reasoning_effort
@@ -128,7 +130,7 @@ class LlmClient:
                 # same SDK, minus a per-call walk over the whole history that made each turn
                 # cost more than the last (~0.3 ms per message on a 2-core machine).
                 response = self._client.post(
-                    "/chat/completions", body=params, cast_to=self._completion_type
+                    "/chat/completions", body=params, cast_to=dict
                 )
                 return self._record(response, time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - sorted into retryable or not below
@@ -166,15 +168,23 @@ class LlmClient:
     # -- helpers -----------------------------------------------------------------------
 
     def _record(self, response: Any, http_s: float) -> Completion:
-        choices = getattr(response, "choices", None)
-        if not choices:
+        """Read the answer (a plain dict: parsing it into the SDK's pydantic models costs
+        ~15 ms on a process's first call and buys nothing here)."""
+        choices = response.get("choices") if isinstance(response, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise _BadReply("the model's answer held no choices")
-        msg = choices[0].message
-        content = msg.content or ""
+        msg = choices[0].get("message") or {}
+        content = msg.get("content") or ""
+        if not isinstance(content, str):  # some servers send a list of content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         calls = tuple(
-            ToolCallRequest(tc.id or f"call_{i}", tc.function.name, tc.function.arguments or "")
-            for i, tc in enumerate(msg.tool_calls or ())
-            if getattr(tc, "function", None) is not None
+            ToolCallRequest(
+                str(tc.get("id") or f"call_{i}"),
+                str(fn.get("name") or ""),
+                args if isinstance(args := fn.get("arguments") or "", str) else json.dumps(args),
+            )
+            for i, tc in enumerate(msg.get("tool_calls") or ())
+            if isinstance(tc, dict) and isinstance(fn := tc.get("function"), dict)
         )
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
@@ -186,9 +196,9 @@ class LlmClient:
                 }
                 for c in calls
             ]
-        usage = getattr(response, "usage", None)
-        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
-        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        usage = response.get("usage") or {}
+        tokens_in = int(usage.get("prompt_tokens") or 0)
+        tokens_out = int(usage.get("completion_tokens") or 0)
         provider = self.role.provider
         cost = 0.0
         if provider.input_usd_per_mtok:
@@ -207,7 +217,7 @@ class LlmClient:
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             http_s=http_s,
-            finish_reason=str(choices[0].finish_reason or ""),
+            finish_reason=str(choices[0].get("finish_reason") or ""),
         )
 
     def _where(self) -> str:
