@@ -50,6 +50,53 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run an example story end to end against a scripted model")
     demo.add_argument("--dir", help="where to create the demo (default: a new temporary folder)")
+
+    status = sub.add_parser(
+        "status", parents=[home], help="show the stories' states, the inbox queue and the daemon"
+    )
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+
+    logs = sub.add_parser(
+        "logs",
+        parents=[home],
+        help="show a story's traces round by round",
+        description="Show a story's traces round by round. Exit 0; 2 for an unknown story or "
+        "round; with -f, 0 once the story has ended and 130 on Ctrl-C.",
+    )
+    logs.add_argument("id", help="the story's id")
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing new events until the story passes, gives up, errors or is skipped",
+    )
+    logs.add_argument("--round", type=int, metavar="N", help="only round N")
+
+    watch = sub.add_parser(
+        "watch",
+        parents=[home],
+        help="run stories dropped into inbox/, as a service",
+        description="Take the stories in inbox/, then watch it: at most max_parallel at once, "
+        "high priority first, then oldest. SIGTERM or Ctrl-C stops cleanly (running stories "
+        "are recorded as interrupted and resumed on the next start); a second signal exits "
+        "at once. Logs go to stderr: readable on a terminal, JSON lines otherwise.",
+    )
+    watch.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="exit once the inbox holds nothing left to run (for scripts and CI)",
+    )
+    watch.add_argument(
+        "--log-format",
+        choices=("auto", "console", "json"),
+        default="auto",
+        help="log format (default: console on a terminal, else json)",
+    )
+
+    retry = sub.add_parser(
+        "retry", parents=[home], help="run a story that gave up or failed again, with new rounds"
+    )
+    retry.add_argument("id", help="the story's id")
     return parser
 
 
@@ -68,6 +115,19 @@ def main(argv: list[str] | None = None) -> int:
             from hero.demo import run_demo
 
             return run_demo(Path(args.dir) if args.dir else None)
+        if args.command == "status":
+            return cmd_status(args)
+        if args.command == "logs":
+            return cmd_logs(args)
+        if args.command == "watch":
+            from hero.service import watch
+
+            fmt = {"auto": None, "console": False, "json": True}[args.log_format]
+            return watch(_home(args), exit_when_idle=args.exit_when_idle, json_logs=fmt)
+        if args.command == "retry":
+            from hero.service import retry
+
+            return retry(_home(args), args.id)
     except KeyboardInterrupt:
         print("hero: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -94,6 +154,47 @@ def cmd_init(args: argparse.Namespace) -> int:
         print(
             "next: set target_repo in config/roles.yaml, pick a provider, then `hero run STORY.md`"
         )
+    return EXIT_PASSED
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import os
+
+    from hero.status import collect_status, format_status
+
+    home = _home(args)
+    if not home.is_dir():
+        print(f"hero: {home}: no such directory", file=sys.stderr)
+        return EXIT_USAGE
+    report = collect_status(home)
+    try:
+        print(json.dumps(report, indent=2) if args.json else format_status(report), flush=True)
+    except BrokenPipeError:  # `hero status | head`: the reader has gone, and that is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_PASSED
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    import os
+
+    from hero.logview import LogsError, follow, show
+
+    if args.round is not None and args.round < 1:
+        print(f"hero: --round: expected a round number >= 1; found {args.round}", file=sys.stderr)
+        return EXIT_USAGE
+    home = _home(args)
+    try:
+        if args.follow:
+            follow(home, args.id, sys.stdout, round_no=args.round)
+        else:
+            show(home, args.id, sys.stdout, round_no=args.round)
+    except LogsError as exc:
+        print(f"hero: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED  # quietly: Ctrl-C is how a follow is usually ended
+    except BrokenPipeError:  # `hero logs ID | head`: the reader has gone, and that is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_PASSED
 
 

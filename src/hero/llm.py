@@ -129,9 +129,7 @@ class LlmClient:
                 # post() rather than chat.completions.create(): the same request through the
                 # same SDK, minus a per-call walk over the whole history that made each turn
                 # cost more than the last (~0.3 ms per message on a 2-core machine).
-                response = self._client.post(
-                    "/chat/completions", body=params, cast_to=dict
-                )
+                response = self._client.post("/chat/completions", body=params, cast_to=dict)
                 return self._record(response, time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - sorted into retryable or not below
                 error: Exception = exc

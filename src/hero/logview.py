@@ -1,0 +1,512 @@
+"""``hero logs``: a readable view of a story's traces, and ``-f`` to follow them live.
+
+The traces are ``runs/<id>/round-N.jsonl`` (see :mod:`hero.trace`). Each round gets a
+header, then one line per event with its time offset in the round: the prompts' first
+lines, the assistant's text, each tool call as ``name(args)``, each tool result's first
+lines (``[ERROR]`` when the tool failed), the checks, the reviewer's answer and the verdict.
+Long texts are cut with a note saying how much was left out. An event kind this module
+does not know is shown generically; a line that is not JSON is noted and skipped; a torn
+last line (a crash mid-write, or a line still being written) is skipped.
+
+:func:`follow` prints what exists, then polls for new lines and new round files until the
+story's state is terminal (``passed``, ``gave_up``, ``error``, ``skipped``) and everything
+is printed. ``hero logs -f`` exits 0 then, and 130 (quietly) on Ctrl-C, like ``hero run``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from hero.state import StateError, load_state, state_path
+from hero.story import ID_RE
+
+#: Statuses after which a story's traces do not grow until it is run again.
+TERMINAL = ("passed", "gave_up", "error", "skipped")
+
+WIDTH = 100  # a rendered line is cut to this many characters
+PROMPT_LINES = 3  # system/user prompts and the reviewer's request
+TEXT_LINES = 8  # assistant text, the reviewer's answer, a verdict's summary
+RESULT_LINES = 4  # a tool result
+TAIL_LINES = 3  # end of a failed check's output (the full output is in verify-rN.log)
+LIST_ITEMS = 6  # verdict comments and unmet criteria
+LABEL_WIDTH = 9
+_PREFIX = 9 + 1 + LABEL_WIDTH + 1  # offset, space, label, space
+
+_ROUND_FILE = re.compile(r"^round-(\d+)\.jsonl$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_RECORD_START = '{"t": '
+
+
+class LogsError(Exception):
+    """The story or round asked for does not exist (exit 2)."""
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def show(home: Path, story_id: str, out: TextIO, *, round_no: int | None = None) -> None:
+    """Write the story's traces (or only round ``round_no``) to ``out`` once."""
+    home = Path(home)
+    _check_known(home, story_id)
+    rounds = [n for n, _ in round_files(home, story_id)]
+    if round_no is not None and round_no not in rounds:
+        raise LogsError(_no_round(story_id, round_no, rounds))
+    view = _View(home, story_id, out, round_no)
+    view.story_header()
+    view.drain()
+    if not rounds:
+        out.write("(no rounds yet)\n")
+    out.flush()
+
+
+def follow(
+    home: Path,
+    story_id: str,
+    out: TextIO,
+    *,
+    poll_s: float = 0.2,
+    stop: threading.Event | None = None,
+    round_no: int | None = None,
+) -> str | None:
+    """Write the story's traces to ``out`` and keep writing new events as they come.
+
+    Returns the story's final status once it is terminal and every event is written (with
+    ``round_no``: once that round is over), or None when ``stop`` is set first.
+    """
+    home = Path(home)
+    _check_known(home, story_id)
+    first = _status(home, story_id)
+    if first in TERMINAL:  # nothing more will come: the same as show(), errors included
+        show(home, story_id, out, round_no=round_no)
+        out.write(f"--- {story_id}: {first}\n")
+        out.flush()
+        return first
+    view = _View(home, story_id, out, round_no)
+    view.story_header()
+    noted: str | None = None
+    while True:
+        # The state is read before the traces: a round's trace is closed before its state
+        # becomes terminal, so a terminal status seen here means the drain gets all of it.
+        status = _status(home, story_id)
+        rounds = view.drain()
+        round_over = round_no is not None and any(n > round_no for n in rounds)
+        if status in TERMINAL or round_over:
+            if round_no is not None and round_no not in rounds:
+                out.write(f"(story {story_id} has no round {round_no})\n")
+            out.write(f"--- {story_id}: {status}\n")
+            out.flush()
+            return status
+        if status != noted:
+            noted = status
+            if status == "interrupted":
+                out.write("--- interrupted; waiting for a run to resume it (Ctrl-C to stop)\n")
+        out.flush()
+        if stop is not None:
+            if stop.wait(poll_s):
+                return None
+        else:
+            time.sleep(poll_s)
+
+
+def round_files(home: Path, story_id: str) -> list[tuple[int, Path]]:
+    """``(n, path)`` of the story's ``round-N.jsonl`` files, in round order."""
+    directory = Path(home) / "runs" / story_id
+    found = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    for path in entries:
+        m = _ROUND_FILE.match(path.name)
+        if m and path.is_file():
+            found.append((int(m.group(1)), path))
+    return sorted(found)
+
+
+def _check_known(home: Path, story_id: str) -> None:
+    known = re.match(ID_RE, story_id) is not None and ".." not in story_id
+    if known:
+        known = state_path(home, story_id).exists() or (home / "runs" / story_id).is_dir()
+    if not known:
+        raise LogsError(
+            f"no story '{story_id}' in {home}: "
+            f"neither runs/state/{story_id}.json nor runs/{story_id}/ exists"
+        )
+
+
+def _no_round(story_id: str, round_no: int, rounds: list[int]) -> str:
+    have = ", ".join(map(str, rounds)) if rounds else "none yet"
+    return f"story '{story_id}' has no round {round_no} (rounds: {have})"
+
+
+def _status(home: Path, story_id: str) -> str | None:
+    try:
+        state = load_state(home, story_id)
+    except StateError:
+        return "unreadable"
+    return None if state is None else str(state.status)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class _File:
+    """One round file read incrementally: only whole lines are handed out."""
+
+    def __init__(self, n: int, path: Path) -> None:
+        self.n = n
+        self.path = path
+        self.offset = 0
+        self.pending = b""
+        self.started = False
+
+    def new_lines(self) -> Iterator[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                size = fh.seek(0, 2)
+                if size < self.offset:  # rewritten from scratch: read it again
+                    self.offset, self.pending = 0, b""
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        chunks = (self.pending + data).split(b"\n")
+        self.pending = chunks.pop()  # b"" after a newline, else a line not finished yet
+        for chunk in chunks:
+            if chunk.strip():
+                yield chunk.decode("utf-8", errors="replace")
+
+
+class _View:
+    def __init__(self, home: Path, story_id: str, out: TextIO, round_no: int | None) -> None:
+        self.home = home
+        self.story_id = story_id
+        self.out = out
+        self.round_no = round_no
+        self.files: dict[int, _File] = {}
+
+    def story_header(self) -> None:
+        try:
+            state = load_state(self.home, self.story_id)
+        except StateError as exc:
+            self.out.write(f"story {self.story_id}: {exc}\n")
+            return
+        if state is None:
+            self.out.write(f"story {self.story_id}: no state file\n")
+            return
+        title = f' "{state.title}"' if state.title else ""
+        parts = [str(state.status)]
+        if state.phase:
+            parts.append(f"phase {state.phase}")
+        if state.current_round:
+            parts.append(f"round {state.current_round}, {len(state.rounds)} finished")
+        if state.branch:
+            parts.append(f"branch {state.branch}")
+        line = f"story {self.story_id}{title}: " + "; ".join(parts)
+        self.out.write(_cut(_clean(line), WIDTH) + "\n")
+        if state.error:
+            self.out.write(_cut(_clean(f"error: {state.error}"), WIDTH) + "\n")
+
+    def drain(self) -> list[int]:
+        """Write every whole line not written yet; returns the rounds listed on disk."""
+        listed = round_files(self.home, self.story_id)
+        for n, path in listed:
+            if self.round_no is not None and n != self.round_no:
+                continue
+            f = self.files.get(n)
+            if f is None:
+                f = self.files[n] = _File(n, path)
+            for line in f.new_lines():
+                if not f.started:
+                    self._round_header(f)
+                for text in format_line(line):
+                    self.out.write(text + "\n")
+        return [n for n, _ in listed]
+
+    def _round_header(self, f: _File) -> None:
+        f.started = True
+        if any(g.started for g in self.files.values() if g is not f):
+            self.out.write("\n")
+        rel = f.path.relative_to(self.home) if f.path.is_relative_to(self.home) else f.path
+        self.out.write(f"=== round {f.n} === {rel}\n")
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def format_line(line: str) -> list[str]:
+    """The display lines for one trace line (a JSON object, or something unreadable)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        # A torn line (crash mid-write) followed, on the same line, by the record a resumed
+        # run appended: skip the torn part, keep the record.
+        start = line.rfind(_RECORD_START)
+        if start > 0:
+            return [*_note(f"torn trace line skipped ({start} chars)"), *format_line(line[start:])]
+        return _note(f"unreadable trace line skipped ({len(line)} chars)")
+    if not isinstance(event, dict):
+        return _lines(None, "?", _one_line(event))
+    return format_event(event)
+
+
+def format_event(event: dict[str, Any]) -> list[str]:
+    """The display lines for one trace event; never raises on odd or unknown content."""
+    kind = str(event.get("event", "?"))
+    try:
+        formatter = _FORMATTERS.get(kind, _generic)
+        return formatter(event)
+    except Exception:  # noqa: BLE001 - a field of an unexpected type: show it raw
+        return _generic(event)
+
+
+def _round_start(e: dict[str, Any]) -> list[str]:
+    parts = [f"round {e.get('round', '?')}"]
+    if e.get("run") is not None:
+        parts.append(f"run {e['run']}")
+    if e.get("branch"):
+        parts.append(f"on {e['branch']}")
+    if isinstance(e.get("ts"), int | float):
+        parts.append("at " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"])))
+    return _lines(e, "start", " ".join(parts))
+
+
+def _message(e: dict[str, Any]) -> list[str]:
+    role = str(e.get("role") or "message")
+    limit = TEXT_LINES if role == "assistant" else PROMPT_LINES
+    return _lines(e, role, *_block(_text(e.get("content")), limit, wrap=True))
+
+
+def _assistant(e: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    text = _text(e.get("content"))
+    if text.strip():
+        out += _lines(e, "assistant", *_block(text, TEXT_LINES, wrap=True))
+    calls = e.get("tool_calls") or []
+    for call in calls:
+        if isinstance(call, dict):
+            shown = f"{call.get('name', '?')}({_args(call.get('arguments'))})"
+        else:
+            shown = _one_line(call)
+        out += _lines(None if out else e, "call", shown)
+    if not out:
+        out = _lines(e, "assistant", "(empty answer)")
+    return out
+
+
+def _tool_result(e: dict[str, Any]) -> list[str]:
+    mark = "[ERROR] " if e.get("is_error") else ""
+    took = e.get("duration_s")
+    took = f" ({_seconds(took)})" if isinstance(took, int | float) and took >= 1 else ""
+    lines = _block(_text(e.get("content")), RESULT_LINES) or ["(no output)"]
+    lines[0] = f"{mark}{e.get('name', '?')}{took}: {lines[0]}"
+    return _lines(e, "result", *lines)
+
+
+def _agent_end(e: dict[str, Any]) -> list[str]:
+    line = (
+        f"{e.get('stop_reason', '?')}: {e.get('turns', '?')} turns, "
+        f"{e.get('tool_calls', '?')} tool calls"
+    )
+    if e.get("wall_s") is not None:
+        line += f", {_seconds(e['wall_s'])}"
+    return _lines(e, "worker", line, *_block(_text(e.get("detail")), PROMPT_LINES, wrap=True))
+
+
+def _verify(e: dict[str, Any]) -> list[str]:
+    commands = [c for c in e.get("commands") or [] if isinstance(c, dict)]
+    head = "PASSED" if e.get("passed") else "FAILED"
+    if not commands:
+        head += " (no checks configured)"
+    lines = [head]
+    for c in commands:
+        ok = c.get("exit_code") == 0
+        extra = ", timed out" if c.get("timed_out") else ""
+        took = f", {_seconds(c['duration_s'])}" if c.get("duration_s") is not None else ""
+        lines.append(
+            f"[{'PASS' if ok else 'FAIL'}] {c.get('tier', '?')}: {_one_line(c.get('command', ''))}"
+            f" (exit {c.get('exit_code', '?')}{took}{extra})"
+        )
+        if not ok:
+            tail = [ln for ln in _clean(_text(c.get("tail"))).split("\n") if ln.strip()]
+            cut = len(tail) - TAIL_LINES
+            if cut > 0:
+                lines.append(f"    [... {cut} earlier line(s)]")
+            lines += [f"    {ln}" for ln in tail[-TAIL_LINES:]]
+    skipped = e.get("skipped_tiers") or []
+    if skipped:
+        lines.append("not run (an earlier tier failed): " + ", ".join(map(str, skipped)))
+    if e.get("log"):
+        lines.append(f"full output: {e['log']}")
+    return _lines(e, "verify", *lines)
+
+
+def _review_request(e: dict[str, Any]) -> list[str]:
+    return _lines(e, "review", *_block(_text(e.get("content")), PROMPT_LINES, wrap=True))
+
+
+def _review_answer(e: dict[str, Any]) -> list[str]:
+    # the verdict that follows says it all again, parsed: a short look is enough here
+    return _lines(e, "answer", *(_block(_text(e.get("content")), PROMPT_LINES) or ["(empty)"]))
+
+
+def _verdict(e: dict[str, Any]) -> list[str]:
+    flags = []
+    if e.get("short_circuited"):
+        flags.append("without the reviewer")
+    if e.get("malformed"):
+        flags.append("unreadable answer")
+    head = str(e.get("verdict", "?")) + (f" ({', '.join(flags)})" if flags else "")
+    summary = _text(e.get("summary")).strip()
+    lines = _block(f"{head}: {summary}" if summary else head, TEXT_LINES, wrap=True)
+    items = [
+        f"- not met: {a.get('ac', '?')}"
+        for a in e.get("ac_check") or []
+        if isinstance(a, dict) and not a.get("satisfied")
+    ]
+    for c in e.get("comments") or []:
+        if isinstance(c, dict):
+            where = str(c.get("file") or "")
+            if where and c.get("line"):
+                where += f":{c['line']}"
+            where = f"{where}: " if where else ""
+            items.append(f"- [{c.get('severity', 'nit')}] {where}{c.get('comment', '')}")
+    lines += [_one_line(i) for i in items[:LIST_ITEMS]]
+    if len(items) > LIST_ITEMS:
+        lines.append(f"[... {len(items) - LIST_ITEMS} more]")
+    return _lines(e, "verdict", *lines)
+
+
+def _generic(e: dict[str, Any]) -> list[str]:
+    rest = {k: v for k, v in e.items() if k not in ("t", "ts", "event")}
+    body = ", ".join(f"{k}={_one_line(v)}" for k, v in rest.items()) or "(no fields)"
+    return _lines(e, str(e.get("event", "?")), body)
+
+
+_FORMATTERS = {
+    "round_start": _round_start,
+    "message": _message,
+    "assistant": _assistant,
+    "tool_result": _tool_result,
+    "agent_end": _agent_end,
+    "verify": _verify,
+    "review_request": _review_request,
+    "review_answer": _review_answer,
+    "verdict": _verdict,
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _lines(event: dict[str, Any] | None, label: str, *body: str) -> list[str]:
+    """The first body line behind the offset and label; the others indented under it."""
+    offset = _offset(event.get("t")) if event is not None else ""
+    label = _clean(label)[:LABEL_WIDTH]
+    body = body or ("",)
+    out = [_cut(f"{offset:>9} {label:<{LABEL_WIDTH}} {body[0]}".rstrip(), WIDTH)]
+    out += [_cut(" " * _PREFIX + line, WIDTH) for line in body[1:]]
+    return out
+
+
+def _note(text: str) -> list[str]:
+    return _lines(None, "!", f"({text})")
+
+
+def _offset(t: Any) -> str:
+    if isinstance(t, bool) or not isinstance(t, int | float) or t != t or t < 0:
+        return ""
+    if t < 3600:
+        return f"+{int(t // 60):02d}:{t % 60:04.1f}"
+    s = int(t)
+    return f"+{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _seconds(value: Any) -> str:
+    try:
+        return f"{float(value):.1f}s"
+    except (TypeError, ValueError):
+        return f"{value}s"
+
+
+def _text(content: Any) -> str:
+    """Message content as text: a string, None, or a list of parts ({"text": ...})."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                parts.append(_one_line(part))
+        return "\n".join(parts)
+    return _one_line(content)
+
+
+def _block(text: str, max_lines: int, *, wrap: bool = False) -> list[str]:
+    """The first ``max_lines`` non-blank lines of ``text``, and a note of what was cut.
+
+    With ``wrap``, long lines (prose) are wrapped to the width first; without, they are cut
+    when written (output, code).
+    """
+    lines = [ln.rstrip() for ln in _clean(text).split("\n") if ln.strip()]
+    if wrap:
+        lines = [part for ln in lines for part in _wrap(ln)]
+    if len(lines) <= max_lines + 1:  # a note in place of one line would save nothing
+        return lines
+    cut = lines[max_lines:]
+    chars = sum(len(ln) + 1 for ln in cut)
+    return [*lines[:max_lines], f"[... {len(cut)} more lines, {chars} chars]"]
+
+
+def _wrap(line: str) -> list[str]:
+    indent = line[: len(line) - len(line.lstrip())]
+    return textwrap.wrap(
+        line, WIDTH - _PREFIX, subsequent_indent=indent, break_on_hyphens=False
+    ) or [line]
+
+
+def _args(arguments: Any) -> str:
+    """Tool-call arguments (a JSON string) as ``key="value", ...``; raw if not JSON."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return _one_line(arguments)
+    else:
+        parsed = arguments
+    if isinstance(parsed, dict):
+        return ", ".join(
+            f"{k}={_clean(json.dumps(v, ensure_ascii=False, default=str))}"
+            for k, v in parsed.items()
+        )
+    return _one_line(parsed)
+
+
+def _one_line(value: Any) -> str:
+    """A value on one line: a string as it is (newlines shown as \\n), the rest as JSON."""
+    if isinstance(value, str):
+        return _clean(value.replace("\r\n", "\n").replace("\n", "\\n"))
+    return _clean(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _clean(text: str) -> str:
+    """No terminal control sequences from traces: CR becomes a newline, tabs spaces, and
+    other control characters are shown escaped (``\\x1b``)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").expandtabs(4)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -1,0 +1,115 @@
+"""`hero watch` and `hero retry`: the daemon's entry points, behind the thin CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = None) -> int:
+    from hero.config import ConfigError, load_config
+    from hero.dispatcher import DaemonLock, DaemonRunning, Dispatcher
+    from hero.llm import LlmClient
+    from hero.logs import configure
+
+    log = configure(json=json_logs)
+    try:
+        config = load_config(home, roles=("worker", "reviewer"))
+    except ConfigError as exc:
+        print(f"hero: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    lock = DaemonLock(config.home)
+    try:
+        lock.acquire()
+    except DaemonRunning as exc:
+        print(f"hero: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    # One HTTP client for every story's model calls: the pool is thread-safe, and a story
+    # picked up from the inbox then pays no client start-up before its first request.
+    shared = LlmClient(config.role("worker"), config.llm)
+
+    def make_models(cancel: threading.Event) -> tuple[Any, Any]:
+        def note(msg: str) -> None:
+            log.info("model retry", detail=msg)
+
+        worker = LlmClient(
+            config.role("worker"), config.llm, cancel=cancel, on_retry=note, share_http_with=shared
+        )
+        reviewer = LlmClient(
+            config.role("reviewer"),
+            config.llm,
+            cancel=cancel,
+            on_retry=note,
+            share_http_with=shared,
+        )
+        return worker, reviewer
+
+    dispatcher = Dispatcher(config, make_models, log=log)
+    signals = {"count": 0}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        signals["count"] += 1
+        if signals["count"] == 1:
+            log.info(
+                "stopping",
+                signal=signal.Signals(signum).name,
+                note="interrupting running stories; a second signal exits at once",
+            )
+            dispatcher.stop()
+        else:
+            dispatcher.kill_now()
+            os._exit(EXIT_INTERRUPTED)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    started = time.monotonic()
+    try:
+        dispatcher.serve(exit_when_idle=exit_when_idle)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        lock.release()
+    log.info("stopped", uptime_s=round(time.monotonic() - started, 1))
+    return EXIT_OK
+
+
+def retry(home: Path, story_id: str) -> int:
+    """Make a story that gave up (or ended in error) eligible again, with a fresh budget."""
+    from hero.state import StateError, load_state, save_state
+
+    try:
+        state = load_state(home, story_id)
+    except StateError as exc:
+        print(f"hero: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if state is None:
+        print(f"hero: no story '{story_id}' in {home / 'runs' / 'state'}", file=sys.stderr)
+        return EXIT_USAGE
+    if state.status not in ("gave_up", "error", "interrupted"):
+        print(
+            f"hero: story '{story_id}' is {state.status}; only a story that gave up, "
+            "ended in error or was interrupted can be retried",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if state.status == "gave_up":
+        state.round_offset = len(state.rounds)  # a fresh budget of rounds
+    state.status = "queued"
+    state.error = ""
+    save_state(home, state)
+    story = Path(state.story_path)
+    if story.exists():
+        os.utime(story)  # the watching daemon notices the touch and takes the story again
+        print(f"{story_id}: queued again; `hero watch` picks it up, or run `hero run {story}`")
+    else:
+        print(
+            f"{story_id}: queued again, but its story file {story} is gone; put it back in inbox/"
+        )
+    return EXIT_OK

@@ -1,0 +1,410 @@
+"""Tests for `hero status`: state rows, the inbox queue, rejected stories, the daemon lock."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hero.cli import main
+from hero.state import RunState, save_state, state_path
+from hero.status import (
+    WIDTH,
+    collect_status,
+    daemon_status,
+    format_cost,
+    format_duration,
+    format_status,
+    format_tokens,
+)
+
+NOW = 1_800_000_000.0
+
+
+def write_story(home: Path, name: str, text: str | None = None, **fm: str) -> Path:
+    path = home / "inbox" / f"{name}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if text is None:
+        front = {"id": name, "title": f"Story {name}", **fm}
+        text = "---\n" + "".join(f"{k}: {v}\n" for k, v in front.items()) + "---\n\n## Goal\nx\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def set_age(path: Path, seconds_ago: float) -> None:
+    t = time.time() - seconds_ago
+    os.utime(path, (t, t))
+
+
+def status_json(home: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    assert main(["status", "--json", "--home", str(home)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def status_text(home: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["status", "--home", str(home)]) == 0
+    return capsys.readouterr().out
+
+
+def running_state() -> RunState:
+    return RunState(
+        id="fix-login",
+        status="running",
+        title="Fix the login",
+        branch="hero/fix-login",
+        current_round=2,
+        phase="verify",
+        rounds=[{"round": 1}],
+        usage={"tokens_in": 10_000, "tokens_out": 2_345, "llm_calls": 4, "cost_usd": 0.0123},
+        started_at=NOW - 192,
+    )
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def test_rows_carry_every_field(tmp_path: Path) -> None:
+    save_state(tmp_path, running_state())
+    save_state(
+        tmp_path,
+        RunState(
+            id="add-slug",
+            status="passed",
+            branch="hero/add-slug",
+            current_round=3,
+            rounds=[{"round": 1}, {"round": 2}, {"round": 3}],
+            usage={"tokens_in": 500, "tokens_out": 20, "llm_calls": 6, "cost_usd": 0.0},
+            started_at=NOW - 10_000,
+            finished_at=NOW - 10_000 + 3725,
+        ),
+    )
+    save_state(
+        tmp_path,
+        RunState(
+            id="broken",
+            status="error",
+            branch="hero/broken",
+            current_round=1,
+            error="model error: the endpoint answered 503\nafter 3 attempts",
+            started_at=NOW - 50,
+            finished_at=NOW - 8,
+        ),
+    )
+
+    report = collect_status(tmp_path, now=NOW)
+
+    rows = {r["id"]: r for r in report["stories"]}
+    assert report["stories"][0]["id"] == "fix-login"  # running first
+    run = rows["fix-login"]
+    assert run["status"] == "running"
+    assert run["current_round"] == 2
+    assert run["rounds_done"] == 1
+    assert run["phase"] == "verify"
+    assert run["elapsed_s"] == 192
+    assert (run["tokens"], run["tokens_in"], run["tokens_out"]) == (12_345, 10_000, 2_345)
+    assert run["cost_usd"] == 0.0123
+    assert run["branch"] == "hero/fix-login"
+    assert rows["add-slug"]["elapsed_s"] == 3725  # finished_at - started_at
+    assert rows["add-slug"]["rounds_done"] == 3
+    assert rows["broken"]["error"].startswith("model error")
+
+    text = format_status(report)
+    lines = text.splitlines()
+    assert lines[0] == "daemon: not running"
+    header = next(line for line in lines if line.startswith("STORY"))
+    for column in ("STATUS", "ROUND", "DONE", "PHASE", "ELAPSED", "TOKENS", "COST", "BRANCH"):
+        assert column in header
+    run_line = next(line for line in lines if line.startswith("fix-login"))
+    assert run_line.split() == [
+        "fix-login",
+        "running",
+        "2",
+        "1",
+        "verify",
+        "3m12s",
+        "12.3k",
+        "$0.0123",
+        "hero/fix-login",
+    ]
+    slug_line = next(line for line in lines if line.startswith("add-slug"))
+    assert slug_line.split() == ["add-slug", "passed", "3", "3", "-", "1h02m", "520", "-"] + [
+        "hero/add-slug"
+    ]
+    # the columns line up
+    assert run_line.index("running") == header.index("STATUS") == slug_line.index("passed")
+    error_line = lines[lines.index(next(x for x in lines if x.startswith("broken"))) + 1]
+    assert error_line == "    error: model error: the endpoint answered 503 after 3 attempts"
+    assert "queue: empty" in lines
+
+
+def test_json_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = running_state()
+    state.started_at = time.time() - 192
+    save_state(tmp_path, state)
+
+    report = status_json(tmp_path, capsys)
+
+    assert set(report) == {"daemon", "stories", "queue", "rejected"}
+    assert report["daemon"] == {"running": False, "pid": None}
+    (row,) = report["stories"]
+    for key in (
+        "id",
+        "status",
+        "current_round",
+        "rounds_done",
+        "phase",
+        "elapsed_s",
+        "tokens",
+        "cost_usd",
+        "branch",
+        "error",
+    ):
+        assert key in row
+    assert row["elapsed_s"] >= 192  # running: measured up to now
+    assert report["queue"] == [] and report["rejected"] == []
+
+
+def test_interrupted_elapsed_runs_to_the_last_update(tmp_path: Path) -> None:
+    state = RunState(id="s1", status="interrupted", current_round=1, started_at=time.time() - 30)
+    save_state(tmp_path, state)  # stamps updated_at = now
+
+    (row,) = collect_status(tmp_path, now=time.time() + 10_000)["stories"]
+
+    assert 29 <= row["elapsed_s"] <= 60  # not "now - started_at": nothing is running
+
+
+def test_home_without_runs_or_inbox_is_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = status_json(tmp_path, capsys)
+    assert report == {
+        "daemon": {"running": False, "pid": None},
+        "stories": [],
+        "queue": [],
+        "rejected": [],
+    }
+    text = status_text(tmp_path, capsys)
+    assert "stories: none" in text and "queue: empty" in text
+    assert not (tmp_path / "runs").exists()  # status creates nothing
+
+
+def test_missing_home_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--home", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- unreadable
+
+
+def test_unreadable_state_is_a_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save_state(tmp_path, running_state())
+    state_path(tmp_path, "garbled").write_text("{not json", encoding="utf-8")
+    state_path(tmp_path, "other").write_text(json.dumps({"id": "someone-else"}), encoding="utf-8")
+    state_path(tmp_path, "typed").write_text(
+        json.dumps({"id": "typed", "status": "passed", "usage": {"tokens_in": "lots"}}),
+        encoding="utf-8",
+    )
+
+    report = status_json(tmp_path, capsys)
+
+    rows = {r["id"]: r for r in report["stories"]}
+    assert rows["fix-login"]["status"] == "running"
+    for story_id in ("garbled", "other", "typed"):
+        assert rows[story_id]["status"] == "unreadable"
+        assert f"runs/state/{story_id}.json" in rows[story_id]["error"]
+    assert "Expecting property name" in rows["garbled"]["error"]
+    assert "not a state record" in rows["other"]["error"]
+    assert "lots" in rows["typed"]["error"]
+
+    text = status_text(tmp_path, capsys)
+    garbled = next(line for line in text.splitlines() if line.startswith("garbled"))
+    assert garbled.split()[1] == "unreadable"
+    assert "error: runs/state/garbled.json: Expecting property name" in text
+
+
+# --------------------------------------------------------------------------- queue
+
+
+def test_queue_by_priority_then_oldest_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ages = {
+        "low-old": ("low", 5000),
+        "high-new": ("high", 10),
+        "normal-old": (None, 4000),
+        "normal-new": ("normal", 20),
+        "high-old": ("high", 3000),
+        "was-queued": ("normal", 30),
+        "is-running": ("high", 9000),
+        "has-passed": ("high", 9000),
+    }
+    for name, (priority, age) in ages.items():
+        path = write_story(tmp_path, name, **({"priority": priority} if priority else {}))
+        set_age(path, age)
+    save_state(tmp_path, RunState(id="was-queued", status="queued"))
+    save_state(tmp_path, RunState(id="is-running", status="running", started_at=time.time()))
+    save_state(tmp_path, RunState(id="has-passed", status="passed"))
+
+    report = status_json(tmp_path, capsys)
+
+    order = [item["id"] for item in report["queue"]]
+    assert order == ["high-old", "high-new", "normal-old", "was-queued", "normal-new", "low-old"]
+    first = report["queue"][0]
+    assert first["priority"] == "high"
+    assert first["path"] == "inbox/high-old.md"
+    assert first["title"] == "Story high-old"
+    assert first["age_s"] >= 3000
+    assert report["rejected"] == []
+
+    text = status_text(tmp_path, capsys)
+    queue_lines = text.split("queue (6)")[1].splitlines()[2:8]
+    assert [line.split()[2] for line in queue_lines] == order
+    assert queue_lines[0].split()[:2] == ["1", "high"]
+
+
+def test_queue_notes_unmet_dependencies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_story(tmp_path, "base")
+    write_story(tmp_path, "top", depends_on="[base, done-one]")
+    save_state(tmp_path, RunState(id="done-one", status="passed"))
+
+    report = status_json(tmp_path, capsys)
+
+    top = next(item for item in report["queue"] if item["id"] == "top")
+    assert top["depends_on"] == ["base", "done-one"]
+    assert top["waits_for"] == ["base"]
+    assert "waits for base" in status_text(tmp_path, capsys)
+
+
+def test_invalid_stories_are_rejected_with_their_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_story(tmp_path, "good")
+    write_story(tmp_path, "urgent", priority="urgent")
+    write_story(tmp_path, "plain", text="just some notes, no frontmatter\n")
+    (tmp_path / "inbox" / "notes.txt").write_text("not a story")
+    (tmp_path / "inbox" / "sub.md").mkdir()  # a directory named like a story
+
+    report = status_json(tmp_path, capsys)
+
+    assert [item["id"] for item in report["queue"]] == ["good"]
+    reasons = {item["path"]: item["reason"] for item in report["rejected"]}
+    assert set(reasons) == {"inbox/urgent.md", "inbox/plain.md"}
+    assert reasons["inbox/urgent.md"].startswith("priority: expected one of low, normal, high")
+    assert reasons["inbox/plain.md"].startswith("frontmatter: expected the file to start")
+    assert all("\n" not in r for r in reasons.values())
+
+    text = status_text(tmp_path, capsys)
+    assert "rejected (2)" in text
+    assert "  inbox/urgent.md: priority: expected one of" in text
+
+
+def test_a_second_file_with_the_same_id_is_rejected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    set_age(write_story(tmp_path, "copy", text=None, id="dup", title="Old", priority="low"), 90)
+    set_age(write_story(tmp_path, "dup", priority="high"), 10)
+
+    report = status_json(tmp_path, capsys)
+
+    assert [(q["id"], q["path"]) for q in report["queue"]] == [("dup", "inbox/dup.md")]
+    assert report["rejected"] == [
+        {
+            "path": "inbox/copy.md",
+            "reason": "id: story id 'dup' is already queued from inbox/dup.md",
+        }
+    ]
+
+
+# --------------------------------------------------------------------------- daemon
+
+
+def test_daemon_running_while_the_lock_is_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = tmp_path / "runs" / "watch.lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fh.write("4242\n")
+        fh.flush()
+
+        assert status_json(tmp_path, capsys)["daemon"] == {"running": True, "pid": 4242}
+        assert status_text(tmp_path, capsys).startswith("daemon: running (pid 4242)")
+
+        fcntl.flock(fh, fcntl.LOCK_UN)
+
+    # the pid is still in the file, but nobody holds the lock: a daemon that has ended
+    assert daemon_status(tmp_path) == {"running": False, "pid": None}
+    assert status_text(tmp_path, capsys).startswith("daemon: not running")
+    # status let go of its test lock: a daemon can take the lock exclusively
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_daemon_without_a_pid_yet(tmp_path: Path) -> None:
+    lock = tmp_path / "runs" / "watch.lock"
+    lock.parent.mkdir(parents=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        assert daemon_status(tmp_path) == {"running": True, "pid": None}
+
+
+def test_no_lock_file_means_not_running_and_none_is_made(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    assert daemon_status(tmp_path) == {"running": False, "pid": None}
+    assert not (tmp_path / "runs" / "watch.lock").exists()
+
+
+# --------------------------------------------------------------------------- format
+
+
+def test_long_names_fit_in_the_width(tmp_path: Path) -> None:
+    long_id = "a-really-long-story-identifier-that-goes-on-and-on-" + "x" * 30
+    save_state(
+        tmp_path,
+        RunState(
+            id=long_id,
+            status="interrupted",
+            branch=f"hero/{long_id}",
+            current_round=12,
+            error="internal error: " + "boom " * 50,
+            started_at=NOW - 100_000,
+            finished_at=NOW,
+        ),
+    )
+    save_state(tmp_path, running_state())
+    write_story(tmp_path, "q-" + "y" * 90)
+
+    text = format_status(collect_status(tmp_path, now=NOW))
+
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    assert "1d03h" in text
+
+
+def test_formatters() -> None:
+    assert [format_duration(s) for s in (None, 0, 59.9, 60, 192, 3725, 90_000)] == [
+        "-",
+        "0s",
+        "59s",
+        "1m00s",
+        "3m12s",
+        "1h02m",
+        "1d01h",
+    ]
+    assert [format_tokens(n) for n in (0, 9_999, 12_345, 1_234_567)] == [
+        "0",
+        "9999",
+        "12.3k",
+        "1.23M",
+    ]
+    assert [format_cost(c) for c in (0.0, 0.00001, 0.0123, 1.5)] == [
+        "-",
+        "<$0.0001",
+        "$0.0123",
+        "$1.5000",
+    ]
