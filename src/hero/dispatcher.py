@@ -106,7 +106,9 @@ class Dispatcher:
         self.repo = TargetRepo(config.target_repo)
         self.inbox = Inbox((self.home / "inbox").resolve(), settle_s=settle_s)
         self.rejected_dir = self.home / "runs" / "rejected"
-        self._lock = threading.Lock()
+        # Re-entrant: stop() runs in a signal handler, which may interrupt the main thread
+        # while it holds this lock.
+        self._lock = threading.RLock()
         self._ready: dict[Path, tuple[Story, float]] = {}  # path -> (story, arrival order key)
         self._running: dict[str, _Running] = {}
         self._rejected: dict[Path, tuple[int, int]] = {}  # path -> signature when refused

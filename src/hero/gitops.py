@@ -65,14 +65,17 @@ class TargetRepo:
         self.path = path
         self._lock = threading.Lock()
         self._identity: dict[str, str] | None = None
+        self._lock_path: Path | None = None
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         with self._lock:
-            lock_file = Path(git(self.path, "rev-parse", "--git-common-dir").strip())
-            if not lock_file.is_absolute():
-                lock_file = self.path / lock_file
-            with open(lock_file / "hero.lock", "a") as fh:
+            if self._lock_path is None:
+                common = Path(git(self.path, "rev-parse", "--git-common-dir").strip())
+                self._lock_path = (
+                    common if common.is_absolute() else self.path / common
+                ) / "hero.lock"
+            with open(self._lock_path, "a") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
                 try:
                     yield

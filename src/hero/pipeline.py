@@ -161,8 +161,10 @@ class StoryRun:
                     self.say(f"{story.id}: passed in round {n}; branch {self.branch}")
                     self._save()
                     return state
-                append_feedback(Path(state.story_path), n, record["feedback"])
-                state.story_digest = file_digest(Path(state.story_path))
+                story_file = Path(state.story_path)
+                if story_file.exists():  # the user may have taken it away meanwhile
+                    append_feedback(story_file, n, record["feedback"])
+                    state.story_digest = file_digest(story_file)
                 self._save()
             self._finish("gave_up")
             self.say(f"{story.id}: gave up after {len(state.rounds)} round(s)")
@@ -427,7 +429,8 @@ class StoryRun:
 
     def _rescue(self, message: str) -> None:
         if (self.worktree / ".git").exists():
-            commit_all(self.worktree, message, self.repo.identity_env())
+            with self.repo.locked():  # a ref update on the shared repository
+                commit_all(self.worktree, message, self.repo.identity_env())
             self.state.head_sha = head_sha(self.worktree)
 
     def _move_to_done(self) -> None:
