@@ -119,20 +119,34 @@ def start_watching(inbox: Inbox) -> Callable[[], None]:
     from watchdog.events import FileSystemEventHandler
     from watchdog.observers import Observer
 
+    try:  # Linux: a file renamed in from another folder must not look like a new file
+        from watchdog.observers.inotify import InotifyObserver
+
+        def make_observer() -> Any:
+            return InotifyObserver(generate_full_events=True)
+    except ImportError:  # other systems: their observer reports renames as moves already
+        make_observer = Observer
+
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event: Any) -> None:
             if event.is_directory:
                 return
             kind = event.event_type
             if kind == "moved":
-                inbox.notice(Path(os.fsdecode(event.dest_path)), IMMEDIATE)
+                # A rename is complete at once. With full events an unpaired move into the
+                # folder arrives as "moved" too (no src inside), and a move out of it as
+                # "moved" with no dest inside; notice() ignores paths outside the inbox.
+                if event.dest_path:
+                    inbox.notice(Path(os.fsdecode(event.dest_path)), IMMEDIATE)
+                if event.src_path:
+                    inbox.notice(Path(os.fsdecode(event.src_path)), IMMEDIATE)
             elif kind == "closed":
                 inbox.notice(Path(os.fsdecode(event.src_path)), AFTER_CLOSE_S)
             elif kind in ("created", "modified", "attrib"):
                 inbox.notice(Path(os.fsdecode(event.src_path)), inbox.settle_s)
 
     inbox.directory.mkdir(parents=True, exist_ok=True)
-    observer = Observer()
+    observer = make_observer()
     observer.schedule(Handler(), str(inbox.directory), recursive=False)
     observer.daemon = True
     observer.start()

@@ -444,7 +444,13 @@ class StoryRun:
         while dest.exists():
             n += 1
             dest = done / f"{src.stem}.{n}{src.suffix}"
-        shutil.move(str(src), dest)
+        try:
+            # link + unlink, not rename: a rename out of a watched inbox is an unpaired move
+            # that watchdog holds back for half a second, delaying every event behind it.
+            os.link(src, dest)
+            os.unlink(src)
+        except OSError:  # another filesystem, or no hard links
+            shutil.move(str(src), dest)
         self.state.story_path = str(dest)
 
     def _write_error_log(self) -> None:
