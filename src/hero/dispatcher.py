@@ -23,7 +23,7 @@ from hero.config import Config
 from hero.errors import Interrupted
 from hero.gitops import TargetRepo
 from hero.inbox import Inbox, start_watching
-from hero.pipeline import StoryBusy, StoryRun
+from hero.pipeline import StoryBusy, StoryRun, finish_done_move
 from hero.runner import kill_marked
 from hero.state import StateError, file_digest, load_state
 from hero.story import PRIORITIES, Story, StoryError, parse_story
@@ -194,9 +194,19 @@ class Dispatcher:
             running = self._running.get(story.id)
         if running is not None:
             return f"story id '{story.id}' is already running from {running.path.name}"
-        for other, (queued, _) in self._ready.items():
-            if other != path and queued.id == story.id:
+        for other, (queued, arrived) in list(self._ready.items()):
+            if other == path or queued.id != story.id:
+                continue
+            # Of two files with one id, the one that came first keeps it.
+            if (arrived, other.name) <= (_mtime(path), path.name):
                 return f"story id '{story.id}' is already queued from {other.name}"
+            other_sig = _signature(other)
+            if other_sig is not None:
+                self._refuse(
+                    other,
+                    other_sig,
+                    f"story id '{story.id}' is also in {path.name}, which came first",
+                )
         try:
             state = load_state(self.home, story.id)
         except StateError as exc:
@@ -204,6 +214,9 @@ class Dispatcher:
         if state is None:
             return None
         if state.status == "passed":
+            if finish_done_move(state, path):
+                self.log.info("moved to done", story=story.id, note="it had passed before a crash")
+                return ""
             return (
                 f"story '{story.id}' already passed (runs/state/{story.id}.json); "
                 "give it a new id to run it again"
@@ -306,6 +319,11 @@ class Dispatcher:
 def _order(story: Story, arrived: float, path: Path) -> tuple[int, float, str]:
     """high before normal before low, then oldest first, then by name."""
     return (-PRIORITIES.index(story.priority), arrived, path.name)
+
+
+def _mtime(path: Path) -> float:
+    sig = _signature(path)
+    return sig[0] / 1e9 if sig else 0.0
 
 
 def _signature(path: Path) -> tuple[int, int] | None:

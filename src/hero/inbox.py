@@ -1,9 +1,9 @@
 """The inbox watcher: tells the dispatcher which story files are ready to be read.
 
 A file is read only once it is completely written. A story renamed into ``inbox/`` (the
-write-then-rename pattern) is complete at once. A file written in place is read once its
-writer has closed it and nothing has touched it for a short while, or, where close events
-are missing, once it has been still for ``settle_s``. A periodic rescan catches what the
+write-then-rename pattern) is complete at once. A file written in place is read once
+nothing has touched it for ``settle_s`` (a writer may append in several steps, closing the
+file between them). A periodic rescan catches what the
 event stream lost (an inotify queue overflow, a network filesystem).
 """
 
@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Delay after each kind of event before the file is looked at.
+#: A renamed-in file is looked at without delay.
 IMMEDIATE = 0.0
-AFTER_CLOSE_S = 0.1
 
 
 def is_story_name(name: str) -> bool:
@@ -140,9 +139,9 @@ def start_watching(inbox: Inbox) -> Callable[[], None]:
                     inbox.notice(Path(os.fsdecode(event.dest_path)), IMMEDIATE)
                 if event.src_path:
                     inbox.notice(Path(os.fsdecode(event.src_path)), IMMEDIATE)
-            elif kind == "closed":
-                inbox.notice(Path(os.fsdecode(event.src_path)), AFTER_CLOSE_S)
-            elif kind in ("created", "modified", "attrib"):
+            elif kind in ("created", "modified", "attrib", "closed"):
+                # Written in place: wait until it has been quiet for settle_s, even after a
+                # close, since a writer may append in several open-write-close steps.
                 inbox.notice(Path(os.fsdecode(event.src_path)), inbox.settle_s)
 
     inbox.directory.mkdir(parents=True, exist_ok=True)

@@ -157,9 +157,13 @@ class StoryRun:
                 state.rounds.append(record)
                 if record["review"]["verdict"] == "APPROVED":
                     self._finish("passed")
-                    self._move_to_done()
-                    self.say(f"{story.id}: passed in round {n}; branch {self.branch}")
+                    # Record first, then move: a crash in between leaves a passed state
+                    # whose file is still in the inbox, which finish_done_move() completes.
+                    src = Path(state.story_path)
+                    state.story_path = str(done_path_for(self.home, src))
                     self._save()
+                    move_story_file(src, Path(state.story_path))
+                    self.say(f"{story.id}: passed in round {n}; branch {self.branch}")
                     return state
                 story_file = Path(state.story_path)
                 if story_file.exists():  # the user may have taken it away meanwhile
@@ -318,6 +322,7 @@ class StoryRun:
             and repo.branch_sha(self.branch) is not None
         )
         if old is not None and old.status == "passed":
+            finish_done_move(old, story.path)
             self.state = old
             return old
         if resume:
@@ -433,26 +438,6 @@ class StoryRun:
                 commit_all(self.worktree, message, self.repo.identity_env())
             self.state.head_sha = head_sha(self.worktree)
 
-    def _move_to_done(self) -> None:
-        src = Path(self.state.story_path)
-        done = self.home / "done"
-        if src.parent.resolve() == done.resolve() or not src.exists():
-            return
-        done.mkdir(parents=True, exist_ok=True)
-        dest = done / src.name
-        n = 1
-        while dest.exists():
-            n += 1
-            dest = done / f"{src.stem}.{n}{src.suffix}"
-        try:
-            # link + unlink, not rename: a rename out of a watched inbox is an unpaired move
-            # that watchdog holds back for half a second, delaying every event behind it.
-            os.link(src, dest)
-            os.unlink(src)
-        except OSError:  # another filesystem, or no hard links
-            shutil.move(str(src), dest)
-        self.state.story_path = str(dest)
-
     def _write_error_log(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / "error.log", "a", encoding="utf-8") as fh:
@@ -466,3 +451,45 @@ def _feedback_text(verdict: Verdict, verify: VerifyResult) -> str:
     if failures:
         text += "\n\nVerifier failures:\n\n" + failures
     return text
+
+
+def done_path_for(home: Path, src: Path) -> Path:
+    """Where a passed story's file goes: ``done/<name>``, numbered if the name is taken."""
+    done = home / "done"
+    if src.parent.resolve() == done.resolve():
+        return src
+    dest = done / src.name
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = done / f"{src.stem}.{n}{src.suffix}"
+    return dest
+
+
+def move_story_file(src: Path, dest: Path) -> None:
+    if src == dest or not src.exists():
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # link + unlink, not rename: a rename out of a watched inbox is an unpaired move
+        # that watchdog holds back for half a second, delaying every event behind it.
+        os.link(src, dest)
+        os.unlink(src)
+    except OSError:  # another filesystem, or no hard links
+        shutil.move(str(src), dest)
+
+
+def finish_done_move(state: RunState, path: Path) -> bool:
+    """A crash between recording `passed` and moving the story file leaves the file in the
+    inbox. If ``path`` is that very file (same content as when it passed), move it now."""
+    dest = Path(state.story_path)
+    if (
+        state.status != "passed"
+        or not state.story_digest
+        or path.resolve() == dest.resolve()
+        or dest.exists()
+        or file_digest(path) != state.story_digest
+    ):
+        return False
+    move_story_file(path, dest)
+    return True
