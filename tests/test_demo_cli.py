@@ -1,0 +1,84 @@
+"""`hero demo` and `hero init` as a user runs them: real subprocesses, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import git
+
+
+def hero(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hero", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null"},
+    )
+
+
+def test_demo_runs_a_story_through_two_rounds_against_the_scripted_model(tmp_path: Path) -> None:
+    where = tmp_path / "demo"
+    done = hero("demo", "--dir", str(where))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SCRIPTED" in done.stdout  # it says plainly that the model is not a real one
+
+    home, repo = where / "home", where / "textkit"
+    state = json.loads((home / "runs" / "state" / "add-slugify.json").read_text())
+    assert state["status"] == "passed"
+    assert [r["review"]["verdict"] for r in state["rounds"]] == ["CHANGES_REQUESTED", "APPROVED"]
+    assert all(r["verify"]["passed"] for r in state["rounds"])
+    assert (home / "done" / "add-slugify.md").is_file()
+    assert not (home / "inbox" / "add-slugify.md").exists()
+    assert "### Round 1" in (home / "done" / "add-slugify.md").read_text()
+    for name in ("round-1.jsonl", "round-2.jsonl", "verify-r1.log", "verify-r2.log"):
+        assert (home / "runs" / "add-slugify" / name).is_file(), name
+
+    log = git(repo, "log", "--format=%s", "main..hero/add-slugify").split("\n")
+    assert log[:2] == ["Test slugify", "Add textkit.slugify"]
+    assert git(repo, "show", "hero/add-slugify:textkit/slug.py").startswith('"""Turning titles')
+    # where things are is printed for the user
+    for shown in ("hero/add-slugify", "runs/state/add-slugify.json", "round-N.jsonl"):
+        assert shown in done.stdout, shown
+
+
+def test_demo_refuses_a_folder_that_is_not_empty(tmp_path: Path) -> None:
+    (tmp_path / "something").write_text("x")
+    done = hero("demo", "--dir", str(tmp_path))
+    assert done.returncode == 2
+    assert "not empty" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["something"]
+
+
+def test_init_scaffolds_the_current_directory_and_run_then_names_the_missing_repo(
+    tmp_path: Path,
+) -> None:
+    made = hero("init", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    for path in (
+        "config/roles.yaml",
+        "config/providers/local.yaml",
+        "config.local.yaml.example",
+        "inbox",
+        "done",
+        "runs",
+        "worktrees",
+        ".gitignore",
+    ):
+        assert (tmp_path / path).exists(), path
+    assert "config.local.yaml" in (tmp_path / ".gitignore").read_text()
+
+    again = hero("init", cwd=tmp_path)
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+
+    story = tmp_path / "inbox" / "s.md"
+    story.write_text("---\nid: s\ntitle: S\n---\n## Goal\nx\n")
+    run = hero("run", str(story), cwd=tmp_path)
+    assert run.returncode == 2
+    assert "config/roles.yaml: target_repo:" in run.stderr
