@@ -19,11 +19,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import importlib.metadata
 import io
 import json
 import os
-import platform
 import pstats
 import shutil
 import socket
@@ -34,9 +32,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from report import (
+    GIT_ISOLATION,
+    Report,
+    env_line,
+    hero_env,
+    make_home,
+    make_repo,
+    median,
+    print_report,
+    run_sections,
+    story_text,
+)
 
 TURNS = 50
 TURN_TARGET_MS = 2.0
@@ -44,100 +55,9 @@ HELP_TARGET_MS = 150.0
 RUN_TARGET_S = 1.0
 PROMPT_TARGET_TOKENS = 1500
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "bench",
-    "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-    "GIT_COMMITTER_NAME": "bench",
-    "GIT_COMMITTER_EMAIL": "bench@example.invalid",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-# --------------------------------------------------------------------------- report table
-
-
-@dataclass
-class Row:
-    metric: str
-    value: str
-    target: str = "-"
-    ok: str = "info"
-
-
-@dataclass
-class Report:
-    rows: list[Row] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def add(self, metric: str, value: str, target: str = "-", ok: bool | None = None) -> None:
-        self.rows.append(
-            Row(metric, value, target, "info" if ok is None else ("yes" if ok else "NO"))
-        )
-
-    def section(self, title: str) -> None:
-        self.rows.append(Row(f"[{title}]", "", "", ""))
-
-    def render(self) -> str:
-        head = Row("metric", "value", "target", "ok?")
-        cols = [head, *self.rows]
-        body = [r for r in cols if not (r.metric.startswith("[") and not r.value)]
-        w = [max(len(getattr(r, a)) for r in body) for a in ("metric", "value", "target", "ok")]
-        lines = []
-        for i, r in enumerate(cols):
-            if r.metric.startswith("[") and not r.value:
-                lines.append(r.metric)
-                continue
-            lines.append(
-                f"{r.metric:<{w[0]}} | {r.value:>{w[1]}} | {r.target:>{w[2]}} | {r.ok}".rstrip()
-            )
-            if i == 0:
-                lines.append(f"{'-' * w[0]}-+-{'-' * w[1]}-+-{'-' * w[2]}-+-{'-' * w[3]}")
-        return "\n".join(lines)
-
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, env={**os.environ, **GIT_ENV}
-    )
-
-
-def make_repo(path: Path) -> Path:
-    """A tiny committed git repo on `main` (like tests/conftest.py's target_repo)."""
-    (path / "calc").mkdir(parents=True)
-    (path / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    (path / ".gitignore").write_text("__pycache__/\n")
-    git(path, "init", "-q", "-b", "main")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "initial")
-    return path
-
-
-def median(xs: Sequence[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def env_line() -> str:
-    try:
-        oa = importlib.metadata.version("openai")
-    except importlib.metadata.PackageNotFoundError:
-        oa = "not installed"
-    try:
-        hero_v = importlib.metadata.version("hero")
-    except importlib.metadata.PackageNotFoundError:
-        hero_v = "?"
-    return (
-        f"environment: python {platform.python_version()} ({platform.python_implementation()}), "
-        f"{os.cpu_count()} cpus, openai {oa}, hero {hero_v}, {platform.system()} "
-        f"{platform.machine()}, load average {os.getloadavg()[0]:.2f}"
-    )
 
 
 # --------------------------------------------------------------------------- 1. turn overhead
@@ -420,7 +340,7 @@ def one_turn_run(server: ServerProcess, profiler: cProfile.Profile | None = None
         http_client = getattr(llm, "http_client", None) or llm._client._client
         timer = HttpTimer(http_client)
         model = TimedModel(llm)
-        ctx = ToolContext(root=root, env=child_env(extra=GIT_ENV))
+        ctx = ToolContext(root=root, env=child_env(extra=GIT_ISOLATION))
         # The same call 50 times in a row would trip the loop guard (loop_repeats=4).
         limits = AgentLimits(max_turns=TURNS + 5, max_tool_calls=TURNS + 5, loop_repeats=10**6)
         messages = [
@@ -667,10 +587,12 @@ def client_alternatives(server: ServerProcess, run: TurnRun) -> str:
 
     clients: dict[str, Callable[[dict], Any]] = {
         "SDK create() (not hero's path)": lambda b: oa.chat.completions.create(**b),
-        "SDK post(cast_to=ChatCompletion) (hero)": lambda b: oa.post(
+        "SDK post(cast_to=ChatCompletion)": lambda b: oa.post(
             "/chat/completions", body=b, cast_to=ChatCompletion
         ),
-        "SDK post(cast_to=dict)": lambda b: oa.post("/chat/completions", body=b, cast_to=dict),
+        "SDK post(cast_to=dict) (hero)": lambda b: oa.post(
+            "/chat/completions", body=b, cast_to=dict
+        ),
         "stdlib http.client + json": stdlib,
     }
     bodies = {
@@ -913,22 +835,8 @@ raise SystemExit(rc)
 
 def _hero_home(base: Path, base_url: str, story_id: str) -> Path:
     """A target repo, a hero home using the scripted model, and one story; the story's path."""
-    repo = make_repo(base / "repo")
-    home = base / "home"
-    (home / "config" / "providers").mkdir(parents=True)
-    (home / "inbox").mkdir()
-    (home / "config" / "providers" / "scripted.yaml").write_text(
-        f"name: scripted\nbase_url: {base_url}\ndefault_model: scripted-bench\n"
-    )
-    (home / "config" / "roles.yaml").write_text(
-        f"target_repo: {json.dumps(str(repo))}\nllm_max_attempts: 1\n"
-        "worker:\n  provider: scripted\nreviewer:\n  provider: scripted\n"
-    )
-    story = home / "inbox" / f"{story_id}.md"
-    story.write_text(
-        f"---\nid: {story_id}\ntitle: Bench start-up\nverify:\n  - 'true'\n---\n\n"
-        "## Goal\nNothing; measure start-up.\n\n## Acceptance Criteria\n- [ ] it runs\n"
-    )
+    story = make_home(base, base_url) / "inbox" / f"{story_id}.md"
+    story.write_text(story_text(story_id, "Bench start-up", "Nothing; measure start-up."))
     return story
 
 
@@ -940,7 +848,11 @@ def _startup_steps(env: dict[str, str], runs: int) -> list[tuple[str, float]]:
         ("interpreter + site start-up", "launch", "start"),
         ("import hero (cli, config, llm, pipeline)", "start", "imported"),
         ("load_config", "config_start", "config_end"),
-        ("2x LlmClient() (imports openai; one http client)", "clients_start", "clients_end"),
+        (
+            "2x LlmClient() (import openai, http client, platform headers)",
+            "clients_start",
+            "clients_end",
+        ),
         (
             "run_story -> first complete() (story, state, git worktree)",
             "run_story",
@@ -1012,15 +924,9 @@ def _launch_runs(
     return launch_to_req, totals, failures
 
 
-def _run_env(base: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if k != "HERO_HOME"}
-    env.update({"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"})
-    return env
-
-
 def bench_run_startup(report: Report, runs: int, envs: StartupEnvs | None) -> bool:
-    env = _run_env(dict(os.environ))
-    nopyc_env = _run_env(envs.nopyc) if envs is not None and envs.nopyc is not None else None
+    env = hero_env()
+    nopyc_env = hero_env(envs.nopyc) if envs is not None and envs.nopyc is not None else None
     launch_to_req: list[float] = []
     totals: list[float] = []
     nopyc: list[float] = []
@@ -1139,7 +1045,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve_main(args.serve_turns)
 
     started = time.monotonic()
-    print(env_line(), flush=True)
+    print(env_line("hero", "openai"), flush=True)
     report = Report()
     envs: list[StartupEnvs] = []
 
@@ -1164,20 +1070,8 @@ def main(argv: list[str] | None = None) -> int:
         ("prompt size", lambda: bench_prompt(report)),
     ]
     with contextlib.ExitStack() as stack:
-        for name, fn in sections:
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - a report: show what failed, go on
-                import traceback
-
-                report.add(f"{name}: could not measure", "FAILED", "", False)
-                report.notes.append(f"{name} failed:\n{traceback.format_exc()}")
-    print()
-    print(report.render())
-    print()
-    for note in report.notes:
-        print(note)
-    print(f"benchmark took {time.monotonic() - started:.1f} s")
+        run_sections(report, sections)
+    print_report(report, started)
     return 0  # a report, not a test: missed targets show as NO in the table
 
 
