@@ -8,9 +8,7 @@ so the test knows when to strike and which process must not outlive the run.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -22,8 +20,23 @@ from typing import Any
 
 import pytest
 from conftest import git
+from helpers import (
+    alive,
+    commit_once,
+    is_ancestor,
+    is_review,
+    load_state,
+    long_command,
+    review_round,
+    sha_of,
+    step_of,
+    task_text,
+    verdict,
+    wait_dead,
+    worker_round,
+)
 
-from hero.scripted import HttpError, Reply, ScriptedModel, call, text
+from hero.scripted import HttpError, ScriptedModel, call, text
 
 START_TIMEOUT_S = 60.0  # generous "did not hang" bounds, not speed checks
 STOP_TIMEOUT_S = 20.0
@@ -31,58 +44,6 @@ RUN_TIMEOUT_S = 120.0
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def is_review(body: dict[str, Any]) -> bool:
-    return str(body["messages"][0]["content"]).startswith("You are hero's reviewer")
-
-
-def task_text(body: dict[str, Any]) -> str:
-    return str(body["messages"][1]["content"])
-
-
-def worker_round(body: dict[str, Any]) -> int:
-    m = re.search(r"This is round (\d+) of at most", task_text(body))
-    assert m
-    return int(m.group(1))
-
-
-def review_round(body: dict[str, Any]) -> int:
-    m = re.search(r"## Verifier summary \(round (\d+)\)", task_text(body))
-    assert m
-    return int(m.group(1))
-
-
-def step_of(body: dict[str, Any]) -> int:
-    return sum(1 for m in body["messages"] if m.get("role") == "assistant")
-
-
-def verdict(v: str, summary: str) -> Reply:
-    return text(json.dumps({"verdict": v, "summary": summary, "ac_check": [], "comments": []}))
-
-
-def long_command(pid_file: str) -> str:
-    """Sleep in a background child (pid in ``pid_file``) unless an earlier run already did."""
-    return f"test -f {pid_file} || {{ sleep 30 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; wait; }}"
-
-
-def commit_once(name: str) -> str:
-    return f"test -f {name}.txt || {{ echo {name} > {name}.txt && git add -A && git commit -q -m {name}; }}"
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(") ", 1)[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-
-
-def wait_dead(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not alive(pid)
 
 
 class Hero:
@@ -144,24 +105,6 @@ def procs() -> Iterator[list[Any]]:
                 pass
 
 
-def load_state(home: Path, story_id: str = "s1") -> dict[str, Any]:
-    return json.loads((home / "runs" / "state" / f"{story_id}.json").read_text())
-
-
-def is_ancestor(repo: Path, sha: str, ref: str) -> bool:
-    return (
-        subprocess.run(["git", "merge-base", "--is-ancestor", sha, ref], cwd=repo).returncode == 0
-    )
-
-
-def branch_sha(repo: Path, subject: str, ref: str = "hero/s1") -> str:
-    for line in git(repo, "log", "--format=%H %s", f"main..{ref}").splitlines():
-        sha, _, subj = line.partition(" ")
-        if subj == subject:
-            return sha
-    raise AssertionError(f"no commit '{subject}' on {ref}")
-
-
 # --------------------------------------------------------------------------- SIGINT / SIGTERM
 
 
@@ -203,7 +146,7 @@ def test_signal_interrupts_then_rerun_resumes(
     assert alive(child)
     state = load_state(home)
     assert state["status"] == "running" and state["phase"] == "worker"
-    before_sha = branch_sha(target_repo, "before-interrupt")
+    before_sha = sha_of(target_repo, "before-interrupt")
 
     hero.proc.send_signal(signum)
     try:
@@ -326,7 +269,7 @@ def test_sigint_in_later_phase_records_no_round(
             time.sleep(0.05)
         assert asked.exists(), hero.output()
     assert load_state(home)["phase"] == phase
-    work_sha = branch_sha(target_repo, "work")
+    work_sha = sha_of(target_repo, "work")
 
     hero.proc.send_signal(signal.SIGINT)
     try:
@@ -406,8 +349,8 @@ def test_crash_mid_round_resumes_from_last_finished_round(
     assert state["current_round"] == 2 and state["phase"] == "worker"
     assert [r["round"] for r in state["rounds"]] == [1]
     assert story.read_text().count("### Round 1") == 1
-    round1_sha = branch_sha(target_repo, "round-1")
-    crash_sha = branch_sha(target_repo, "round-2-before-crash")
+    round1_sha = sha_of(target_repo, "round-1")
+    crash_sha = sha_of(target_repo, "round-2-before-crash")
 
     n_before = len(model.requests)
     again = Hero(home, story, tmp_path, "second")

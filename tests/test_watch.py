@@ -24,6 +24,21 @@ from typing import Any
 
 import pytest
 from conftest import git
+from helpers import (
+    alive,
+    commit_once,
+    is_ancestor,
+    is_review,
+    load_state,
+    long_command,
+    review_round,
+    sha_of,
+    step_of,
+    task_text,
+    verdict,
+    wait_dead,
+    worker_round,
+)
 
 from hero.cli import main
 from hero.scripted import Reply, ScriptedModel, call, text
@@ -45,57 +60,14 @@ def wait_for(cond: Callable[[], Any], timeout: float = RUN_TIMEOUT_S, step: floa
         time.sleep(step)
 
 
-def task_text(body: dict[str, Any]) -> str:
-    return str(body["messages"][1]["content"])
-
-
-def is_review(body: dict[str, Any]) -> bool:
-    return str(body["messages"][0]["content"]).startswith("You are hero's reviewer")
-
-
 def story_of(body: dict[str, Any]) -> str:
     m = re.search(r"^# Story (\S+?):", task_text(body), re.M)
     assert m, "a task without its story line"
     return m.group(1)
 
 
-def worker_round(body: dict[str, Any]) -> int:
-    m = re.search(r"This is round (\d+) of at most", task_text(body))
-    assert m
-    return int(m.group(1))
-
-
-def review_round(body: dict[str, Any]) -> int:
-    m = re.search(r"## Verifier summary \(round (\d+)\)", task_text(body))
-    assert m
-    return int(m.group(1))
-
-
-def step_of(body: dict[str, Any]) -> int:
-    return sum(1 for m in body["messages"] if m.get("role") == "assistant")
-
-
-def verdict(v: str, summary: str = "Reviewed.") -> Reply:
-    return text(json.dumps({"verdict": v, "summary": summary, "ac_check": [], "comments": []}))
-
-
 APPROVED = verdict("APPROVED", "Good.")
 CHANGES = verdict("CHANGES_REQUESTED", "Not yet: more please.")
-
-
-def commit_once(name: str) -> str:
-    return (
-        f"test -f {name}.txt || "
-        f"{{ echo {name} > {name}.txt && git add -A && git commit -q -m {name}; }}"
-    )
-
-
-def long_command(pid_file: Path) -> str:
-    """Sleep in a background child (pid in ``pid_file``) unless an earlier run already did."""
-    return (
-        f"test -f {pid_file} || "
-        f"{{ sleep 30 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; wait; }}"
-    )
 
 
 @dataclass
@@ -136,18 +108,6 @@ def worker_rounds(model: ScriptedModel, sid: str, since: int = 0) -> list[int]:
     ]
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(") ", 1)[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-
-
-def wait_dead(pid: int, timeout: float = 20.0) -> bool:
-    return bool(wait_for(lambda: not alive(pid), timeout))
-
-
 def read_pid(path: Path) -> int | None:
     try:
         content = path.read_text().strip()
@@ -156,26 +116,8 @@ def read_pid(path: Path) -> int | None:
     return int(content) if content.isdigit() else None
 
 
-def load_state(home: Path, sid: str) -> dict[str, Any]:
-    return json.loads((home / "runs" / "state" / f"{sid}.json").read_text())
-
-
 def subjects(repo: Path, ref: str) -> list[str]:
     return git(repo, "log", "--format=%s", f"main..{ref}").splitlines()
-
-
-def is_ancestor(repo: Path, sha: str, ref: str) -> bool:
-    return (
-        subprocess.run(["git", "merge-base", "--is-ancestor", sha, ref], cwd=repo).returncode == 0
-    )
-
-
-def sha_of(repo: Path, subject: str, ref: str) -> str:
-    for line in git(repo, "log", "--format=%H %s", f"main..{ref}").splitlines():
-        sha, _, subj = line.partition(" ")
-        if subj == subject:
-            return sha
-    raise AssertionError(f"no commit '{subject}' on {ref}")
 
 
 class Daemon:
