@@ -29,7 +29,7 @@ from hero.state import StateError, file_digest, load_state
 from hero.story import PRIORITIES, Story, StoryError, parse_story
 
 #: Seconds a clean stop waits for running stories before recording them as interrupted.
-STOP_GRACE_S = 8.0
+STOP_GRACE_S = 6.0
 #: Seconds between rescans of the inbox, a safety net under the event stream.
 RESCAN_S = 10.0
 
