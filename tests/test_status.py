@@ -68,8 +68,18 @@ def running_state() -> RunState:
 # --------------------------------------------------------------------------- rows
 
 
+def hold_story_lock(home: Path, story_id: str) -> Any:
+    """Be the live run of a story, as `hero run` or `hero watch` is while running it."""
+    lock = home / "runs" / "locks" / f"{story_id}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    held = open(lock, "a")  # noqa: SIM115 - closed by the caller
+    fcntl.flock(held, fcntl.LOCK_EX)
+    return held
+
+
 def test_rows_carry_every_field(tmp_path: Path) -> None:
     save_state(tmp_path, running_state())
+    held = hold_story_lock(tmp_path, "fix-login")
     save_state(
         tmp_path,
         RunState(
@@ -137,6 +147,7 @@ def test_rows_carry_every_field(tmp_path: Path) -> None:
     ]
     # the columns line up
     assert run_line.index("running") == header.index("STATUS") == slug_line.index("passed")
+    held.close()
     error_line = lines[lines.index(next(x for x in lines if x.startswith("broken"))) + 1]
     assert error_line == "    error: model error: the endpoint answered 503 after 3 attempts"
     assert "queue: empty" in lines
@@ -408,3 +419,22 @@ def test_formatters() -> None:
         "$0.0123",
         "$1.5000",
     ]
+
+
+def test_running_state_without_a_live_run_is_marked_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path
+    save_state(home, running_state())
+    story_id = running_state().id
+    (home / "runs" / "locks").mkdir(parents=True)
+    (home / "runs" / "locks" / f"{story_id}.lock").touch()
+
+    # nobody holds the story's lock: the run that wrote `running` is gone
+    assert status_json(home, capsys)["stories"][0]["stale"] is True
+    text = status_text(home, capsys)
+    assert f"{story_id}  stale" in text and "no hero process runs it" in text
+
+    with hold_story_lock(home, story_id):  # a live run holds it
+        assert status_json(home, capsys)["stories"][0]["stale"] is False
+        assert "stale" not in status_text(home, capsys)

@@ -80,7 +80,10 @@ def _story_rows(home: Path, now: float) -> list[dict[str, Any]]:
             state = load_state(home, story_id)
             if state is None:  # removed since the listing
                 continue
-            rows.append(_row(state, now))
+            row = _row(state, now)
+            if row["status"] == "running":
+                row["stale"] = not _story_lock_held(home, story_id)
+            rows.append(row)
         except StateError as exc:
             rows.append(_unreadable(story_id, path, str(exc.__cause__ or exc), home))
         except (TypeError, ValueError, AttributeError) as exc:  # fields of the wrong type
@@ -90,6 +93,26 @@ def _story_rows(home: Path, now: float) -> list[dict[str, Any]]:
     rest.sort(key=lambda r: (-(r["updated_at"] or 0.0), r["id"]))
     running.sort(key=lambda r: r["id"])
     return running + rest
+
+
+def _story_lock_held(home: Path, story_id: str) -> bool:
+    """Whether some hero process is running the story now (it holds runs/locks/<id>.lock).
+
+    A state that says `running` with nobody holding the lock was left by a run that died;
+    the next `hero run` or `hero watch` resumes it."""
+    import fcntl
+
+    try:
+        fh = open(home / "runs" / "locks" / f"{story_id}.lock")  # noqa: SIM115
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
 
 
 def _row(state: Any, now: float) -> dict[str, Any]:
@@ -250,7 +273,7 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
     cells = [
         (
             row["id"],
-            row["status"],
+            "stale" if row.get("stale") else row["status"],
             str(row["current_round"]) if row["current_round"] else "-",
             str(row["rounds_done"]),
             row["phase"] or "-",
@@ -267,6 +290,8 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
         out.append(line)
         if row["error"]:
             out.append(_cut("    error: " + " ".join(row["error"].split()), WIDTH))
+    if any(row.get("stale") for row in stories):
+        out.append("stale: says running, but no hero process runs it; the next run resumes it")
     return out
 
 
