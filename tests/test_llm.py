@@ -166,12 +166,6 @@ def test_usage_accumulates_tokens_calls_and_cost(scripted: Start) -> None:
     usage = client.usage
     assert (usage.tokens_in, usage.tokens_out, usage.llm_calls) == (4000, 750, 2)
     assert usage.cost_usd == pytest.approx(4000 * 2.0 / 1e6 + 750 * 10.0 / 1e6)
-    assert usage.as_dict() == {
-        "tokens_in": 4000,
-        "tokens_out": 750,
-        "llm_calls": 2,
-        "cost_usd": round(0.008 + 0.0075, 6),
-    }
 
 
 def test_cost_is_zero_without_pricing(scripted: Start) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from hero import __version__
-
-EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from hero.errors import EXIT_OK as EXIT_PASSED
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Exceptions shared across hero's rooms."""
+"""Exceptions and exit codes shared across hero's rooms."""
 
 from __future__ import annotations
 
@@ -9,3 +9,7 @@ class Interrupted(BaseException):
     A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way
     up swallows it and records a fake failure.
     """
+
+
+#: Exit codes of every command: a contract for scripts.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

@@ -58,14 +58,6 @@ class Usage:
     retries: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-            "llm_calls": self.llm_calls,
-            "cost_usd": round(self.cost_usd, 6),
-        }
-
 
 class LlmClient:
     """Chat Completions with tools, over the real ``openai`` SDK."""

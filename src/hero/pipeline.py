@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hero.agent.loop import AgentLimits, Model
+from hero.agent.loop import AgentLimits, Model, run_agent
 from hero.agent.tools import ToolContext
 from hero.config import Config
 from hero.errors import Interrupted
@@ -35,7 +35,7 @@ from hero.gitops import (
 from hero.llm import LlmError
 from hero.roles.reviewer import Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
-from hero.roles.worker import build_messages, run_worker
+from hero.roles.worker import build_messages
 from hero.runner import RUN_MARKER, child_env, kill_marked
 from hero.state import RESUMABLE, RunState, file_digest, load_state, save_state
 from hero.story import Story, VerifyTier, append_feedback, parse_story
@@ -223,7 +223,7 @@ class StoryRun:
         trace_path = self.run_dir / f"round-{n}.jsonl"
         with Trace(trace_path) as trace:
             trace.event("round_start", story=story.id, round=n, run=state.runs, branch=self.branch)
-            result = run_worker(self.worker_model, messages, ctx, agent_limits, trace)
+            result = run_agent(self.worker_model, messages, ctx, agent_limits, trace)
             self._rescue(f"hero: commit work left uncommitted in round {n} ({story.id})")
             strayed = self._back_to_branch()
             self.say(

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+from hero.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 
 def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = None) -> int:

@@ -1,15 +1,12 @@
-"""The worker: builds the worker's prompt from the story and runs the agent loop."""
+"""The worker's prompt: the story, its scope and checks, the repo's own rules, feedback."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from hero.agent.loop import AgentLimits, AgentResult, Model, run_agent
-from hero.agent.tools import ToolContext
 from hero.prompting import load_template, render
 from hero.story import Story, VerifyTier
-from hero.trace import Trace
 
 #: Files in the target repo whose rules the worker must follow, in this order.
 RULE_FILES = ("AGENTS.md", "CLAUDE.md")
@@ -81,13 +78,3 @@ def build_messages(
         max_rounds=max_rounds,
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": task}]
-
-
-def run_worker(
-    model: Model,
-    messages: list[dict[str, Any]],
-    ctx: ToolContext,
-    limits: AgentLimits,
-    trace: Trace,
-) -> AgentResult:
-    return run_agent(model, messages, ctx, limits, trace)
