@@ -11,7 +11,7 @@ from typing import Any
 
 from conftest import git
 
-from hero.scripted import Reply, text
+from hero.testing.scripted import Reply, text
 
 
 def is_review(body: dict[str, Any]) -> bool:

@@ -22,7 +22,7 @@ from conftest import git
 
 from hero.agent.tools import TOOL_NAMES
 from hero.cli import main
-from hero.scripted import (
+from hero.testing.scripted import (
     Drop,
     HttpError,
     Reply,

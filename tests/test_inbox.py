@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hero.inbox import Inbox, is_story_name, start_watching
+from hero.daemon.inbox import Inbox, is_story_name, start_watching
 
 STORY = "---\nid: s1\ntitle: Story s1\n---\n\n## Goal\nSomething.\n"
 LONG_SETTLE_S = 30.0  # longer than any test waits: only an event can make a file due early

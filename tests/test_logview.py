@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from hero.cli import main
-from hero.logview import WIDTH, follow, format_event
 from hero.state import RunState, save_state
 from hero.trace import Trace
+from hero.views.logs import WIDTH, follow, format_event
 
 WAIT_S = 30.0  # generous "did not hang" bound, not a speed check
 LONG_PROMPT = "\n".join(f"prompt line {i}" for i in range(1, 11))

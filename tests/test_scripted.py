@@ -1,4 +1,4 @@
-"""Tests for hero.scripted: the scripted OpenAI-compatible server, driven by the real SDK."""
+"""Tests for hero.testing.scripted: the scripted OpenAI-compatible server, driven by the real SDK."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from hero.scripted import (
+from hero.testing.scripted import (
     Drop,
     HttpError,
     RecordedRequest,
@@ -495,7 +495,7 @@ def test_explicit_port_and_reuse_after_stop() -> None:
 
 HANDLER_MODULE = textwrap.dedent(
     """
-    from hero.scripted import HttpError, call, text
+    from hero.testing.scripted import HttpError, call, text
 
     def handler(body):
         last = body["messages"][-1]["content"]
@@ -527,7 +527,7 @@ def test_command_line_server(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "hero.scripted",
+            "hero.testing.scripted",
             "--handler",
             "scripted_cli_helper:handler",
             "--latency",
@@ -565,7 +565,7 @@ def test_command_line_server(tmp_path: Path) -> None:
 
 def test_command_line_bad_handler(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "hero.scripted", "--handler", "no_such_module_xyz:handler"],
+        [sys.executable, "-m", "hero.testing.scripted", "--handler", "no_such_module_xyz:handler"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

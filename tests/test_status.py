@@ -13,7 +13,7 @@ import pytest
 
 from hero.cli import main
 from hero.state import RunState, save_state, state_path
-from hero.status import (
+from hero.views.status import (
     WIDTH,
     collect_status,
     daemon_status,

@@ -41,7 +41,7 @@ from helpers import (
 )
 
 from hero.cli import main
-from hero.scripted import Reply, ScriptedModel, call, text
+from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 RUN_TIMEOUT_S = 120.0  # generous "did not hang" bounds, not speed checks
 STOP_SPEC_S = 10.0  # the issue: a clean stop exits within 10 s
@@ -521,7 +521,7 @@ def init(self, *args, **kwargs):
 
 
 hero.llm.LlmClient.__init__ = init
-from hero.service import watch
+from hero.daemon.watch import watch
 
 sys.exit(watch(Path(sys.argv[1]), json_logs=True))
 """
@@ -604,7 +604,7 @@ def move(src, dest):  # hero has recorded the pass; it dies just before or after
 
 
 hero.pipeline.move_story_file = move
-from hero.service import watch
+from hero.daemon.watch import watch
 
 sys.exit(watch(Path(sys.argv[1]), exit_when_idle=True, json_logs=True))
 """
@@ -667,7 +667,7 @@ def test_second_signal_while_stopping_exits_at_once(
         gate.set()
     assert code == 130, daemon.output()
     # "at once": well before the clean stop's grace period would have ended
-    from hero.dispatcher import STOP_GRACE_S
+    from hero.daemon.dispatcher import STOP_GRACE_S
 
     assert waited < STOP_GRACE_S - 2, waited
     state = load_state(home, "s1")

@@ -120,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "logs":
             return cmd_logs(args)
         if args.command == "watch":
-            from hero.service import watch
+            from hero.daemon.watch import watch
 
             fmt = {"auto": None, "console": False, "json": True}[args.log_format]
             return watch(_home(args), exit_when_idle=args.exit_when_idle, json_logs=fmt)
         if args.command == "retry":
-            from hero.service import retry
+            from hero.daemon.watch import retry
 
             return retry(_home(args), args.id)
     except KeyboardInterrupt:
@@ -160,7 +160,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import os
 
-    from hero.status import collect_status, format_status
+    from hero.views.status import collect_status, format_status
 
     home = _home(args)
     if not home.is_dir():
@@ -177,7 +177,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_logs(args: argparse.Namespace) -> int:
     import os
 
-    from hero.logview import LogsError, follow, show
+    from hero.views.logs import LogsError, follow, show
 
     if args.round is not None and args.round < 1:
         print(f"hero: --round: expected a round number >= 1; found {args.round}", file=sys.stderr)
@@ -199,6 +199,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from hero.app import run_with_config
     from hero.config import ConfigError, load_config
     from hero.errors import Interrupted
     from hero.gitops import GitError
@@ -242,22 +243,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         print(_summary_line(result))
     return EXIT_PASSED if state.status == "passed" else EXIT_FAILED
-
-
-def run_with_config(story_path: Path, config: Any, *, progress: Any = None) -> Any:
-    """Build the models from the config and run the story: the path `hero run` and the demo share."""
-    from hero.llm import LlmClient
-    from hero.pipeline import run_story
-
-    def retry_note(msg: str) -> None:
-        if progress:
-            progress(f"model: {msg}")
-
-    worker = LlmClient(config.role("worker"), config.llm, on_retry=retry_note)
-    reviewer = LlmClient(
-        config.role("reviewer"), config.llm, on_retry=retry_note, share_http_with=worker
-    )
-    return run_story(story_path, config, worker, reviewer, progress=progress)
 
 
 def summarize(state: Any, home: Path, duration_s: float) -> dict[str, Any]:

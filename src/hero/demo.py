@@ -73,9 +73,9 @@ def make_demo_home(root: Path, base_url: str) -> tuple[Path, Path]:
 
 
 def run_demo(directory: Path | None) -> int:
-    from hero.cli import run_with_config
+    from hero.app import run_with_config
     from hero.config import load_config
-    from hero.scripted import ScriptedModel
+    from hero.testing.scripted import ScriptedModel
 
     root = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="hero-demo-"))
     if root.exists() and any(root.iterdir()):
@@ -145,7 +145,7 @@ class SlugifyTest(unittest.TestCase):
 
 def demo_policy(request: dict[str, Any]) -> Any:
     """Decide the scripted model's next answer from the conversation alone (stateless)."""
-    from hero.scripted import call, text
+    from hero.testing.scripted import call, text
 
     messages = request.get("messages", [])
     system = str(messages[0].get("content", "")) if messages else ""
@@ -189,7 +189,7 @@ def demo_policy(request: dict[str, Any]) -> Any:
 
 
 def _review(task: str) -> Any:
-    from hero.scripted import text
+    from hero.testing.scripted import text
 
     has_tests = "+++ b/tests/test_slug.py" in task
     criteria = [

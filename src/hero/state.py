@@ -7,12 +7,38 @@ import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("queued", "running", "passed", "gave_up", "error", "skipped", "interrupted")
+
+class Status(StrEnum):
+    """Where a story is in its life. The values are the contract in ``runs/state/<id>.json``."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    PASSED = "passed"
+    GAVE_UP = "gave_up"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def terminal(self) -> bool:
+        """The story has ended; nothing more happens until a person acts (edit, retry)."""
+        return self in TERMINAL
+
+    @property
+    def resumable(self) -> bool:
+        """The next run continues the same branch and round count."""
+        return self in RESUMABLE
+
+
+STATUSES = tuple(s.value for s in Status)
 #: Statuses from which the next run continues the same branch and round count.
-RESUMABLE = ("queued", "running", "interrupted", "error")
+RESUMABLE = frozenset({Status.QUEUED, Status.RUNNING, Status.INTERRUPTED, Status.ERROR})
+#: Statuses in which a story has ended.
+TERMINAL = frozenset({Status.PASSED, Status.GAVE_UP, Status.ERROR, Status.SKIPPED})
 
 
 class StateError(Exception):

@@ -20,9 +20,9 @@ from typing import IO, Any
 
 from hero.agent.loop import Model
 from hero.config import Config
+from hero.daemon.inbox import Inbox, start_watching
 from hero.errors import Interrupted
 from hero.gitops import TargetRepo
-from hero.inbox import Inbox, start_watching
 from hero.pipeline import StoryBusy, StoryRun, finish_done_move
 from hero.runner import kill_marked
 from hero.state import StateError, file_digest, load_state

@@ -15,9 +15,9 @@ from hero.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = None) -> int:
     from hero.config import ConfigError, load_config
-    from hero.dispatcher import DaemonLock, DaemonRunning, Dispatcher
+    from hero.daemon.dispatcher import DaemonLock, DaemonRunning, Dispatcher
+    from hero.daemon.logsetup import configure
     from hero.llm import LlmClient
-    from hero.logs import configure
 
     log = configure(json=json_logs)
     try:

@@ -1,0 +1,1 @@
+"""Test doubles that are real: the scripted OpenAI-compatible model server."""

@@ -1,0 +1,1 @@
+"""Read-only views for people: `hero status` and `hero logs`."""
