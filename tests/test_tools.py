@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
+import sys
+import sysconfig
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +21,11 @@ from hero.agent.tools import (
     execute_tool,
     glob_to_regex,
     resolve_path,
+    search,
     tool_schemas,
     write_text_file,
 )
 from hero.runner import child_env
-
-HAS_RG = shutil.which("rg") is not None
-needs_rg = pytest.mark.skipif(not HAS_RG, reason="ripgrep (rg) is not installed")
 
 CONTRACT: dict[str, tuple[set[str], set[str]]] = {  # name -> (all arguments, required)
     "bash": ({"command", "timeout_s"}, {"command"}),
@@ -70,9 +70,10 @@ def ctx(root: Path) -> ToolContext:
     return make_ctx(root)
 
 
-@pytest.fixture(params=["python", pytest.param("rg", marks=needs_rg)])
+@pytest.fixture(params=["python", "rg"])
 def gctx(request: pytest.FixtureRequest, root: Path) -> ToolContext:
-    """A context for each grep engine: the pure-Python fallback and ripgrep."""
+    """A context for each grep engine: the pure-Python fallback and ripgrep (a dependency,
+    so never skipped)."""
     return make_ctx(root, use_ripgrep=request.param == "rg")
 
 
@@ -784,12 +785,11 @@ def test_grep_without_git_repo(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     write(plain, "a/b.txt", "needle\n")
     write(plain, "c.txt", "no\n")
-    for use_rg in (False, True) if HAS_RG else (False,):
+    for use_rg in (False, True):
         ctx = make_ctx(plain, use_ripgrep=use_rg)
         assert ok(ctx, "grep", {"pattern": "needle"}) == "a/b.txt:1:needle"
 
 
-@needs_rg
 @pytest.mark.parametrize(
     "args",
     [
@@ -808,9 +808,63 @@ def test_grep_engines_agree(tree: Path, args: dict) -> None:
 
 
 def test_grep_ripgrep_requested_but_missing(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(root, "a.txt", "needle\n")
+    monkeypatch.setattr(search, "find_rg", lambda: None)  # a platform without the wheel
+    assert "not installed" in err(make_ctx(root, use_ripgrep=True), "grep", {"pattern": "x"})
+    # The default falls back to the pure-Python engine.
+    assert ok(make_ctx(root), "grep", {"pattern": "needle"}) == "a.txt:1:needle"
+
+
+def _engine_must_not_run(*args: object) -> list[str]:
+    raise AssertionError("this grep engine must not run")
+
+
+def test_grep_default_engine_is_ripgrep(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(root, "a.txt", "needle\n")
+    monkeypatch.setattr(search, "_grep_py", _engine_must_not_run)
+    assert ok(make_ctx(root), "grep", {"pattern": "needle"}) == "a.txt:1:needle"
+
+
+def test_grep_python_engine_never_runs_rg(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(root, "a.txt", "needle\n")
+    monkeypatch.setattr(search, "_grep_rg", _engine_must_not_run)
+    assert ok(make_ctx(root, use_ripgrep=False), "grep", {"pattern": "needle"}) == "a.txt:1:needle"
+
+
+@pytest.fixture
+def fresh_find_rg() -> Iterator[None]:
+    search.find_rg.cache_clear()
+    yield
+    search.find_rg.cache_clear()
+
+
+@pytest.mark.usefixtures("fresh_find_rg")
+def test_find_rg_beside_the_interpreter_without_path(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`venv/bin/hero` run directly (venv not on PATH) still finds the wheel's rg."""
     monkeypatch.setenv("PATH", str(root / "no-bin"))
-    ctx = make_ctx(root, use_ripgrep=True)
-    assert "not installed" in err(ctx, "grep", {"pattern": "x"})
+    rg = search.find_rg()
+    assert rg is not None
+    beside = {Path(sysconfig.get_path("scripts")), Path(sys.executable).parent}
+    assert Path(rg).parent in beside
+    write(root, "a.txt", "needle\n")
+    assert ok(make_ctx(root, use_ripgrep=True), "grep", {"pattern": "needle"}) == "a.txt:1:needle"
+
+
+@pytest.mark.usefixtures("fresh_find_rg")
+def test_find_rg_falls_back_to_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "empty-scripts"
+    empty.mkdir()
+    on_path = tmp_path / "on-path"
+    write(on_path, "rg", "#!/bin/sh\n").chmod(0o755)
+    monkeypatch.setattr(sysconfig, "get_path", lambda *a, **k: str(empty))
+    monkeypatch.setattr(sys, "executable", str(empty / "python"))
+    monkeypatch.setenv("PATH", str(on_path))
+    assert search.find_rg() == str(on_path / "rg")
+    search.find_rg.cache_clear()
+    monkeypatch.setenv("PATH", str(empty))
+    assert search.find_rg() is None
 
 
 # --- find --------------------------------------------------------------------------------------

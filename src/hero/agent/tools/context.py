@@ -1,0 +1,42 @@
+"""What every tool shares: the context it runs in, the outcome it returns, the error it raises."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolError(Exception):
+    """A tool failed in a way the model should read about (bad path, bad argument, ...)."""
+
+
+@dataclass
+class ToolContext:
+    root: Path  # the worktree; resolved once in __post_init__
+    env: Mapping[str, str]  # environment for bash (already built with child_env)
+    bash_timeout_s: float = 300.0  # default per-call timeout; the model's timeout_s is capped
+    max_bash_timeout_s: float = 1800.0
+    cancel: threading.Event | None = None
+    max_result_chars: int = 20_000  # tool result text cap (truncate_middle)
+    # grep engine. None: rg when found (search.find_rg), else the pure-Python grep;
+    # True: rg, or an error when it is missing; False: the pure-Python grep.
+    use_ripgrep: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).resolve()
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    content: str  # text sent back to the model as the tool message
+    is_error: bool
+    command_s: float = 0.0  # time spent in a subprocess (bash), for the benchmark
+
+
+def os_reason(exc: BaseException) -> str:
+    """The short reason an OS error gives ("Permission denied"), for a ToolError message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
