@@ -410,6 +410,56 @@ def test_duplicate_role_block(tmp_path: Path) -> None:
     assert "line 3" in err.message
 
 
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("3", "expected a list of strings (or one string); found the number 3"),
+        ("{a: b}", "expected a list of strings (or one string); found a mapping"),
+        ("[ok, '']", "expected a list of non-empty strings; item 2 is an empty string"),
+        ("[ok, [x]]", "item 2 is a list of 1 item(s)"),
+    ],
+)
+def test_default_verify_string_list_errors(tmp_path: Path, value: str, fragment: str) -> None:
+    # The same rule (and wording) as a story's scope and depends_on: hero.yamlio.string_list.
+    roles = "target_repo: repo\ndefault_verify: " + value + "\n"
+    err = config_error(make_home(tmp_path, roles=roles), ())
+    assert (err.file, err.key) == ("config/roles.yaml", "default_verify")
+    assert fragment in err.message
+
+
+def test_default_verify_one_string_and_stripping(tmp_path: Path) -> None:
+    home = make_home(tmp_path, roles="target_repo: repo\ndefault_verify: '  make test '\n")
+    assert load_config(home, ()).default_verify == ("make test",)
+
+
+def test_file_that_is_not_utf8_or_is_binary(tmp_path: Path) -> None:
+    home = make_home(tmp_path, roles="target_repo: repo\n")
+    roles_path = home / "config" / "roles.yaml"
+    roles_path.write_bytes("target_repo: r\xe9po\n".encode("latin-1"))
+    err = config_error(home, ())
+    assert (err.file, err.key) == ("config/roles.yaml", "file")
+    assert "byte 0xe9 at offset 14" in err.message
+    roles_path.write_bytes(b"target_repo: repo\n\x00\x01")
+    err = config_error(home, ())
+    assert (err.file, err.key) == ("config/roles.yaml", "file")
+    assert "binary" in err.message
+
+
+def test_bad_utf8_in_the_local_file_quotes_no_byte(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home / "config.local.yaml").write_bytes(b"keys:\n  openai: sk-\xe9\xff\n")
+    err = config_error(home, env={})
+    assert (err.file, err.key) == ("config.local.yaml", "file")
+    assert "not valid UTF-8" in err.message
+    assert "0xe9" not in err.message
+
+
+def test_bom_is_accepted_in_config_files(tmp_path: Path) -> None:
+    home = make_home(tmp_path, roles="target_repo: repo\n")
+    (home / "config" / "roles.yaml").write_bytes(b"\xef\xbb\xbftarget_repo: repo\n")
+    assert load_config(home, ()).target_repo == (home / "repo").resolve()
+
+
 def test_missing_home_and_missing_roles_file(tmp_path: Path) -> None:
     err = config_error(tmp_path / "nope")
     assert err.key == "home"

@@ -1,9 +1,16 @@
 from __future__ import annotations
 
+import dataclasses
+import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from hero import story as story_module
 from hero.story import (
     FEEDBACK_HEADING,
     MAX_STORY_BYTES,
@@ -11,9 +18,14 @@ from hero.story import (
     StoryError,
     VerifyTier,
     append_feedback,
+    dumps_story,
     parse_story,
     parse_story_text,
+    story_handler,
+    story_metadata,
+    write_story,
 )
+from hero.yamlio import ValueProblem
 
 FULL = """\
 ---
@@ -477,3 +489,325 @@ def test_append_feedback_empty_text_and_bad_round(tmp_path: Path) -> None:
     assert "### Round 3\n\n(no feedback text)" in parse_story(path).feedback
     with pytest.raises(ValueError):
         append_feedback(path, -1, "x")
+
+
+def test_append_feedback_replaces_the_file_atomically(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    os.chmod(path, 0o640)
+    before = os.stat(path)
+    assert append_feedback(path, 1, "fb") is True
+    after = os.stat(path)
+    assert after.st_ino != before.st_ino  # a new file renamed over the old one, not appended
+    assert stat.S_IMODE(after.st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["story.md"]  # no temporary file left
+
+
+USER_FRONTMATTER = """\
+---
+# the user's comment stays
+title: "Quoted title"   # trailing comment
+id: s1
+scope: [src/a.py,   src/b.py]
+verify:
+  unit: pytest -q
+priority: high
+...
+## Goal
+Do it.
+"""
+
+
+@pytest.mark.parametrize(
+    "original",
+    [
+        FULL.encode("utf-8"),
+        USER_FRONTMATTER.encode("utf-8"),
+        b"\xef\xbb\xbf" + FULL.replace("\n", "\r\n").encode("utf-8"),
+    ],
+    ids=["plain", "comments", "bom-crlf"],
+)
+def test_append_feedback_writes_what_frontmatter_dumps_renders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, original: bytes
+) -> None:
+    # For a story hero can read, the new file is the writer's output (frontmatter.dumps with
+    # the user's YAML text handed back), and that output only adds to the user's bytes.
+    rendered: list[str] = []
+    real = story_module._render
+
+    def spy(post: Any, **kwargs: str) -> str:
+        rendered.append(real(post, **kwargs))
+        return rendered[-1]
+
+    monkeypatch.setattr(story_module, "_render", spy)
+    path = tmp_path / "s.md"
+    path.write_bytes(original)
+    assert append_feedback(path, 1, "fb") is True
+    data = path.read_bytes()
+    assert data.startswith(original)
+    crlf = b"\r\n" in original
+    expected = rendered[-1].replace("\n", "\r\n") if crlf else rendered[-1]
+    bom = b"\xef\xbb\xbf" if original.startswith(b"\xef\xbb\xbf") else b""
+    assert data == bom + expected.encode("utf-8")
+
+
+def test_append_feedback_keeps_the_users_frontmatter_verbatim(tmp_path: Path) -> None:
+    path = write(tmp_path, USER_FRONTMATTER)
+    assert append_feedback(path, 1, "first") is True
+    assert append_feedback(path, 2, "second") is True
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith(USER_FRONTMATTER)  # comments, quoting, key order, '...' closer
+    story = parse_story(path)
+    assert (story.id, story.title, story.scope) == ("s1", "Quoted title", ("src/a.py", "src/b.py"))
+    assert story.feedback == "### Round 1\n\nfirst\n\n### Round 2\n\nsecond"
+
+
+@pytest.mark.parametrize(
+    "original",
+    [
+        b"---\nid: s1\ntitle: T\n---",  # no newline after the closing line
+        b"---\r\nid: s1\ntitle: T\r\n---\n## Goal\r\nDo it.\n",  # mixed line endings
+        b"---\rid: s1\rtitle: T\r---\r## Goal\rDo it.\r",  # old Mac line endings
+        b"# No frontmatter at all\n",
+        b"---\nid: s1\ntitle: [unclosed\n---\nbody\n",  # YAML hero cannot read
+    ],
+)
+def test_append_feedback_only_ever_adds_bytes(tmp_path: Path, original: bytes) -> None:
+    path = tmp_path / "odd.md"
+    path.write_bytes(original)
+    assert append_feedback(path, 1, "fb") is True
+    data = path.read_bytes()
+    assert data.startswith(original)
+    assert b"### Round 1" in data[len(original) :]
+    assert append_feedback(path, 1, "fb") is False
+
+
+# ----------------------------------------------------------------------------- the writer
+
+
+STORIES: list[tuple[dict[str, Any], str]] = [
+    (
+        {
+            "id": "add-login",
+            "title": "Add a login page",
+            "priority": "high",
+            "max_retries": 5,
+            "verify": {"lint": ["ruff check ."], "unit": ["pytest -q tests/unit", "pytest -q"]},
+            "scope": ["src/app/login.py", "tests/"],
+            "depends_on": ["setup-db"],
+            "base_ref": "main",
+        },
+        "## Goal\nUsers log in.\n\n## Acceptance Criteria\n- [ ] a form\n- [ ] an error\n",
+    ),
+    (
+        {
+            "title": 'Überschrift: café, naïve, 日本語 — and "quotes" # not a comment',
+            "id": "unicode.1",
+            "verify": ["make test", "echo 'done: yes'"],
+            "scope": "src/ü/",
+        },
+        "## Goal\nÄndern — ✓\n\n## Constraints\n名前\n",
+    ),
+    (
+        {
+            "id": "tiers",
+            "title": "Tiers in declared order",
+            "verify": {"zz-last-name-first": "ruff check .", "aa": ["pytest -q"], "mm": ["x"]},
+        },
+        "Plain body.\n",
+    ),
+    (
+        {
+            "id": "flat",
+            "title": "yes",  # a word YAML 1.1 would read as a boolean if written bare
+            "priority": "low",
+            "verify": ["python -c 'print(1)'", "printf '%s\\n' '---'"],
+            "depends_on": ["a", "b", "c"],
+            "base_ref": "0123",  # digits only: must stay a string
+            "max_retries": 1,
+        },
+        "## Goal\n```\n---\n```\n\n## Out of Scope\nnull\n",
+    ),
+    (
+        {"id": "multi", "title": "T", "verify": {"script": ["set -e\n---\necho ok\n"]}},
+        "",
+    ),
+]
+
+
+def fields_of(story: Story) -> dict[str, Any]:
+    out = dataclasses.asdict(story)
+    out.pop("path")
+    return out
+
+
+@pytest.mark.parametrize(("metadata", "body"), STORIES, ids=[m["id"] for m, _ in STORIES])
+def test_written_story_reads_back_the_same(
+    tmp_path: Path, metadata: dict[str, Any], body: str
+) -> None:
+    path = tmp_path / f"{metadata['id']}.md"
+    written = write_story(path, metadata, body)
+    text = path.read_text(encoding="utf-8")
+    assert text == dumps_story(metadata, body)
+    assert text.startswith("---\n") and text.endswith("\n") and not text.endswith("\n\n")
+    story = parse_story(path)
+    assert story == written
+
+    # every field as given, verify tiers in declared order
+    assert story.id == metadata["id"]
+    assert story.title == metadata["title"]
+    assert story.priority == metadata.get("priority", "normal")
+    assert story.max_retries == metadata.get("max_retries")
+    verify = metadata.get("verify")
+    if isinstance(verify, dict):
+        assert [t.name for t in story.verify] == list(verify)
+        for tier, commands in zip(story.verify, verify.values(), strict=True):
+            commands = [commands] if isinstance(commands, str) else commands
+            assert tier.commands == tuple(c.strip() for c in commands)
+    else:
+        assert story.verify == ((VerifyTier("verify", tuple(verify)),) if verify else ())
+    scope = metadata.get("scope", [])
+    assert story.scope == ((scope,) if isinstance(scope, str) else tuple(scope))
+    assert story.depends_on == tuple(metadata.get("depends_on", ()))
+    assert story.base_ref == metadata.get("base_ref")
+    assert story.body == parse_story_text("---\nid: x\ntitle: x\n---\n" + body, path).body
+
+    # the frontmatter keeps the caller's key order
+    fm_lines = text.split("\n---\n", 1)[0].split("\n")[1:]
+    top_keys = [line.split(":", 1)[0] for line in fm_lines if line and not line[0].isspace()]
+    assert [k for k in top_keys if not k.startswith("-")] == list(metadata)
+
+    # twice through append_feedback: the same fields, the feedback kept apart
+    assert append_feedback(path, 1, "one") is True
+    assert append_feedback(path, 2, "two\n## Not a section") is True
+    after = parse_story(path)
+    assert path.read_text(encoding="utf-8").startswith(text)
+    assert fields_of(dataclasses.replace(after, feedback="")) == fields_of(story)
+    assert after.feedback == "### Round 1\n\none\n\n### Round 2\n\ntwo\n#### Not a section"
+
+
+def test_story_metadata_round_trips_a_parsed_story(tmp_path: Path) -> None:
+    original = parse_story(write(tmp_path, FULL))
+    meta = story_metadata(original)
+    assert list(meta) == [
+        "id",
+        "title",
+        "priority",
+        "max_retries",
+        "verify",
+        "scope",
+        "depends_on",
+        "base_ref",
+    ]
+    copy = write_story(tmp_path / "copy.md", meta, original.body)
+    assert fields_of(copy) == fields_of(original)
+    tiered = parse_story_text(
+        "---\nid: t\ntitle: T\nverify:\n  b: [x]\n  a: [y, z]\n---\n", tmp_path / "t.md"
+    )
+    again = write_story(tmp_path / "t2.md", story_metadata(tiered), "")
+    assert again.verify == tiered.verify
+    # Story.verify itself (tuples of VerifyTier) is accepted as a value
+    assert dumps_story({"id": "t", "title": "T", "verify": tiered.verify}, "") == dumps_story(
+        story_metadata(tiered), ""
+    )
+
+
+def test_dumps_story_writes_plain_yaml() -> None:
+    text = dumps_story(
+        {"id": "s1", "title": "T", "scope": ("a", "b"), "verify": {"unit": ("pytest",)}},
+        "## Goal\r\nDo it.\r\n\r\n\r\n",
+    )
+    assert text == (
+        "---\nid: s1\ntitle: T\nscope:\n  - a\n  - b\nverify:\n  unit:\n    - pytest\n---\n"
+        "\n## Goal\nDo it.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({"id": "s1"}, "title"),
+        ({"id": "s1", "title": "T", "prio": "high"}, "prio"),
+        ({"id": "bad id", "title": "T"}, "id"),
+        ({"id": "s1", "title": "T", "verify": {"unit": []}}, "verify"),
+    ],
+)
+def test_writer_refuses_a_story_hero_could_not_read(
+    tmp_path: Path, metadata: dict[str, Any], field: str
+) -> None:
+    path = tmp_path / "new.md"
+    with pytest.raises(StoryError) as info:
+        write_story(path, metadata, "body")
+    assert (info.value.path, info.value.field) == (path, field)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(StoryError):
+        dumps_story(metadata, "body")
+
+
+def test_write_story_replaces_or_refuses_an_existing_file(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    os.chmod(path, 0o600)
+    with pytest.raises(FileExistsError):
+        write_story(path, {"id": "other", "title": "Other"}, "", exist_ok=False)
+    assert path.read_text(encoding="utf-8") == FULL
+    story = write_story(path, {"id": "other", "title": "Other"}, "New body.")
+    assert (story.id, story.body) == ("other", "New body.")
+    assert parse_story(path) == story
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # the file's permissions kept
+    assert [p.name for p in tmp_path.iterdir()] == ["story.md"]
+    fresh = write_story(tmp_path / "fresh.md", {"id": "f", "title": "F"}, "", exist_ok=False)
+    assert fresh.id == "f"
+
+
+# ----------------------------------------------------------------------------- the handler
+
+
+def test_handler_is_strict_through_frontmatter_itself() -> None:
+    import frontmatter
+
+    handler = story_handler()
+    post = frontmatter.loads("---\nid: s1\ntitle: T\n---\nbody\n", handler=handler)
+    assert (post.metadata, post.content) == ({"id": "s1", "title": "T"}, "body")
+    # python-frontmatter swallows a handler's ValueError; hero's problems get through
+    with pytest.raises(ValueProblem, match="duplicate key 'id'"):
+        frontmatter.loads("---\nid: a\nid: b\n---\n", handler=handler)
+    with pytest.raises(ValueProblem, match="closing '---'"):
+        frontmatter.loads("---\nid: a\n", handler=handler)
+    with pytest.raises(ValueProblem, match="invalid YAML at line 2"):
+        frontmatter.loads("---\n!!python/object:os.system x\n---\n", handler=handler)
+
+
+def test_handler_export_keeps_key_order_and_source_text() -> None:
+    import frontmatter
+
+    post = frontmatter.Post("body", story_handler(), zeta=1, alpha=[1, 2], mid="x\ny")
+    assert frontmatter.dumps(post) == (
+        "---\nzeta: 1\nalpha:\n  - 1\n  - 2\nmid: |-\n  x\n  y\n---\nbody"
+    )
+    source = "alpha: [1, 2]  # mine\nzeta: 1"
+    kept = frontmatter.Post("b", story_handler(source), alpha=[1, 2], zeta=1)
+    assert frontmatter.dumps(kept) == f"---\n{source}\n---\nb"
+    changed = frontmatter.Post("b", story_handler(source), alpha=[1, 2], zeta=True)
+    assert frontmatter.dumps(changed) == "---\nalpha:\n  - 1\n  - 2\nzeta: true\n---\nb"
+
+
+# ----------------------------------------------------------------------------- reading safely
+
+
+def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.md"
+    os.mkfifo(fifo)
+    with pytest.raises(StoryError) as info:
+        parse_story(fifo)
+    assert info.value.field == "file"
+    assert "regular" in info.value.message
+
+
+def test_reading_modules_does_not_import_yaml_or_frontmatter() -> None:
+    code = (
+        "import sys, hero.story, hero.config, hero.yamlio\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'frontmatter')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

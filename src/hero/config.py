@@ -13,7 +13,6 @@ contains an API key value.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -21,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hero.yamlio import describe, strict_loader, type_name
+from hero.yamlio import (
+    ValueProblem,
+    decode_text,
+    describe,
+    did_you_mean,
+    load_yaml,
+    string_list,
+    type_name,
+)
 
 ROLE_NAMES = ("worker", "reviewer", "planner")
 ROLES_FILE = "config/roles.yaml"
@@ -99,11 +106,18 @@ class RoleConfig:
 
 @dataclass(frozen=True)
 class WorkerLimits:
+    """The worker's limits in one round: the agent loop's guardrails and the bash timeout."""
+
     max_turns: int = 100
+    """LLM calls in one round."""
     max_tool_calls: int = 300
+    """Tool calls in one round."""
     max_wall_s: float = 3600.0
+    """Wall time of one round, checked before each LLM call and each tool call."""
     bash_timeout_s: float = 600.0
+    """The default timeout of one bash tool call."""
     loop_repeats: int = 4
+    """The same tool call with the same arguments this many times in a row is a loop."""
 
 
 @dataclass(frozen=True)
@@ -554,36 +568,27 @@ def _looks_like_secret(name: str) -> bool:
 
 def _read_mapping(home: Path, rel: str, *, secret: bool = False) -> dict[Any, Any]:
     """Parse a YAML file that must hold a mapping (an empty file is an empty mapping)."""
-    import yaml
-
     path = home / rel
     try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ConfigError(
-            rel, "file", "expected UTF-8 text; found bytes that are not UTF-8"
-        ) from None
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(rel, "file", f"cannot read: {exc.strerror or exc}") from None
     try:
-        data = yaml.load(text, Loader=strict_loader())  # noqa: S506 - SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = exc.problem or exc.context or "syntax error"
-        if secret:  # quoted fragments might be pieces of a key
-            problem = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", problem)
-        raise ConfigError(rel, "yaml", f"invalid YAML{where}: {problem}") from None
-    except yaml.YAMLError:
-        raise ConfigError(rel, "yaml", "invalid YAML") from None
-    if data is None:
+        text = decode_text(data, what="YAML file", secret=secret)
+    except ValueProblem as exc:
+        raise ConfigError(rel, "file", exc.message) from None
+    try:
+        loaded = load_yaml(text, secret=secret)
+    except ValueProblem as exc:
+        raise ConfigError(rel, "yaml", exc.message) from None
+    if loaded is None:
         return {}
-    if not isinstance(data, dict):
-        found = type_name(data) if secret else describe(data)
+    if not isinstance(loaded, dict):
+        found = type_name(loaded) if secret else describe(loaded)
         raise ConfigError(
             rel, "file", f"expected a mapping of keys at the top level; found {found}"
         )
-    return data
+    return loaded
 
 
 def _check_keys(
@@ -593,8 +598,7 @@ def _check_keys(
         if key in known:
             continue
         name = str(key)
-        hint = difflib.get_close_matches(name, known, n=1)
-        extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+        extra = did_you_mean(name, known)
         if name in ("api_key", "key", "apikey", "token"):
             extra += f"; API keys belong in {LOCAL_FILE} under keys.<provider name>"
         raise ConfigError(
@@ -659,18 +663,7 @@ class _Reader:
         return float(value)
 
     def string_list(self, key: str) -> tuple[str, ...]:
-        value = self.data.get(key)
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            raise self._error(key, f"expected a list of strings; found {describe(value)}")
-        out: list[str] = []
-        for i, item in enumerate(value, 1):
-            if not isinstance(item, str) or not item.strip():
-                raise self._error(
-                    key, f"expected a list of non-empty strings; item {i} is {describe(item)}"
-                )
-            out.append(item.strip())
-        return tuple(out)
+        try:
+            return string_list(self.data.get(key))
+        except ValueProblem as exc:
+            raise self._error(key, exc.message) from None

@@ -19,21 +19,48 @@ A story looks like::
 Every problem raises :class:`StoryError`, whose text is one line:
 ``<path>: <field>: <what was expected>; found <what was there>``.
 
+The file's shape goes through python-frontmatter both ways: a ``frontmatter.Post`` holds
+the metadata and the content, and :func:`story_handler` (a ``YAMLHandler`` on hero's strict
+YAML from :mod:`hero.yamlio`) cuts, loads and dumps the frontmatter. python-frontmatter (and
+PyYAML) are imported only when a story is read or written, never by ``hero --help``.
+
+Every story file hero writes goes through one writer, built on ``frontmatter.dumps``:
+:func:`write_story` (a whole new story, atomically) or :func:`dumps_story` (its text);
+:func:`story_metadata` gives a parsed Story's fields back as metadata.
+
 The harness appends reviewer feedback to the story file under a
-``## Reviewer Feedback (auto)`` heading (:func:`append_feedback`); that section is kept out
-of :attr:`Story.body` and exposed as :attr:`Story.feedback`.
+``## Reviewer Feedback (auto)`` heading (:func:`append_feedback`, through the same writer,
+keeping the user's bytes); that section is kept out of :attr:`Story.body` and exposed as
+:attr:`Story.feedback`.
 """
 
 from __future__ import annotations
 
-import difflib
+import contextlib
+import errno
+import functools
+import os
 import re
-from collections.abc import Iterator
+import secrets
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hero.yamlio import describe, quote, strict_loader
+from hero.yamlio import (
+    ValueProblem,
+    decode_text,
+    describe,
+    did_you_mean,
+    load_yaml,
+    quote,
+    string_list,
+)
+
+if TYPE_CHECKING:
+    import frontmatter
+    from frontmatter.default_handlers import YAMLHandler
 
 ID_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 PRIORITIES = ("low", "normal", "high")
@@ -108,26 +135,73 @@ class Story:
 def parse_story(path: Path) -> Story:
     """Read and validate the story file at ``path``."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_STORY_BYTES:
-            raise StoryError(
-                path, "file", f"too large: expected at most {MAX_STORY_BYTES} bytes; found {size}"
-            )
-        data = path.read_bytes()
-    except StoryError:
-        raise
-    except IsADirectoryError:
-        raise StoryError(path, "file", "expected a markdown file; found a directory") from None
-    except OSError as exc:
-        reason = exc.strerror or exc.__class__.__name__
-        raise StoryError(path, "file", f"cannot read the file: {reason}") from None
-    return parse_story_text(_decode(data, path), path)
+    return parse_story_text(_decode(_read_bytes(path), path), path)
 
 
 def parse_story_text(text: str, path: Path) -> Story:
     """Validate a story given as text; ``path`` is used for errors and kept on the Story."""
     path = Path(path)
+    post = _load_post(text, path)
+    fields = _validate_fields(post.metadata, path)
+    sections = _split_body(post.content)
+    ac_text = sections.get("acceptance_criteria", "")
+    return Story(
+        path=path,
+        body=sections["body"],
+        goal=sections.get("goal", ""),
+        acceptance_criteria=_list_items(ac_text),
+        constraints=sections.get("constraints", ""),
+        out_of_scope=sections.get("out_of_scope", ""),
+        feedback=sections.get("feedback", ""),
+        **fields,
+    )
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_STORY_BYTES, read with that limit."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the daemon
+    except IsADirectoryError:
+        raise StoryError(path, "file", "expected a markdown file; found a directory") from None
+    except OSError as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        raise StoryError(path, "file", f"cannot read the file: {reason}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise StoryError(path, "file", "expected a markdown file; found a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise StoryError(path, "file", "expected a regular markdown file; found a special file")
+        if info.st_size > MAX_STORY_BYTES:
+            raise StoryError(
+                path,
+                "file",
+                f"too large: expected at most {MAX_STORY_BYTES} bytes; found {info.st_size}",
+            )
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_STORY_BYTES + 1)
+    except OSError as exc:
+        reason = exc.strerror or exc.__class__.__name__
+        raise StoryError(path, "file", f"cannot read the file: {reason}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_STORY_BYTES:  # it grew while being read
+        raise StoryError(
+            path, "file", f"too large: expected at most {MAX_STORY_BYTES} bytes; found more"
+        )
+    return data
+
+
+def _load_post(text: str, path: Path) -> frontmatter.Post:
+    """The story's frontmatter (strict YAML, a mapping) and content as a ``frontmatter.Post``.
+
+    Not ``frontmatter.loads``: it strips the content, returns empty metadata when the closing
+    ``---`` is missing or the YAML is not a mapping, and passes the metadata as keyword
+    arguments (a ``content:`` field would be a TypeError). hero calls its handler's ``split``
+    and ``load`` itself and keeps its own errors.
+    """
+    import frontmatter
+
     if "\x00" in text:
         raise StoryError(
             path, "file", "expected a UTF-8 markdown file; found binary data (NUL bytes)"
@@ -144,82 +218,12 @@ def parse_story_text(text: str, path: Path) -> Story:
             "frontmatter",
             "expected YAML frontmatter between '---' lines; found an empty file",
         )
-    split = _split_frontmatter(text)
-    if split is None:
-        first = text.lstrip("\n").split("\n", 1)[0]
-        raise StoryError(
-            path,
-            "frontmatter",
-            "expected the file to start with a '---' line opening the YAML frontmatter; "
-            f"found {quote(first)}",
-        )
-    fm_text, body, closed = split
-    if not closed:
-        raise StoryError(
-            path,
-            "frontmatter",
-            "expected a closing '---' line after the YAML frontmatter; found none",
-        )
-    meta = _load_frontmatter(fm_text, path)
-    fields = _validate_fields(meta, path)
-
-    sections = _split_body(body)
-    ac_text = sections.get("acceptance_criteria", "")
-    return Story(
-        path=path,
-        body=sections["body"],
-        goal=sections.get("goal", ""),
-        acceptance_criteria=_list_items(ac_text),
-        constraints=sections.get("constraints", ""),
-        out_of_scope=sections.get("out_of_scope", ""),
-        feedback=sections.get("feedback", ""),
-        **fields,
-    )
-
-
-def _decode(data: bytes, path: Path) -> str:
-    if b"\x00" in data:
-        raise StoryError(
-            path, "file", "expected a UTF-8 markdown file; found binary data (NUL bytes)"
-        )
+    handler = story_handler()
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        bad = data[exc.start : exc.start + 1].hex()
-        raise StoryError(
-            path,
-            "file",
-            f"expected UTF-8 text; found byte 0x{bad} at offset {exc.start} that is not valid UTF-8",
-        ) from None
-
-
-def _normalize_newlines(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _split_frontmatter(text: str) -> tuple[str, str, bool] | None:
-    """Split LF text into (frontmatter, body, closed). None when there is no opening '---'."""
-    lines = text.split("\n")
-    if not lines or lines[0].rstrip() != "---":
-        return None
-    for i in range(1, len(lines)):
-        if lines[i].rstrip() in ("---", "..."):
-            return "\n".join(lines[1:i]), "\n".join(lines[i + 1 :]), True
-    return "\n".join(lines[1:]), "", False
-
-
-def _load_frontmatter(fm_text: str, path: Path) -> dict[Any, Any]:
-    import yaml
-
-    try:
-        meta = yaml.load(fm_text, Loader=strict_loader())  # noqa: S506 - SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""
-        problem = exc.problem or exc.context or "syntax error"
-        raise StoryError(path, "frontmatter", f"invalid YAML{where}: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise StoryError(path, "frontmatter", f"invalid YAML: {exc}") from None
+        fm_text, content = handler.split(text)
+        meta = handler.load(fm_text)
+    except ValueProblem as exc:
+        raise StoryError(path, "frontmatter", exc.message) from None
     if meta is None:
         raise StoryError(
             path,
@@ -232,7 +236,285 @@ def _load_frontmatter(fm_text: str, path: Path) -> dict[Any, Any]:
             "frontmatter",
             f"expected a mapping of fields (id, title, ...); found {describe(meta)}",
         )
+    post = frontmatter.Post(content, handler)
+    post.metadata = meta
+    return post
+
+
+def _decode(data: bytes, path: Path) -> str:
+    try:
+        return decode_text(data, what="markdown file")
+    except ValueProblem as exc:
+        raise StoryError(path, "file", exc.message) from None
+
+
+def _normalize_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A story file's text cut at its frontmatter: the delimiter lines kept as written."""
+
+    open_line: str
+    fm_text: str
+    close_line: str
+    body: str
+
+
+def _layout(text: str) -> _Layout:
+    """Cut LF text at its frontmatter; ValueProblem when it has no opening or closing line."""
+    lines = text.split("\n")
+    if lines[0].rstrip() != "---":
+        first = text.lstrip("\n").split("\n", 1)[0]
+        raise ValueProblem(
+            "expected the file to start with a '---' line opening the YAML frontmatter; "
+            f"found {quote(first)}"
+        )
+    for i in range(1, len(lines)):
+        if lines[i].rstrip() in ("---", "..."):
+            return _Layout(lines[0], "\n".join(lines[1:i]), lines[i], "\n".join(lines[i + 1 :]))
+    raise ValueProblem("expected a closing '---' line after the YAML frontmatter; found none")
+
+
+# ----------------------------------------------------------------------------- the handler
+
+
+def story_handler(source: str | None = None) -> YAMLHandler:
+    """A python-frontmatter handler for story files: hero's strict YAML both ways.
+
+    ``split`` requires ``---`` on the first line and a closing ``---`` (or ``...``) line;
+    ``load`` is :func:`hero.yamlio.load_yaml` (duplicate keys refused, only plain YAML
+    tags, errors with the file's line); ``export`` keeps the declared key order, writes
+    multi-line strings as ``|`` blocks and never wraps lines; ``format`` puts the content
+    right after the closing line, as it is. Given ``source``, the YAML text a file holds,
+    ``export`` returns that text verbatim while it still loads to exactly the metadata being
+    written: comments, quoting and layout a person chose survive a rewrite.
+    """
+    return _handler_class()(source)
+
+
+@functools.cache
+def _handler_class() -> Callable[[str | None], YAMLHandler]:
+    from frontmatter.default_handlers import YAMLHandler
+
+    class StoryYAMLHandler(YAMLHandler):
+        def __init__(self, source: str | None = None) -> None:
+            super().__init__()
+            self.source = source
+
+        def detect(self, text: str) -> bool:
+            return text.split("\n", 1)[0].rstrip() == "---"
+
+        def split(self, text: str) -> tuple[str, str]:
+            layout = _layout(text)
+            return layout.fm_text, layout.body
+
+        def load(self, fm: str, **kwargs: object) -> Any:
+            return load_yaml(fm, first_line=2)
+
+        def format(self, post: frontmatter.Post, **kwargs: object) -> str:
+            # python-frontmatter's own format adds a blank line before the content and
+            # strips it; a rewrite must give back the user's body as it was.
+            start = kwargs.pop("start_delimiter", self.START_DELIMITER)
+            end = kwargs.pop("end_delimiter", self.END_DELIMITER)
+            metadata = self.export(post.metadata, **kwargs)
+            return f"{start}\n{metadata}\n{end}\n{post.content}"
+
+        def export(self, metadata: dict[str, object], **kwargs: object) -> str:
+            if self.source is not None:
+                try:
+                    if _identical(load_yaml(self.source), metadata):
+                        return self.source
+                except ValueProblem:
+                    pass
+            return _dump_yaml(metadata)
+
+    return StoryYAMLHandler
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal, with the same types and the same key order (1 == True is not enough here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_identical(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _dump_yaml(metadata: Mapping[str, Any]) -> str:
+    import yaml
+
+    text: str = yaml.dump(
+        _plain(metadata),
+        Dumper=_dumper(),
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1 << 30,
+    )
+    return text.rstrip("\n")
+
+
+@functools.cache
+def _dumper() -> type:
+    import yaml
+
+    class StoryDumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+            super().increase_indent(flow, False)  # list items indented, as people write them
+
+    def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        # A `|` block keeps a multi-line string readable, and indented: no line of it can
+        # be read as the closing '---'. PyYAML falls back to a quoted form when it must.
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    StoryDumper.add_representer(str, represent_str)
+    return StoryDumper
+
+
+def _plain(value: Any) -> Any:
+    """Metadata as YAML-ready values: mappings to dicts, tuples to lists, verify tiers to YAML."""
+    if isinstance(value, VerifyTier):
+        return {value.name: list(value.commands)}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        if value and all(isinstance(v, VerifyTier) for v in value):
+            return _verify_yaml(tuple(value))
+        return [_plain(v) for v in value]
+    return value
+
+
+def _verify_yaml(tiers: tuple[VerifyTier, ...]) -> list[str] | dict[str, list[str]]:
+    if len(tiers) == 1 and tiers[0].name == FLAT_VERIFY_TIER:
+        return list(tiers[0].commands)
+    return {tier.name: list(tier.commands) for tier in tiers}
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def story_metadata(story: Story) -> dict[str, Any]:
+    """The frontmatter fields of ``story`` in declared order, defaults left out."""
+    meta: dict[str, Any] = {"id": story.id, "title": story.title}
+    if story.priority != "normal":
+        meta["priority"] = story.priority
+    if story.max_retries is not None:
+        meta["max_retries"] = story.max_retries
+    if story.verify:
+        meta["verify"] = _verify_yaml(story.verify)
+    if story.scope:
+        meta["scope"] = list(story.scope)
+    if story.depends_on:
+        meta["depends_on"] = list(story.depends_on)
+    if story.base_ref is not None:
+        meta["base_ref"] = story.base_ref
     return meta
+
+
+def dumps_story(metadata: Mapping[str, Any], body: str, *, path: Path | str = "<story>") -> str:
+    """The text of a story file: ``metadata`` as YAML frontmatter (in the given key order),
+    then ``body``, ending in one newline.
+
+    Raises StoryError (naming ``path``) when hero would refuse to read the result back: hero
+    never writes a story it cannot run. Tuples, nested mappings and ``Story.verify`` (a
+    tuple of VerifyTier) are accepted as values.
+    """
+    text, _ = _dumps_checked(metadata, body, Path(path))
+    return text
+
+
+def write_story(
+    path: Path | str, metadata: Mapping[str, Any], body: str, *, exist_ok: bool = True
+) -> Story:
+    """Write a whole story file atomically and return it as read back.
+
+    The text is :func:`dumps_story`'s. It goes to a temporary dot-file in the same directory
+    (the inbox ignores dot-files), is flushed to disk, then renamed over ``path``: a reader
+    sees the old file or the new one, never half. With ``exist_ok=False`` an existing file
+    is left alone and FileExistsError raised.
+    """
+    path = Path(path)
+    text, story = _dumps_checked(metadata, body, path)
+    _atomic_write(path, text.encode("utf-8"), exclusive=not exist_ok)
+    return story
+
+
+def _dumps_checked(metadata: Mapping[str, Any], body: str, path: Path) -> tuple[str, Story]:
+    import frontmatter
+
+    content = _clean(_normalize_newlines(str(body)))
+    # A blank line between the frontmatter and the body, as in hero's examples.
+    post = frontmatter.Post(f"\n{content}\n" if content else "", story_handler())
+    post.metadata = _plain(metadata)
+    text = _render(post)
+    return text, parse_story_text(text, path)
+
+
+def _render(post: frontmatter.Post, *, open_line: str = "---", close_line: str = "---") -> str:
+    """The one place a story's text is made: ``frontmatter.dumps`` with hero's handler."""
+    import frontmatter
+
+    return frontmatter.dumps(post, start_delimiter=open_line, end_delimiter=close_line)
+
+
+def _atomic_write(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file in its directory and a rename."""
+    target = Path(os.path.realpath(path))  # a symlinked story: write where it points
+    try:
+        mode: int | None = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    if exclusive and mode is not None:
+        raise FileExistsError(errno.EEXIST, "story file exists", str(path))
+    fd, tmp = _temp_file(target)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if mode is not None:
+                os.fchmod(fh.fileno(), mode)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if exclusive:
+            os.link(tmp, target)  # fails, atomically, if the file appeared meanwhile
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(target.parent)
+
+
+def _temp_file(target: Path) -> tuple[int, str]:
+    """A new dot-file beside ``target``, created with the umask's permissions."""
+    while True:
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # not every filesystem can sync a directory; the rename is done either way
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- fields
@@ -242,10 +524,9 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
     for key in meta:
         if key not in KNOWN_FIELDS:
             name = str(key)
-            hint = difflib.get_close_matches(name, KNOWN_FIELDS, n=1)
-            did_you_mean = f" (did you mean '{hint[0]}'?)" if hint else ""
+            hint = did_you_mean(name, KNOWN_FIELDS)
             raise StoryError(
-                path, name, f"unknown field{did_you_mean}; known fields: {', '.join(KNOWN_FIELDS)}"
+                path, name, f"unknown field{hint}; known fields: {', '.join(KNOWN_FIELDS)}"
             )
 
     story_id = _required_str(meta, "id", path)
@@ -337,22 +618,10 @@ def _required_str(meta: dict[Any, Any], key: str, path: Path) -> str:
 
 
 def _str_list(value: Any, key: str, path: Path) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        raise StoryError(
-            path, key, f"expected a list of strings (or one string); found {describe(value)}"
-        )
-    out: list[str] = []
-    for i, item in enumerate(value, 1):
-        if not isinstance(item, str) or not item.strip():
-            raise StoryError(
-                path, key, f"expected a list of non-empty strings; item {i} is {describe(item)}"
-            )
-        out.append(item.strip())
-    return tuple(out)
+    try:
+        return string_list(value)
+    except ValueProblem as exc:
+        raise StoryError(path, key, exc.message) from None
 
 
 def _verify(value: Any, path: Path) -> tuple[VerifyTier, ...]:
@@ -390,17 +659,10 @@ def _verify(value: Any, path: Path) -> tuple[VerifyTier, ...]:
 
 
 def _commands(value: str | list[Any], path: Path, where: str) -> tuple[str, ...]:
-    items = [value] if isinstance(value, str) else value
-    out: list[str] = []
-    for i, item in enumerate(items, 1):
-        if not isinstance(item, str) or not item.strip():
-            raise StoryError(
-                path,
-                "verify",
-                f"{where}expected non-empty command strings; command {i} is {describe(item)}",
-            )
-        out.append(item.strip())
-    return tuple(out)
+    try:
+        return string_list(value, noun="command strings", item="command")
+    except ValueProblem as exc:
+        raise StoryError(path, "verify", f"{where}{exc.message}") from None
 
 
 # ----------------------------------------------------------------------------- body
@@ -527,9 +789,12 @@ def append_feedback(path: Path, round_no: int, text: str) -> bool:
     """Append reviewer feedback for ``round_no`` to the story file.
 
     Adds the ``## Reviewer Feedback (auto)`` heading when the file's last section is not
-    already that heading, then ``### Round N`` and ``text``. Only appends: the user's text is
-    never rewritten. The file's line ending style is kept. Returns False (and writes nothing)
-    when ``### Round N`` is already under a feedback heading.
+    already that heading, then ``### Round N`` and ``text``. Returns False (and writes
+    nothing) when ``### Round N`` is already under a feedback heading.
+
+    The file is rewritten atomically by the story writer (:func:`_rewrite_body`), and only
+    grows: every byte the user wrote stays as it was (frontmatter text, key order, comments,
+    BOM, line endings); the feedback uses the file's line ending style.
 
     Headings of level 1-3 inside ``text`` are demoted to level 4 (outside code fences) and an
     unclosed code fence is closed, so the appended feedback cannot break the file's sections.
@@ -537,12 +802,12 @@ def append_feedback(path: Path, round_no: int, text: str) -> bool:
     path = Path(path)
     if isinstance(round_no, bool) or not isinstance(round_no, int) or round_no < 0:
         raise ValueError(f"round_no must be a whole number >= 0, got {round_no!r}")
-    raw = path.read_bytes()
-    content = _decode(raw, path)
-    crlf = "\r\n" in content
-    normalized = _normalize_newlines(content)
-    split = _split_frontmatter(normalized)
-    body = split[1] if split is not None and split[2] else normalized
+    raw = _read_bytes(path)
+    normalized = _normalize_newlines(_decode(raw, path))
+    try:
+        body = _layout(normalized).body
+    except ValueProblem:  # no frontmatter hero can cut: the whole text is the body
+        body = normalized
     lines = body.split("\n")
     headings, open_fence = _scan(lines)
 
@@ -568,12 +833,53 @@ def append_feedback(path: Path, round_no: int, text: str) -> bool:
     if last_top is None or last_top.key != _FEEDBACK_KEY or open_fence is not None:
         parts.append(("\n" if normalized else "") + FEEDBACK_HEADING + "\n")
     parts.append(f"\n### Round {round_no}\n\n{_sanitize_feedback(text)}\n")
-    addition = "".join(parts)
-    if crlf:
-        addition = addition.replace("\n", "\r\n")
-    with path.open("ab") as fh:
-        fh.write(addition.encode("utf-8"))
+    _rewrite_body(path, raw, body + "".join(parts))
     return True
+
+
+def _rewrite_body(path: Path, raw: bytes, new_body: str) -> None:
+    """Write the story file whose bytes were ``raw`` with ``new_body`` (LF) as its body.
+
+    The text comes from :func:`_render` (``frontmatter.dumps``), with the file's own YAML
+    text, delimiter lines, line endings and BOM handed back to it, so that a file hero can
+    read comes out with its frontmatter byte for byte as the user wrote it. Where rendering
+    would still change the user's bytes (mixed or lone-CR line endings, a frontmatter hero
+    cannot read), the original frontmatter block is kept verbatim instead: only the body
+    changes. ``new_body`` must start with the old body: append_feedback only appends.
+    """
+    import frontmatter
+
+    content = _decode(raw, path)
+    crlf = "\r\n" in content
+    bom = raw.startswith(b"\xef\xbb\xbf")
+    normalized = _normalize_newlines(content)
+
+    def encode(text: str) -> bytes:
+        return (text.replace("\n", "\r\n") if crlf else text).encode("utf-8")
+
+    data: bytes | None = None
+    try:
+        layout: _Layout | None = _layout(normalized)
+    except ValueProblem:
+        layout = None
+    if layout is not None:
+        handler = story_handler(layout.fm_text)
+        try:
+            meta = handler.load(layout.fm_text)
+        except ValueProblem:
+            meta = None
+        if isinstance(meta, dict):
+            post = frontmatter.Post(new_body, handler)
+            post.metadata = meta
+            text = _render(post, open_line=layout.open_line, close_line=layout.close_line)
+            data = (b"\xef\xbb\xbf" if bom else b"") + encode(text)
+    old_body = layout.body if layout is not None else normalized
+    if not new_body.startswith(old_body):
+        raise ValueError("the new body must start with the story's current body")
+    appended = raw + encode(new_body[len(old_body) :])
+    if data is None or data != appended:
+        data = appended  # rendering would have changed what the user wrote: keep it
+    _atomic_write(path, data)
 
 
 def _sanitize_feedback(text: str) -> str:

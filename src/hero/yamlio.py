@@ -1,10 +1,32 @@
-"""Reading YAML written by people: duplicate keys refused, values described in errors."""
+"""Reading YAML written by people: one home for the rules every hero file shares.
+
+Duplicate keys are refused, tags beyond plain YAML are refused (a SafeLoader), errors name
+the line and describe values. Functions here raise :class:`ValueProblem`, a message without
+file or field: the caller (config, story) adds those and raises its own error type.
+"""
 
 from __future__ import annotations
 
+import difflib
+import functools
+import re
+from collections.abc import Iterable
 from typing import Any
 
 
+class ValueProblem(Exception):
+    """What is wrong with a text or a value; ``message`` is one line, with no file or field.
+
+    Not a ValueError on purpose: python-frontmatter's ``parse`` swallows ValueError from a
+    handler and carries on with empty metadata; a ValueProblem always reaches the caller.
+    """
+
+    def __init__(self, message: str) -> None:
+        self.message = " ".join(str(message).split())
+        super().__init__(self.message)
+
+
+@functools.cache
 def strict_loader() -> type:
     """A yaml SafeLoader that refuses duplicate mapping keys (the later one would win silently)."""
     import yaml
@@ -27,6 +49,73 @@ def strict_loader() -> type:
             return super().construct_mapping(node, deep=deep)
 
     return StrictLoader
+
+
+def decode_text(data: bytes, *, what: str = "text file", secret: bool = False) -> str:
+    """UTF-8 text (a leading BOM dropped); ValueProblem for binary data or bytes not UTF-8.
+
+    ``what`` names the kind of file in the message; with ``secret`` the message never
+    quotes a byte of the file.
+    """
+    if b"\x00" in data:
+        raise ValueProblem(f"expected a UTF-8 {what}; found binary data (NUL bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        byte = "a byte" if secret else f"byte 0x{data[exc.start : exc.start + 1].hex()}"
+        raise ValueProblem(
+            f"expected UTF-8 text; found {byte} at offset {exc.start} that is not valid UTF-8"
+        ) from None
+
+
+def load_yaml(text: str, *, first_line: int = 1, secret: bool = False) -> Any:
+    """Parse ``text`` with :func:`strict_loader`; ValueProblem ``invalid YAML at line L, ...``.
+
+    ``first_line`` is the line of the file where ``text`` starts, so that the line in the
+    message is the file's (2 for frontmatter after its opening ``---``). With ``secret`` the
+    message quotes nothing from the text (a quoted fragment might be a piece of a key).
+    """
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + first_line}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or exc.context or "syntax error"
+        if secret:
+            problem = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", problem)
+        raise ValueProblem(f"invalid YAML{where}: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ValueProblem("invalid YAML" if secret else f"invalid YAML: {exc}") from None
+
+
+def string_list(value: Any, *, noun: str = "strings", item: str = "item") -> tuple[str, ...]:
+    """A list of non-empty strings, stripped; one string is a list of one; null is empty.
+
+    ``noun`` and ``item`` name what the strings are in messages: ``expected a list of
+    non-empty <noun>; <item> 2 is an empty string``.
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ValueProblem(f"expected a list of {noun} (or one string); found {describe(value)}")
+    out: list[str] = []
+    for i, entry in enumerate(value, 1):
+        if not isinstance(entry, str) or not entry.strip():
+            raise ValueProblem(
+                f"expected a list of non-empty {noun}; {item} {i} is {describe(entry)}"
+            )
+        out.append(entry.strip())
+    return tuple(out)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest known name, or an empty string."""
+    hint = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean '{hint[0]}'?)" if hint else ""
 
 
 def type_name(value: Any) -> str:
