@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from hero.gitops import (
     head_sha,
     log_since,
 )
+from hero.gitops import git as git_call
 
 
 def worktree_paths(repo: Path) -> list[Path]:
@@ -260,10 +262,8 @@ def test_rev_parse(repo: TargetRepo, base: str) -> None:
 
 
 def test_git_error_names_the_command(target_repo: Path) -> None:
-    from hero.gitops import git as hero_git
-
     with pytest.raises(GitError) as info:
-        hero_git(target_repo, "checkout", "does-not-exist")
+        git_call(target_repo, "checkout", "does-not-exist")
     assert "git checkout does-not-exist" in str(info.value)
 
 
@@ -323,3 +323,118 @@ def test_locked_from_a_worktree_uses_the_common_git_dir(
         pass
     assert (target_repo / ".git" / "hero.lock").exists()
     assert not (wt / "hero.lock").exists()
+
+
+# ------------------------------------------------------------------------- git() itself
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie (some container inits never reap orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _wait_until(predicate: Callable[[], bool], within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_hung_git_times_out_and_leaves_no_process(target_repo: Path, tmp_path: Path) -> None:
+    # A network remote that never answers, without a network: the ssh git runs sleeps.
+    pids = tmp_path / "pids"
+    ssh = f"echo $$ $PPID > {pids}; exec sleep 30 #"
+    started = time.monotonic()
+    with pytest.raises(GitError) as info:
+        git_call(
+            target_repo,
+            "-c",
+            f"core.sshCommand={ssh}",
+            "ls-remote",
+            "ssh://hero.invalid/repo.git",
+            timeout_s=1,
+        )
+    assert time.monotonic() - started < 10  # ended, not waited out (the sleep is 30 s)
+    assert str(info.value) == (
+        f"git -c core.sshCommand={ssh} ls-remote ssh://hero.invalid/repo.git (in {target_repo}) "
+        "timed out after 1 s and was ended with its child processes; git may be waiting for a "
+        "lock, a credential prompt or a network remote"
+    )
+    ssh_pid, git_pid = map(int, pids.read_text().split())
+    # git ran in its own process group, and that group is gone: git and the "ssh" child.
+    assert _wait_until(lambda: not _alive(ssh_pid) and not _alive(git_pid))
+    assert _group_members(git_pid) == []
+
+
+def test_git_leaves_no_background_child_behind(target_repo: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "bg.pid"
+    alias = f"!sleep 30 & echo $! > {pid_file}; echo started"
+    started = time.monotonic()
+    out = git_call(target_repo, "-c", f"alias.bg={alias}", "bg", timeout_s=20)
+    assert out == "started\n"
+    # git returned when it exited, not when the child holding its stdout did
+    assert time.monotonic() - started < 10
+    assert _wait_until(lambda: not _alive(int(pid_file.read_text())))
+
+
+def test_git_environment_has_no_secrets_and_no_prompts(
+    target_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-gitops-secret-1a2b3c4d5e"
+    monkeypatch.setenv("HERO_TEST_API_KEY", secret)
+    monkeypatch.setenv("GIT_DIR", "/nonexistent/.git")  # would point git elsewhere
+    monkeypatch.setenv("GIT_EXTERNAL_DIFF", "false")  # would change the diff hero reads
+    monkeypatch.setenv("GIT_TERMINAL_PROMPT", "1")
+    out = git_call(target_repo, "-c", "alias.showenv=!env", "showenv")
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert secret not in out and "HERO_TEST_API_KEY" not in env
+    assert env.get("GIT_DIR") != "/nonexistent/.git" and "GIT_EXTERNAL_DIFF" not in env
+    assert env["GIT_TERMINAL_PROMPT"] == "0"
+    assert (env["GIT_EDITOR"], env["GIT_PAGER"], env["LC_ALL"]) == ("true", "cat", "C")
+    # what git needs is still there: where its config lives, where its programs are
+    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null" and env["PATH"]
+
+
+def test_hero_git_runs_no_hooks(repo: TargetRepo, base: str, tmp_path: Path) -> None:
+    hooks = repo.path / ".git" / "hooks"
+    fired = tmp_path / "fired"
+    for name in ("post-checkout", "reference-transaction", "post-commit", "pre-commit"):
+        (hooks / name).write_text(f"#!/bin/sh\necho {name} >> {fired}\n")
+        (hooks / name).chmod(0o755)
+    git(repo.path, "commit", "-q", "--allow-empty", "-m", "hooks are live")  # plain git
+    assert "post-commit" in fired.read_text()
+    fired.unlink()
+
+    wt = tmp_path / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", wt, base)
+    (wt / "new.txt").write_text("new\n")
+    assert commit_all(wt, "hero: commit", DEFAULT_IDENTITY)
+    repo.keep_branch_aside("hero/x")
+    assert not fired.exists()
+
+
+def test_git_that_cannot_start_is_a_git_error(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    with pytest.raises(GitError) as info:
+        git_call(missing, "status")
+    assert str(info.value).startswith(f"git status (in {missing}) could not start: ")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hero.runner import CommandResult, child_env, run_command, truncate_middle
+from hero.runner import CommandResult, child_env, run_command, run_process, truncate_middle
 
 HANG_BOUND_S = 10.0  # generous: only proves that nothing hung
 
@@ -316,6 +316,47 @@ def test_child_env_reaches_the_command(tmp_path: Path) -> None:
     env = child_env(base, secret_values=["s3cret"])
     r = run('echo "t=${TOKEN:-none} n=$NAME p=$PAGER"', tmp_path, env=env)
     assert r.output == "t=none n=x p=cat\n"
+
+
+# --- run_process (argv, stdout and stderr apart: hero's own git) -----------------------------
+
+
+def test_run_process_keeps_stdout_and_stderr_apart(tmp_path: Path) -> None:
+    r = run_process(
+        ["sh", "-c", "echo out; echo err >&2; exit 5"], tmp_path, timeout_s=30, env=None
+    )
+    assert (r.stdout, r.stderr, r.exit_code, r.timed_out) == ("out\n", "err\n", 5, False)
+    assert r.argv == ("sh", "-c", "echo out; echo err >&2; exit 5")
+
+
+def test_run_process_passes_arguments_without_a_shell(tmp_path: Path) -> None:
+    r = run_process(["printf", "%s|", "a b", "$HOME", "*"], tmp_path, timeout_s=30)
+    assert r.stdout == "a b|$HOME|*|"
+
+
+def test_run_process_keeps_all_output(tmp_path: Path) -> None:
+    r = run_process(["head", "-c", "9000000", "/dev/zero"], tmp_path, timeout_s=30)
+    assert len(r.stdout) == 9_000_000  # more than run_command's default budget: callers parse it
+
+
+def test_run_process_timeout_kills_the_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    started = time.monotonic()
+    r = run_process(
+        ["sh", "-c", f"sleep 30 & echo $! > {pid_file}; echo partial; wait"],
+        tmp_path,
+        timeout_s=0.5,
+    )
+    assert time.monotonic() - started < HANG_BOUND_S
+    assert (r.timed_out, r.exit_code, r.stdout) == (True, 124, "partial\n")
+    assert _wait_dead(_read_pid(pid_file))
+
+
+def test_run_process_that_cannot_start_raises_oserror(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        run_process(["true"], tmp_path / "missing", timeout_s=30)
+    with pytest.raises(OSError):
+        run_process(["hero-no-such-program"], tmp_path, timeout_s=30)
 
 
 # --- truncate_middle ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hero.prompting import load_template, render
+from hero.prompting import PromptError, load_template
 from hero.roles.worker import MAX_RULES_CHARS, build_messages, repo_rules
 from hero.story import Story, VerifyTier, parse_story
 
@@ -142,7 +142,7 @@ def test_feedback_from_round_two(story: Story, worktree: Path) -> None:
 
 def test_system_prompt_is_the_packaged_one(story: Story, worktree: Path) -> None:
     system, _ = build(story, worktree)
-    assert system == load_template("worker_system.md")
+    assert system == load_template("worker_system.md").text
     assert "worker" in system.lower()
 
 
@@ -204,11 +204,31 @@ def test_task_prompt_override_from_home(story: Story, worktree: Path, tmp_path: 
     home = tmp_path / "home"
     (home / "prompts").mkdir(parents=True)
     (home / "prompts" / "worker_task.md").write_text(
-        "Do {{id}} in round {{round}}/{{max_rounds}}; {{unknown}} stays.\n"
+        "Do {{id}} ({{ title }}) in round {{round}}/{{max_rounds}}.\n{{body}}\n{{scope}}\n"
+        "{{verify}}{{repo_rules}}{{feedback}}\n"
     )
     system, task = build(story, worktree, round_no=2, feedback="x", home=home)
-    assert task == "Do add-sub in round 2/3; {{unknown}} stays.\n"
-    assert system == load_template("worker_system.md")
+    assert task.startswith("Do add-sub (Add subtraction) in round 2/3.\n## Goal\n")
+    assert "## Feedback on round 1 (address every point)\nx" in task
+    assert system == load_template("worker_system.md").text
+
+
+def test_task_prompt_override_with_a_typo_is_an_error(
+    story: Story, worktree: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / "prompts").mkdir(parents=True)
+    override = home / "prompts" / "worker_task.md"
+    override.write_text(
+        "{{id}} {{title}} {{body}} {{scope}} {{verfiy}} {{repo_rules}} {{feedback}} "
+        "{{round}} {{max_rounds}}\n"
+    )
+    with pytest.raises(PromptError) as err:
+        build(story, worktree, home=home)
+    message = str(err.value)
+    assert message.startswith(f"{override} (the home's override of worker_task.md): ")
+    assert "unknown placeholder(s) {{verfiy}}" in message
+    assert "placeholder(s) {{verify}} missing from the template" in message
 
 
 def test_home_without_prompts_uses_packaged_templates(
@@ -217,10 +237,6 @@ def test_home_without_prompts_uses_packaged_templates(
     home = tmp_path / "home"
     home.mkdir()
     assert build(story, worktree, home=home) == build(story, worktree, home=None)
-
-
-def test_render_fills_placeholders_and_keeps_unknown() -> None:
-    assert render("{{a}}-{{b}}-{{c}}", a=1, b="two") == "1-two-{{c}}"
 
 
 def test_story_text_with_braces_is_not_rendered_again(tmp_path: Path, worktree: Path) -> None:

@@ -3,19 +3,24 @@
 Every operation that touches the shared repository's refs or worktree list goes through
 ``TargetRepo.locked()``: a thread lock for stories run in one process and an ``flock`` on a
 file in the repository's git directory for several hero processes on one machine.
+
+Every git call goes through ``git()``: the ``git`` program run by ``hero.runner`` (not a
+library such as GitPython, which is not meant for long-running processes), with a timeout,
+hooks off and an environment without secrets.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from hero.runner import child_env, run_process
 
 #: Used for hero's commits (and the worker's) where git has no identity configured.
 DEFAULT_IDENTITY = {
@@ -25,28 +30,95 @@ DEFAULT_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "hero@localhost",
 }
 
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true", "LC_ALL": "C"}
+#: Seconds any git call may take: far more than a local git operation needs, and still an
+#: end to one that waits on a lock, a credential prompt or a network remote.
+DEFAULT_TIMEOUT_S = 120.0
+#: For calls that write or delete a whole checkout (``worktree add``/``remove``), which on a
+#: big repository take minutes.
+WORKTREE_TIMEOUT_S = 600.0
+
+#: What hero's own git may see of hero's environment: where git and its configuration live,
+#: who commits, how commits are signed. Nothing else: not the provider keys or any other
+#: secret, and not GIT_DIR, GIT_INDEX_FILE, GIT_EXTERNAL_DIFF and the like, which would point
+#: hero's git at another repository or change the output hero reads.
+_GIT_INHERITS = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "EMAIL",
+        "TMPDIR",
+        "TZ",
+        "XDG_CONFIG_HOME",
+        "GNUPGHOME",
+        "SSH_AUTH_SOCK",
+        "GIT_EXEC_PATH",
+        "GIT_TEMPLATE_DIR",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_CONFIG_NOSYSTEM",
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_AUTHOR_DATE",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_COMMITTER_DATE",
+    }
+)
+_GIT_INHERITS_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_TRACE")
+#: Added to runner's non-interactive settings: output in one language, the one hero parses.
+_GIT_SETTINGS = {"LC_ALL": "C"}
+#: Before every command: hooks off, whatever the worker planted in the repository.
+_GIT_OPTIONS = ("-c", "core.hooksPath=/dev/null")
 
 
 class GitError(Exception):
     """A git command failed; the message holds the command and git's own words."""
 
 
-def git(cwd: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> str:
-    full_env = {**os.environ, **_GIT_ENV, **(env or {})}
-    proc = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        env=full_env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        errors="replace",
-    )
-    if check and proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip()
-        raise GitError(f"git {' '.join(args)} (in {cwd}) failed: {detail}")
-    return proc.stdout
+def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of hero's own git calls (see ``_GIT_INHERITS``), then ``extra``."""
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k in _GIT_INHERITS or k.startswith(_GIT_INHERITS_PREFIXES)
+    }
+    return child_env(base, extra={**_GIT_SETTINGS, **(extra or {})})
+
+
+def git(
+    cwd: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> str:
+    """Run ``git ARGS`` in ``cwd`` and return its stdout.
+
+    Raises GitError when git cannot be started, when it runs longer than ``timeout_s`` (it
+    and its children are ended), and, with ``check``, when it exits non-zero.
+    """
+    command = f"git {' '.join(args)}"
+    try:
+        result = run_process(
+            ["git", *_GIT_OPTIONS, *args], cwd, timeout_s=timeout_s, env=git_env(env)
+        )
+    except OSError as exc:
+        raise GitError(f"{command} (in {cwd}) could not start: {exc.strerror or exc}") from None
+    if result.timed_out:
+        said = result.stderr.strip()
+        raise GitError(
+            f"{command} (in {cwd}) timed out after {timeout_s:g} s and was ended with its child "
+            "processes; git may be waiting for a lock, a credential prompt or a network remote"
+            + (f"; it said: {said}" if said else "")
+        )
+    if check and result.exit_code != 0:
+        detail = (result.stderr or result.stdout).strip()
+        raise GitError(f"{command} (in {cwd}) failed: {detail}")
+    return result.stdout
 
 
 @dataclass(frozen=True)
@@ -127,7 +199,15 @@ class TargetRepo:
                 current = line[len("worktree ") :]
             elif line == f"branch refs/heads/{branch}" and current:
                 if Path(current).resolve() != self.path.resolve():
-                    git(self.path, "worktree", "remove", "--force", current, check=False)
+                    git(
+                        self.path,
+                        "worktree",
+                        "remove",
+                        "--force",
+                        current,
+                        check=False,
+                        timeout_s=WORKTREE_TIMEOUT_S,
+                    )
         git(self.path, "worktree", "prune")
 
     def ensure_worktree(self, branch: str, worktree: Path, base_sha: str) -> None:
@@ -147,9 +227,25 @@ class TargetRepo:
             worktree.parent.mkdir(parents=True, exist_ok=True)
             if self.branch_sha(branch):
                 self._remove_worktree_of(branch)
-                git(self.path, "worktree", "add", str(worktree), branch)
+                git(
+                    self.path,
+                    "worktree",
+                    "add",
+                    str(worktree),
+                    branch,
+                    timeout_s=WORKTREE_TIMEOUT_S,
+                )
             else:
-                git(self.path, "worktree", "add", "-b", branch, str(worktree), base_sha)
+                git(
+                    self.path,
+                    "worktree",
+                    "add",
+                    "-b",
+                    branch,
+                    str(worktree),
+                    base_sha,
+                    timeout_s=WORKTREE_TIMEOUT_S,
+                )
 
 
 def current_branch(worktree: Path) -> str:

@@ -1,9 +1,13 @@
-"""The one place that runs shell commands.
+"""The one place that runs child processes, and the one rule for their environment.
 
-Every command runs as ``sh -c COMMAND`` in its own process group (session), with stdin
-from /dev/null and stdout+stderr captured through one pipe. The whole group is killed on
-timeout, on cancel, on KeyboardInterrupt, and after the shell exits (so background children
-neither outlive the command nor keep the pipe open).
+``run_command`` runs ``sh -c COMMAND`` (the worker's and the verifier's commands) with
+stdout+stderr through one pipe; ``run_process`` runs a program with its arguments (hero's own
+git) with stdout and stderr apart. Either way the child runs in its own process group
+(session) with stdin from /dev/null, and the whole group is killed on timeout, on cancel, on
+KeyboardInterrupt, and after the child exits (so background children neither outlive it nor
+keep its pipes open).
+
+``child_env`` is the environment every child gets: no secrets, nothing that waits on a person.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +28,9 @@ TERM_GRACE_S = 1.0
 _READ_CHUNK = 65536
 _READER_JOIN_S = 2.0
 _POLL_MAX_S = 0.05
+_UNBOUNDED = 1 << 62  # a capture budget that is never reached
 
+#: Set for every child: nothing may page, open an editor, or prompt for a password.
 _SAFE_ENV = {
     "PAGER": "cat",
     "GIT_PAGER": "cat",
@@ -46,6 +52,16 @@ class CommandResult:
     output_truncated_bytes: int = 0  # bytes dropped beyond max_output_bytes (middle cut)
 
 
+@dataclass(frozen=True)
+class ProcessResult:
+    argv: tuple[str, ...]
+    exit_code: int  # 124 on timeout; 128+N if killed by signal N
+    stdout: str  # utf-8, errors="replace"
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+
 def child_env(
     base: Mapping[str, str] | None = None,
     *,
@@ -54,7 +70,11 @@ def child_env(
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Environment for child processes: base minus dropped names and secret-valued variables,
-    plus non-interactive defaults (pagers, editors, git prompts), then ``extra``."""
+    plus non-interactive defaults (pagers, editors, git prompts), then ``extra``.
+
+    The one rule for every child hero starts: the worker's and the verifier's commands (base:
+    hero's environment minus the provider keys) and hero's own git (base: the few variables
+    git needs; see ``hero.gitops``)."""
     source = os.environ if base is None else base
     drop = set(drop_names)
     secrets = {s for s in secret_values if s}
@@ -253,6 +273,65 @@ def _terminate_group(proc: subprocess.Popen[bytes], watcher: _ExitWatcher) -> No
     proc.wait()
 
 
+def _supervise(
+    proc: subprocess.Popen[bytes],
+    pipes: Sequence[tuple[object, _Capture]],
+    *,
+    deadline: float,
+    cancel: threading.Event | None,
+) -> tuple[bool, bool]:
+    """Drain ``pipes`` until ``proc`` exits, the deadline passes or ``cancel`` is set; end its
+    process group either way. Returns (timed_out, cancelled)."""
+    readers = [
+        threading.Thread(target=_drain, args=pipe, name="hero-runner-reader", daemon=True)
+        for pipe in pipes
+    ]
+    for reader in readers:
+        reader.start()
+    watcher = _ExitWatcher(proc.pid)
+    timed_out = cancelled = False
+    try:
+        while True:
+            if cancel is not None and cancel.is_set():
+                cancelled = True
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = not watcher.exited()
+                break
+            step = remaining if cancel is None else min(remaining, _POLL_MAX_S)
+            if watcher.wait(step):
+                break
+        if timed_out or cancelled:
+            _terminate_group(proc, watcher)
+        else:
+            # The child has exited but is not reaped yet: kill leftovers in its group.
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    except BaseException:
+        _killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait()
+        finally:
+            watcher.close()
+        for reader in readers:
+            reader.join(_READER_JOIN_S)
+        raise
+    watcher.close()
+    for reader in readers:
+        reader.join(_READER_JOIN_S)
+    return timed_out, cancelled
+
+
+def _exit_code(proc: subprocess.Popen[bytes], timed_out: bool, cancelled: bool) -> int:
+    if timed_out:
+        return TIMEOUT_EXIT_CODE
+    if cancelled:
+        return CANCEL_EXIT_CODE
+    rc = proc.returncode
+    return 128 - rc if rc < 0 else rc
+
+
 def run_command(
     command: str,
     cwd: Path,
@@ -277,57 +356,54 @@ def run_command(
         start_new_session=True,
     )
     capture = _Capture(max_output_bytes)
-    reader = threading.Thread(
-        target=_drain, args=(proc.stdout, capture), name="hero-runner-reader", daemon=True
+    timed_out, cancelled = _supervise(
+        proc, [(proc.stdout, capture)], deadline=start + timeout_s, cancel=cancel
     )
-    reader.start()
-    watcher = _ExitWatcher(proc.pid)
-    timed_out = cancelled = False
-    try:
-        deadline = start + timeout_s
-        while True:
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = not watcher.exited()
-                break
-            step = remaining if cancel is None else min(remaining, _POLL_MAX_S)
-            if watcher.wait(step):
-                break
-        if timed_out or cancelled:
-            _terminate_group(proc, watcher)
-        else:
-            # The shell has exited but is not reaped yet: kill leftovers in its group.
-            _killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    except BaseException:
-        _killpg(proc.pid, signal.SIGKILL)
-        try:
-            proc.wait()
-        finally:
-            watcher.close()
-        reader.join(_READER_JOIN_S)
-        raise
-    watcher.close()
-    reader.join(_READER_JOIN_S)
     output, dropped = capture.result()
-    if timed_out:
-        exit_code = TIMEOUT_EXIT_CODE
-    elif cancelled:
-        exit_code = CANCEL_EXIT_CODE
-    else:
-        rc = proc.returncode
-        exit_code = 128 - rc if rc < 0 else rc
     return CommandResult(
         command=command,
-        exit_code=exit_code,
+        exit_code=_exit_code(proc, timed_out, cancelled),
         output=output,
         duration_s=time.monotonic() - start,
         timed_out=timed_out,
         cancelled=cancelled,
         output_truncated_bytes=dropped,
+    )
+
+
+def run_process(
+    argv: Sequence[str],
+    cwd: Path,
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+) -> ProcessResult:
+    """Run ``argv`` (no shell) in ``cwd`` in its own process group; see the module docstring.
+
+    All of stdout and stderr is kept: callers parse it. Raises OSError if the program cannot
+    be started (not installed, or ``cwd`` does not exist).
+    """
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=str(cwd),
+        env=None if env is None else dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    out, err = _Capture(_UNBOUNDED), _Capture(_UNBOUNDED)
+    timed_out, _ = _supervise(
+        proc, [(proc.stdout, out), (proc.stderr, err)], deadline=start + timeout_s, cancel=None
+    )
+    return ProcessResult(
+        argv=tuple(argv),
+        exit_code=_exit_code(proc, timed_out, False),
+        stdout=out.result()[0],
+        stderr=err.result()[0],
+        duration_s=time.monotonic() - start,
+        timed_out=timed_out,
     )
 
 

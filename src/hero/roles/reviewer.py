@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hero.agent.loop import Model
-from hero.prompting import load_template, render
+from hero.prompting import render
 from hero.story import Story
 from hero.trace import Trace
 
@@ -118,8 +118,10 @@ def review(
     home: Path | None,
     trace: Trace,
 ) -> Verdict:
+    """One model call; raises PromptError for a template that does not fit its values."""
     task = render(
-        load_template("reviewer_task.md", home),
+        "reviewer_task.md",
+        home,
         id=story.id,
         title=story.title,
         body=story.body.strip(),
@@ -133,7 +135,7 @@ def review(
         diff=diff.strip() or "(empty diff: nothing was changed)",
     )
     messages = [
-        {"role": "system", "content": load_template("reviewer_system.md", home)},
+        {"role": "system", "content": render("reviewer_system.md", home)},
         {"role": "user", "content": task},
     ]
     trace.event("review_request", content=task)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hero.prompting import load_template, render
+from hero.prompting import render
 from hero.story import Story, VerifyTier
 
 #: Files in the target repo whose rules the worker must follow, in this order.
@@ -60,9 +60,11 @@ def build_messages(
     feedback: str,
     home: Path | None,
 ) -> list[dict[str, Any]]:
-    system = load_template("worker_system.md", home)
+    """The system and task messages; raises PromptError for a template that does not fit."""
+    system = render("worker_system.md", home)
     task = render(
-        load_template("worker_task.md", home),
+        "worker_task.md",
+        home,
         id=story.id,
         title=story.title,
         body=story.body.strip(),
