@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from hero.agent.loop import AgentLimits, AgentResult, run_agent
+from hero.agent.loop import AgentResult, run_agent
 from hero.agent.tools import TOOL_NAMES, ToolContext
-from hero.config import LlmSettings, Provider, RoleConfig
+from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
 from hero.llm import LlmClient
 from hero.runner import child_env
 from hero.testing.scripted import Reply, ScriptedModel, ToolCall, call, calls, text
@@ -48,7 +48,7 @@ def run(
     model: ScriptedModel,
     ctx: ToolContext,
     tmp_path: Path,
-    limits: AgentLimits | None = None,
+    limits: WorkerLimits | None = None,
     messages: list[dict[str, Any]] | None = None,
     **kwargs: Any,
 ) -> tuple[AgentResult, list[dict[str, Any]], list[dict[str, Any]]]:
@@ -56,7 +56,7 @@ def run(
     trace_path = tmp_path / "trace.jsonl"
     with Trace(trace_path) as trace:
         result = run_agent(
-            client_for(model), messages, ctx, limits or AgentLimits(), trace, **kwargs
+            client_for(model), messages, ctx, limits or WorkerLimits(), trace, **kwargs
         )
     return result, messages, read_trace(trace_path)
 
@@ -143,7 +143,7 @@ def test_max_turns(scripted: Start, ctx: ToolContext, tmp_path: Path) -> None:
         return call("read_file", path="hello.txt", offset=n)  # a new call each turn
 
     model = scripted(handler)
-    result, _, _ = run(model, ctx, tmp_path, AgentLimits(max_turns=3))
+    result, _, _ = run(model, ctx, tmp_path, WorkerLimits(max_turns=3))
 
     assert result.stop_reason == "max_turns"
     assert result.guardrail
@@ -164,7 +164,7 @@ def test_max_tool_calls(scripted: Start, ctx: ToolContext, tmp_path: Path) -> No
             text("never asked"),
         ]
     )
-    result, messages, _ = run(model, ctx, tmp_path, AgentLimits(max_tool_calls=2))
+    result, messages, _ = run(model, ctx, tmp_path, WorkerLimits(max_tool_calls=2))
 
     assert result.stop_reason == "max_tool_calls"
     assert "2" in result.detail
@@ -180,7 +180,7 @@ def test_max_tool_calls_across_turns(scripted: Start, ctx: ToolContext, tmp_path
         return call("read_file", path="hello.txt", offset=len(body["messages"]))
 
     model = scripted(handler)
-    result, _, _ = run(model, ctx, tmp_path, AgentLimits(max_tool_calls=2))
+    result, _, _ = run(model, ctx, tmp_path, WorkerLimits(max_tool_calls=2))
     assert result.stop_reason == "max_tool_calls"
     assert result.tool_calls == 2
     assert result.turns == 3
@@ -190,7 +190,7 @@ def test_zero_wall_time_stops_before_the_first_call(
     scripted: Start, ctx: ToolContext, tmp_path: Path
 ) -> None:
     model = scripted([text("never asked")])
-    result, messages, events = run(model, ctx, tmp_path, AgentLimits(max_wall_s=0))
+    result, messages, events = run(model, ctx, tmp_path, WorkerLimits(max_wall_s=0))
 
     assert result.stop_reason == "max_wall_time"
     assert result.guardrail
@@ -203,7 +203,7 @@ def test_zero_wall_time_stops_before_the_first_call(
 
 def test_same_call_repeated_is_a_loop(scripted: Start, ctx: ToolContext, tmp_path: Path) -> None:
     model = scripted(always(call("ls", path=".")))
-    result, messages, _ = run(model, ctx, tmp_path, AgentLimits(loop_repeats=3, max_turns=10))
+    result, messages, _ = run(model, ctx, tmp_path, WorkerLimits(loop_repeats=3, max_turns=10))
 
     assert result.stop_reason == "loop"
     assert result.guardrail
@@ -224,7 +224,7 @@ def test_same_arguments_in_another_key_order_are_the_same_call(
         return Reply(tool_calls=(ToolCall("read_file", args),))
 
     model = scripted(handler)
-    result, _, _ = run(model, ctx, tmp_path, AgentLimits(loop_repeats=2, max_turns=10))
+    result, _, _ = run(model, ctx, tmp_path, WorkerLimits(loop_repeats=2, max_turns=10))
     assert result.stop_reason == "loop"
     assert result.turns == 2
 
@@ -236,7 +236,7 @@ def test_same_tool_with_different_arguments_is_not_a_loop(
         return call("ls", path="." if len(body["messages"]) % 4 == 2 else "sub")
 
     model = scripted(handler)
-    result, _, events = run(model, ctx, tmp_path, AgentLimits(loop_repeats=2, max_turns=5))
+    result, _, events = run(model, ctx, tmp_path, WorkerLimits(loop_repeats=2, max_turns=5))
 
     assert result.stop_reason == "max_turns"
     assert result.turns == 5
@@ -247,7 +247,7 @@ def test_same_tool_with_different_arguments_is_not_a_loop(
 def test_repeats_count_within_one_reply(scripted: Start, ctx: ToolContext, tmp_path: Path) -> None:
     same = ToolCall("ls", {"path": "."})
     model = scripted([calls(same, same, same), text("never asked")])
-    result, _, _ = run(model, ctx, tmp_path, AgentLimits(loop_repeats=3))
+    result, _, _ = run(model, ctx, tmp_path, WorkerLimits(loop_repeats=3))
     assert result.stop_reason == "loop"
     assert result.tool_calls == 2
 
@@ -314,6 +314,6 @@ def test_trace_without_path_writes_nothing(
     scripted: Start, ctx: ToolContext, tmp_path: Path
 ) -> None:
     model = scripted([call("ls"), text("done")])
-    result = run_agent(client_for(model), start_messages(), ctx, AgentLimits(), Trace(None))
+    result = run_agent(client_for(model), start_messages(), ctx, WorkerLimits(), Trace(None))
     assert result.stop_reason == "done"
     assert not (tmp_path / "trace.jsonl").exists()

@@ -7,13 +7,26 @@ from pathlib import Path
 
 import pytest
 
-from hero.state import RunState, StateError, load_state, save_state, state_dir, state_path
+from hero.state import (
+    ReviewRecord,
+    Round,
+    RunState,
+    StateError,
+    Status,
+    WorkerOutcome,
+    load_state,
+    save_state,
+    state_dir,
+    state_path,
+)
+
+DATA = Path(__file__).parent / "data"
 
 
 def full_state() -> RunState:
     return RunState(
         id="s1",
-        status="gave_up",
+        status=Status.GAVE_UP,
         title="Story s1",
         story_path="/home/inbox/s1.md",
         branch="hero/s1",
@@ -23,7 +36,13 @@ def full_state() -> RunState:
         worktree="/home/worktrees/s1",
         current_round=2,
         phase="review",
-        rounds=[{"round": 1, "review": {"verdict": "CHANGES_REQUESTED"}, "feedback": "ünïcode ✓"}],
+        rounds=[
+            Round(
+                round=1,
+                review=ReviewRecord(verdict="CHANGES_REQUESTED"),
+                feedback="ünïcode ✓",
+            )
+        ],
         usage={"tokens_in": 10, "tokens_out": 5, "llm_calls": 2, "cost_usd": 0.25},
         error="",
         started_at=1.5,
@@ -68,8 +87,8 @@ def test_defaults_round_trip(tmp_path: Path) -> None:
 def test_save_overwrites_and_leaves_no_temp_files(tmp_path: Path) -> None:
     state = full_state()
     save_state(tmp_path, state)
-    state.status = "passed"
-    state.rounds.append({"round": 2})
+    state.status = Status.PASSED
+    state.rounds.append(Round(round=2))
     save_state(tmp_path, state)
 
     assert sorted(p.name for p in state_dir(tmp_path).iterdir()) == ["s1.json"]
@@ -83,7 +102,7 @@ def test_unserialisable_state_is_not_written(tmp_path: Path) -> None:
     save_state(tmp_path, full_state())
     before = state_path(tmp_path, "s1").read_text(encoding="utf-8")
     bad = full_state()
-    bad.rounds = [{"not json": object()}]
+    bad.rounds = [Round(round=1, verify={"not json": object()})]
     with pytest.raises(TypeError):
         save_state(tmp_path, bad)
     assert sorted(p.name for p in state_dir(tmp_path).iterdir()) == ["s1.json"]
@@ -159,3 +178,129 @@ def test_missing_keys_take_defaults(tmp_path: Path) -> None:
     assert loaded is not None
     assert loaded.status == "running"
     assert loaded.current_round == 0
+
+
+# --------------------------------------------------------------------------- the record's types
+
+
+def test_state_written_by_0_1_0_loads_and_writes_back_the_same(tmp_path: Path) -> None:
+    # A real state file from hero 0.1.0 (`hero demo`): two rounds, changes requested, approved.
+    text = (DATA / "state-0.1.0.json").read_text(encoding="utf-8")
+
+    state = RunState.from_dict(json.loads(text))
+
+    assert state.status is Status.PASSED
+    assert [r.round for r in state.rounds] == [1, 2]
+    first, second = state.rounds
+    assert first.review.verdict == "CHANGES_REQUESTED"
+    assert not first.review.short_circuited and not first.review.malformed
+    assert first.review.comments[0]["severity"] == "blocker"
+    assert [a["satisfied"] for a in first.review.ac_check] == [True, True, False]
+    assert first.worker == WorkerOutcome(
+        turns=6,
+        tool_calls=5,
+        tokens_in=5398,
+        tokens_out=191,
+        stop_reason="done",
+        detail="",
+        summary="Added textkit.slugify and exported it.",
+    )
+    assert first.verify["passed"] is True
+    assert first.verify["log"].endswith("verify-r1.log")
+    assert first.head_sha == "0044b24c1f398debf2f378ae99e420a6207ec879"
+    assert first.feedback.startswith("**CHANGES_REQUESTED**: slugify works")
+    assert second.review.verdict == "APPROVED"
+    assert second.duration_s == 0.179
+    # Same keys, same order, same values: the file users' scripts read is unchanged.
+    assert json.dumps(state.to_dict(), indent=2, ensure_ascii=False) == text
+
+    save_state(tmp_path, state)
+    written = json.loads(state_path(tmp_path, "add-slugify").read_text(encoding="utf-8"))
+    expected = json.loads(text)
+    assert written.pop("updated_at") >= expected.pop("updated_at")
+    assert written == expected
+
+
+def test_status_is_the_enum_and_written_as_its_string(tmp_path: Path) -> None:
+    save_state(tmp_path, RunState(id="s1", status=Status.INTERRUPTED))
+    on_disk = json.loads(state_path(tmp_path, "s1").read_text(encoding="utf-8"))
+    assert on_disk["status"] == "interrupted"
+    assert type(RunState(id="s1").to_dict()["status"]) is str
+    loaded = load_state(tmp_path, "s1")
+    assert loaded is not None and loaded.status is Status.INTERRUPTED
+
+
+@pytest.mark.parametrize("status", ["finished", "PASSED", "", None, 3])
+def test_unknown_status_is_a_state_error_naming_it(tmp_path: Path, status: object) -> None:
+    path = state_path(tmp_path, "s1")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"id": "s1", "status": status}), encoding="utf-8")
+    with pytest.raises(StateError) as info:
+        load_state(tmp_path, "s1")
+    assert repr(status) in str(info.value)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "rounds",
+    [3, "round 1", [1], [{"round": 1, "worker": "six turns"}], [{"round": 1, "verify": []}]],
+)
+def test_malformed_rounds_are_a_state_error(tmp_path: Path, rounds: object) -> None:
+    path = state_path(tmp_path, "s1")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"id": "s1", "rounds": rounds}), encoding="utf-8")
+    with pytest.raises(StateError, match="s1.json"):
+        load_state(tmp_path, "s1")
+
+
+def test_round_keys_from_a_newer_hero_are_ignored_and_missing_ones_default() -> None:
+    data = {
+        "round": 4,
+        "new_key": 1,
+        "worker": {"turns": 2, "new_worker_key": True},
+        "review": {"verdict": "APPROVED", "new_review_key": []},
+    }
+    r = Round.from_dict(data)
+    assert r == Round(
+        round=4, worker=WorkerOutcome(turns=2), review=ReviewRecord(verdict="APPROVED")
+    )
+    assert list(r.to_dict()) == [
+        "round",
+        "started_at",
+        "duration_s",
+        "worker",
+        "verify",
+        "review",
+        "head_sha",
+        "feedback",
+    ]
+    assert list(r.to_dict()["review"]) == [
+        "verdict",
+        "summary",
+        "short_circuited",
+        "malformed",
+        "ac_check",
+        "comments",
+    ]
+
+
+def test_plain_values_become_their_types() -> None:
+    state = RunState(id="s1", status="running", rounds=[{"round": 1}])  # type: ignore[arg-type]
+    assert state.status is Status.RUNNING
+    assert state.rounds == [Round(round=1)]
+
+
+def test_fresh_budget_only_after_giving_up() -> None:
+    gave_up = full_state()
+    gave_up.rounds.append(Round(round=2))
+    assert gave_up.max_rounds(3) == 3
+    assert gave_up.grant_fresh_budget()
+    assert gave_up.round_offset == 2
+    assert gave_up.max_rounds(3) == 5
+
+    for status in set(Status) - {Status.GAVE_UP}:
+        state = full_state()
+        state.status = status
+        state.round_offset = 1
+        assert not state.grant_fresh_budget()
+        assert state.round_offset == 1

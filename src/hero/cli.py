@@ -12,11 +12,14 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hero import __version__
 from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from hero.errors import EXIT_OK as EXIT_PASSED
+
+if TYPE_CHECKING:
+    from hero.state import RunState
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,14 +128,13 @@ def main(argv: list[str] | None = None) -> int:
             fmt = {"auto": None, "console": False, "json": True}[args.log_format]
             return watch(_home(args), exit_when_idle=args.exit_when_idle, json_logs=fmt)
         if args.command == "retry":
-            from hero.daemon.watch import retry
+            from hero.daemon.retry import retry
 
             return retry(_home(args), args.id)
     except KeyboardInterrupt:
         print("hero: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    parser.error(f"unknown command {args.command}")
-    return EXIT_USAGE
+    parser.error(f"unknown command {args.command}")  # exits with 2
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -203,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hero.config import ConfigError, load_config
     from hero.errors import Interrupted
     from hero.gitops import GitError
-    from hero.state import StateError
+    from hero.state import StateError, Status
     from hero.story import StoryError
 
     started = time.monotonic()
@@ -230,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Interrupted):
         print("hero: interrupted; run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         from hero.pipeline import StoryBusy
 
         if isinstance(exc, StoryBusy):
@@ -242,15 +244,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(_summary_line(result))
-    return EXIT_PASSED if state.status == "passed" else EXIT_FAILED
+    return EXIT_PASSED if state.status == Status.PASSED else EXIT_FAILED
 
 
-def summarize(state: Any, home: Path, duration_s: float) -> dict[str, Any]:
+def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
     return {
         "id": state.id,
-        "status": state.status,
+        "status": state.status.value,
         "rounds": len(state.rounds),
-        "verdicts": [r["review"]["verdict"] for r in state.rounds],
+        "verdicts": [r.review.verdict for r in state.rounds],
         "branch": state.branch,
         "base_sha": state.base_sha,
         "head_sha": state.head_sha,

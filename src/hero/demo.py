@@ -75,6 +75,7 @@ def make_demo_home(root: Path, base_url: str) -> tuple[Path, Path]:
 def run_demo(directory: Path | None) -> int:
     from hero.app import run_with_config
     from hero.config import load_config
+    from hero.state import Status
     from hero.testing.scripted import ScriptedModel
 
     root = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="hero-demo-"))
@@ -95,7 +96,7 @@ def run_demo(directory: Path | None) -> int:
     print()
     print(f"result:   {state.status} after {len(state.rounds)} rounds")
     for r in state.rounds:
-        print(f"  round {r['round']}: {r['review']['verdict']}: {r['review']['summary']}")
+        print(f"  round {r.round}: {r.review.verdict}: {r.review.summary}")
     print(f"branch:   {state.branch} in {config.target_repo}")
     log = subprocess.run(
         ["git", "log", "--oneline", f"{state.base_sha}..{state.branch}"],
@@ -109,7 +110,7 @@ def run_demo(directory: Path | None) -> int:
     print(f"state:    {home / 'runs' / 'state' / (state.id + '.json')}")
     print(f"traces:   {home / 'runs' / state.id}/round-N.jsonl, verify-rN.log")
     print(f"story:    {state.story_path}")
-    return 0 if state.status == "passed" else 1
+    return 0 if state.status == Status.PASSED else 1
 
 
 # -- the scripted model's part ---------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -45,10 +45,79 @@ class StateError(Exception):
     """A state file that cannot be read; names the file."""
 
 
+def to_status(value: object) -> Status:
+    """The ``Status`` a state file's string names; ValueError naming anything else."""
+    if isinstance(value, str) and value in STATUSES:
+        return Status(value)
+    raise ValueError(f"unknown status {value!r}; expected one of {', '.join(STATUSES)}")
+
+
+def _known(cls: type[Any], data: object) -> dict[str, Any]:
+    """The entries of ``data`` that are fields of ``cls``: a newer hero's extra keys are ignored."""
+    if not isinstance(data, dict):
+        raise TypeError(f"expected an object for {cls.__name__}, found {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True)
+class WorkerOutcome:
+    """How the worker's agent loop ended in one round."""
+
+    turns: int = 0
+    tool_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    stop_reason: str = ""
+    detail: str = ""
+    summary: str = ""  # the end of the worker's last message
+
+
+@dataclass(frozen=True)
+class ReviewRecord:
+    """The reviewer's verdict on one round, or the short-circuit that stood in for it."""
+
+    verdict: str = ""
+    summary: str = ""
+    short_circuited: bool = False
+    malformed: bool = False
+    ac_check: list[dict[str, Any]] = field(default_factory=list)
+    comments: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One finished round. The field names and their order are the JSON keys of
+    ``rounds[i]`` in ``runs/state/<id>.json``: a contract users' scripts read."""
+
+    round: int
+    started_at: float = 0.0
+    duration_s: float = 0.0
+    worker: WorkerOutcome = field(default_factory=WorkerOutcome)
+    verify: dict[str, Any] = field(default_factory=dict)  # the verifier's own record, as is
+    review: ReviewRecord = field(default_factory=ReviewRecord)
+    head_sha: str = ""
+    feedback: str = ""  # what the worker reads in the next round
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> Round:
+        kwargs = _known(cls, data)
+        if "worker" in kwargs:
+            kwargs["worker"] = WorkerOutcome(**_known(WorkerOutcome, kwargs["worker"]))
+        if "review" in kwargs:
+            kwargs["review"] = ReviewRecord(**_known(ReviewRecord, kwargs["review"]))
+        if not isinstance(kwargs.get("verify", {}), dict):
+            raise TypeError("a round's verify record is not an object")
+        return cls(**kwargs)
+
+
 @dataclass
 class RunState:
     id: str
-    status: str = "queued"
+    status: Status = Status.QUEUED
     title: str = ""
     story_path: str = ""
     branch: str = ""
@@ -59,7 +128,7 @@ class RunState:
     current_round: int = 0
     round_offset: int = 0  # rounds finished before the current budget (a retry after gave_up)
     phase: str = ""
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
     usage: dict[str, Any] = field(
         default_factory=lambda: {"tokens_in": 0, "tokens_out": 0, "llm_calls": 0, "cost_usd": 0.0}
     )
@@ -70,13 +139,34 @@ class RunState:
     runs: int = 0
     story_digest: str = ""  # sha256 of the story file as hero last left it (edits show up)
 
+    def __post_init__(self) -> None:
+        # Plain values, as read from JSON or written by hand, become their types here.
+        self.status = to_status(self.status)
+        if not isinstance(self.rounds, list):
+            raise TypeError(f"rounds: expected a list, found {type(self.rounds).__name__}")
+        self.rounds = [r if isinstance(r, Round) else Round.from_dict(r) for r in self.rounds]
+
+    def max_rounds(self, budget: int) -> int:
+        """The round count at which this run stops: ``budget`` rounds after the offset."""
+        return self.round_offset + budget
+
+    def grant_fresh_budget(self) -> bool:
+        """A story that gave up gets a fresh budget of rounds on the same branch: the rounds
+        it has finished stop counting against its budget. Returns whether it was granted."""
+        if self.status != Status.GAVE_UP:
+            return False
+        self.round_offset = len(self.rounds)
+        return True
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """A state read from JSON; ValueError or TypeError for a record that does not fit."""
+        return cls(**_known(cls, data))
 
 
 def file_digest(path: Path) -> str:

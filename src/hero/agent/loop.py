@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hero.agent.tools import ToolContext, execute_tool, tool_schemas
+from hero.config import WorkerLimits
 from hero.errors import Interrupted
 from hero.llm import Completion
 from hero.trace import Trace
@@ -27,18 +28,6 @@ class Model(Protocol):
     def complete(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> Completion: ...
-
-
-@dataclass(frozen=True)
-class AgentLimits:
-    max_turns: int = 100
-    """LLM calls in one round."""
-    max_tool_calls: int = 300
-    """Tool calls in one round."""
-    max_wall_s: float = 3600.0
-    """Wall time of one round, checked before each LLM call and each tool call."""
-    loop_repeats: int = 4
-    """The same tool call with the same arguments this many times in a row is a loop."""
 
 
 @dataclass
@@ -63,7 +52,7 @@ def run_agent(
     model: Model,
     messages: list[dict[str, Any]],
     ctx: ToolContext,
-    limits: AgentLimits,
+    limits: WorkerLimits,
     trace: Trace,
     *,
     on_turn: Callable[[AgentResult], None] | None = None,
@@ -152,7 +141,7 @@ def run_agent(
 
 
 def _limit_reached(
-    result: AgentResult, limits: AgentLimits, started: float, next_step: str
+    result: AgentResult, limits: WorkerLimits, started: float, next_step: str
 ) -> bool:
     if next_step == "turn" and result.turns >= limits.max_turns:
         result.stop_reason = "max_turns"

@@ -1,4 +1,4 @@
-"""`hero watch` and `hero retry`: the daemon's entry points, behind the thin CLI."""
+"""`hero watch`: the daemon's entry point, behind the thin CLI."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from hero.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = None) -> int:
     from hero.config import ConfigError, load_config
-    from hero.daemon.dispatcher import DaemonLock, DaemonRunning, Dispatcher
+    from hero.daemon.dispatcher import Dispatcher
     from hero.daemon.logsetup import configure
     from hero.llm import LlmClient
+    from hero.locks import DaemonLock, DaemonRunning
 
     log = configure(json=json_logs)
     try:
@@ -77,39 +78,4 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
             signal.signal(s, handler)
         lock.release()
     log.info("stopped", uptime_s=round(time.monotonic() - started, 1))
-    return EXIT_OK
-
-
-def retry(home: Path, story_id: str) -> int:
-    """Make a story that gave up (or ended in error) eligible again, with a fresh budget."""
-    from hero.state import StateError, load_state, save_state
-
-    try:
-        state = load_state(home, story_id)
-    except StateError as exc:
-        print(f"hero: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if state is None:
-        print(f"hero: no story '{story_id}' in {home / 'runs' / 'state'}", file=sys.stderr)
-        return EXIT_USAGE
-    if state.status not in ("gave_up", "error", "interrupted"):
-        print(
-            f"hero: story '{story_id}' is {state.status}; only a story that gave up, "
-            "ended in error or was interrupted can be retried",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    if state.status == "gave_up":
-        state.round_offset = len(state.rounds)  # a fresh budget of rounds
-    state.status = "queued"
-    state.error = ""
-    save_state(home, state)
-    story = Path(state.story_path)
-    if story.exists():
-        os.utime(story)  # the watching daemon notices the touch and takes the story again
-        print(f"{story_id}: queued again; `hero watch` picks it up, or run `hero run {story}`")
-    else:
-        print(
-            f"{story_id}: queued again, but its story file {story} is gone; put it back in inbox/"
-        )
     return EXIT_OK
