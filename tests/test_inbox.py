@@ -225,6 +225,60 @@ def test_rescan_notices_changed_files_only(inbox_dir: Path) -> None:
     assert inbox.due() == ([], None)
 
 
+def test_a_file_known_complete_is_due_without_settling(inbox_dir: Path) -> None:
+    """hero's own write (feedback appended to a story) must not make the story wait: a file
+    the ``complete`` hint vouches for is due at once, however fresh; others settle."""
+    hero, user = inbox_dir / "hero.md", inbox_dir / "user.md"
+    for path in (hero, user):
+        path.write_text(STORY)
+        age(path, -60)  # as fresh as can be
+    inbox = Inbox(inbox_dir, settle_s=LONG_SETTLE_S, complete=lambda p: p == hero)
+
+    inbox.rescan()
+    ready, next_due = inbox.due()
+    assert ready == [hero]
+    assert next_due is not None and next_due > LONG_SETTLE_S / 2  # the user's file settles
+    assert inbox.settling()
+
+    # an event for it (hero appends again) does not make it wait either
+    with open(hero, "a") as fh:
+        fh.write("More.\n")
+    inbox.notice(hero, LONG_SETTLE_S)
+    assert inbox.due()[0] == [hero]
+
+
+def test_a_failing_complete_hint_means_settle(inbox_dir: Path) -> None:
+    def broken(path: Path) -> bool:
+        raise OSError("cannot tell")
+
+    path = inbox_dir / "s1.md"
+    path.write_text(STORY)
+    age(path, -60)
+    inbox = Inbox(inbox_dir, settle_s=LONG_SETTLE_S, complete=broken)
+    inbox.rescan()
+    ready, next_due = inbox.due()
+    assert ready == [] and next_due is not None
+
+
+def test_files_of_one_scan_are_due_at_one_moment(inbox_dir: Path) -> None:
+    """The dispatcher then sees them in one batch and orders them by priority, whatever
+    order the file system listed them in."""
+    paths = [inbox_dir / f"s{n}.md" for n in range(5)]
+    for path in paths:
+        path.write_text(STORY)
+    inbox = Inbox(inbox_dir, settle_s=0.3)
+    inbox.rescan()
+    ready: list[Path] = []
+
+    def first_batch() -> bool:
+        ready.extend(inbox.due()[0])
+        return bool(ready)
+
+    assert wait_for(first_batch)
+    assert sorted(ready) == paths
+    assert not inbox.settling()
+
+
 def test_rescan_of_a_missing_folder_is_harmless(tmp_path: Path) -> None:
     inbox = Inbox(tmp_path / "nope", settle_s=0.1)
     inbox.rescan()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hero.cli import main
-from hero.state import RunState, save_state, state_path
+from hero.state import RunState, file_digest, save_state, state_path
 from hero.views.status import (
     WIDTH,
     collect_status,
@@ -244,6 +244,7 @@ def test_unreadable_state_is_a_row(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_queue_by_priority_then_oldest_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The queue is what `hero watch` would run, in its order (hero.daemon.queue's rule)."""
     ages = {
         "low-old": ("low", 5000),
         "high-new": ("high", 10),
@@ -252,30 +253,51 @@ def test_queue_by_priority_then_oldest_first(
         "high-old": ("high", 3000),
         "was-queued": ("normal", 30),
         "is-running": ("high", 9000),
+        "left-running": ("low", 9000),  # its run died: the next daemon resumes it
         "has-passed": ("high", 9000),
+        "gave-up": ("high", 9000),  # unchanged since: waits for an edit or a retry
+        "gave-up-edited": ("low", 6000),  # edited since: runs again
     }
+    paths = {}
     for name, (priority, age) in ages.items():
-        path = write_story(tmp_path, name, **({"priority": priority} if priority else {}))
-        set_age(path, age)
+        paths[name] = write_story(tmp_path, name, **({"priority": priority} if priority else {}))
+        set_age(paths[name], age)
     save_state(tmp_path, RunState(id="was-queued", status="queued"))
     save_state(tmp_path, RunState(id="is-running", status="running", started_at=time.time()))
+    save_state(tmp_path, RunState(id="left-running", status="running", started_at=NOW))
     save_state(tmp_path, RunState(id="has-passed", status="passed"))
+    digest = file_digest(paths["gave-up"])
+    save_state(tmp_path, RunState(id="gave-up", status="gave_up", story_digest=digest))
+    save_state(tmp_path, RunState(id="gave-up-edited", status="gave_up", story_digest="0" * 64))
+    held = hold_story_lock(tmp_path, "is-running")  # a live run of it
 
     report = status_json(tmp_path, capsys)
 
     order = [item["id"] for item in report["queue"]]
-    assert order == ["high-old", "high-new", "normal-old", "was-queued", "normal-new", "low-old"]
+    assert order == [
+        "high-old",
+        "high-new",
+        "normal-old",
+        "was-queued",
+        "normal-new",
+        "left-running",
+        "gave-up-edited",
+        "low-old",
+    ]
     first = report["queue"][0]
     assert first["priority"] == "high"
     assert first["path"] == "inbox/high-old.md"
     assert first["title"] == "Story high-old"
     assert first["age_s"] >= 3000
-    assert report["rejected"] == []
+    (passed,) = report["rejected"]  # as `hero watch` refuses it
+    assert passed["path"] == "inbox/has-passed.md"
+    assert "already passed" in passed["reason"]
 
     text = status_text(tmp_path, capsys)
-    queue_lines = text.split("queue (6)")[1].splitlines()[2:8]
+    queue_lines = text.split("queue (8)")[1].splitlines()[2:10]
     assert [line.split()[2] for line in queue_lines] == order
     assert queue_lines[0].split()[:2] == ["1", "high"]
+    held.close()
 
 
 def test_queue_notes_unmet_dependencies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -317,16 +339,17 @@ def test_invalid_stories_are_rejected_with_their_reason(
 def test_a_second_file_with_the_same_id_is_rejected(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """As `hero watch` does: the file that came first keeps the id, whatever its priority."""
     set_age(write_story(tmp_path, "copy", text=None, id="dup", title="Old", priority="low"), 90)
     set_age(write_story(tmp_path, "dup", priority="high"), 10)
 
     report = status_json(tmp_path, capsys)
 
-    assert [(q["id"], q["path"]) for q in report["queue"]] == [("dup", "inbox/dup.md")]
+    assert [(q["id"], q["path"]) for q in report["queue"]] == [("dup", "inbox/copy.md")]
     assert report["rejected"] == [
         {
-            "path": "inbox/copy.md",
-            "reason": "id: story id 'dup' is already queued from inbox/dup.md",
+            "path": "inbox/dup.md",
+            "reason": "id: story id 'dup' is already queued from inbox/copy.md",
         }
     ]
 

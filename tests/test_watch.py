@@ -1,7 +1,8 @@
 """End to end: `hero watch`, the inbox daemon.
 
-Every test runs the real daemon as a child process (`python -m hero watch --log-format
-json`), its JSON log lines going to a file the test reads. The scripted model runs in
+Every test but one runs the real daemon as a child process (`python -m hero watch
+--log-format json`), its JSON log lines going to a file the test reads; that one drives the
+dispatcher in-process, for a settle delay no test would wait out. The scripted model runs in
 this test process on a thread; one stateless policy answers every story, telling stories
 apart by the "# Story <id>:" line of the task and rounds by the round line. The target
 repository, worktrees and commands are all real.
@@ -41,6 +42,8 @@ from helpers import (
 )
 
 from hero.cli import main
+from hero.state import RunState, Status, file_digest, save_state
+from hero.story import append_feedback
 from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 RUN_TIMEOUT_S = 120.0  # generous "did not hang" bounds, not speed checks
@@ -106,6 +109,12 @@ def worker_rounds(model: ScriptedModel, sid: str, since: int = 0) -> list[int]:
         for r in model.requests[since:]
         if not is_review(r.body) and story_of(r.body) == sid
     ]
+
+
+def set_age(path: Path, seconds_ago: float) -> None:
+    """Make ``path`` look written ``seconds_ago`` (negative: in the future)."""
+    t = time.time() - seconds_ago
+    os.utime(path, (t, t))
 
 
 def read_pid(path: Path) -> int | None:
@@ -489,6 +498,14 @@ def test_sigterm_stops_cleanly_then_restart_resumes(
     assert first.events("started", story="s2") == []
     assert not (home / "runs" / "state" / "s2.json").exists()
 
+    # hero's feedback append (end of round 1) left s1.md fresher than s2.md; how fresh at the
+    # restart depended on timing. Fix it at its worst: s1.md as fresh as can be (its content
+    # still as hero left it), s2.md long settled. The high-priority story still goes first.
+    s1_file, s2_file = home / "inbox" / "s1.md", home / "inbox" / "s2.md"
+    assert state["story_digest"] == file_digest(s1_file)
+    set_age(s1_file, -60)  # "written" a minute from now: fresh however slow the start-up
+    set_age(s2_file, 3600)
+
     # a second daemon may start (the lock went with the first) and resumes the story
     n_before = len(model.requests)
     second = procs.start(home, "--exit-when-idle")
@@ -502,6 +519,103 @@ def test_sigterm_stops_cleanly_then_restart_resumes(
     assert subjects(target_repo, "hero/s1").count("round-1") == 1
     assert load_state(home, "s2")["status"] == "passed"
     assert [e["story"] for e in second.events("started")] == ["s1", "s2"]
+
+
+def interrupted_after_feedback(home: Path, write_story: Callable[..., Path], sid: str) -> Path:
+    """A high-priority story left ``interrupted`` just after hero appended round 1's
+    feedback to its file: the state holds the file's digest as hero left it."""
+    path = write_story(home, sid, verify=["true"], priority="high")
+    assert append_feedback(path, 1, "Also handle the empty case.")
+    save_state(
+        home,
+        RunState(
+            id=sid,
+            status=Status.INTERRUPTED,
+            title=f"Story {sid}",
+            story_path=str(path),
+            story_digest=file_digest(path),
+        ),
+    )
+    return path
+
+
+def test_restart_runs_an_interrupted_high_story_before_an_older_low_one(
+    scripted, make_home, write_story, procs: Procs
+) -> None:
+    """The bug: hero's own feedback append made the interrupted story's file fresh, so the
+    restarted daemon let it settle while an older low-priority file was due at once, and
+    the low one started first. Hero's own writes do not delay a story, and the start-up
+    backlog is ordered whole before anything starts."""
+    model = scripted(Policy())
+    home = make_home(model, max_parallel=1)
+    high = interrupted_after_feedback(home, write_story, "hi")
+    low = write_story(home, "lo", verify=["true"], priority="low")
+    set_age(low, 3600)
+    set_age(high, -60)  # fresh for the whole start-up, however slow
+
+    daemon = procs.start(home, "--exit-when-idle")
+    assert daemon.wait_exit() == 0, daemon.output()
+    assert [e["story"] for e in daemon.events("started")] == ["hi", "lo"]
+    assert [e["status"] for e in daemon.events("finished")] == ["passed", "passed"]
+    assert daemon.events("rejected") == []
+
+
+class LogRecorder:
+    """A structlog-like logger that keeps its events in a list (for the in-process test)."""
+
+    def __init__(self, events: list[dict[str, Any]] | None = None, **context: Any) -> None:
+        self.events = [] if events is None else events
+        self.context = context
+
+    def bind(self, **more: Any) -> LogRecorder:
+        return LogRecorder(self.events, **self.context, **more)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.events.append({"event": event, **self.context, **fields})
+
+    warning = exception = info
+
+    def named(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == name]
+
+
+def test_a_file_as_hero_left_it_is_due_without_the_settle_wait(
+    scripted, make_home, write_story
+) -> None:
+    """The dispatcher in-process, with a settle delay no test waits out: a fresh file whose
+    content is what hero last wrote is taken at once (test_inbox: a fresh file the user
+    wrote is not)."""
+    model = scripted(Policy())
+    home = make_home(model, max_parallel=1)
+    high = interrupted_after_feedback(home, write_story, "hi")
+    set_age(high, -60)
+
+    from hero.config import load_config
+    from hero.daemon.dispatcher import Dispatcher
+    from hero.llm import LlmClient
+
+    config = load_config(home, roles=("worker", "reviewer"))
+
+    def make_models(cancel: threading.Event) -> tuple[Any, Any]:
+        return (
+            LlmClient(config.role("worker"), config.llm, cancel=cancel),
+            LlmClient(config.role("reviewer"), config.llm, cancel=cancel),
+        )
+
+    log = LogRecorder()
+    dispatcher = Dispatcher(config, make_models, log=log, settle_s=3600.0)
+    thread = threading.Thread(target=dispatcher.serve, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: log.named("finished")), log.events
+    finally:
+        dispatcher.stop()
+        thread.join(STOP_SPEC_S)
+    assert not thread.is_alive()
+    assert [e["story"] for e in log.named("started")] == ["hi"]
+    assert log.named("finished")[0]["status"] == "passed"
+    assert load_state(home, "hi")["status"] == "passed"
+    assert (home / "done" / "hi.md").is_file()
 
 
 LAUNCH_SIGNAL = """

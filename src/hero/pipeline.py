@@ -7,18 +7,16 @@ the branch's commits are never thrown away.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hero.agent.loop import AgentLimits, Model, run_agent
+from hero.agent.loop import AgentResult, Model, run_agent
 from hero.agent.tools import ToolContext
 from hero.config import Config
 from hero.errors import Interrupted
@@ -33,19 +31,28 @@ from hero.gitops import (
     log_since,
 )
 from hero.llm import LlmError
-from hero.roles.reviewer import Verdict, review, short_circuit
+from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
+from hero.locks import story_lock as _story_lock
+from hero.prompting import PromptError
+from hero.roles.reviewer import APPROVED, Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.roles.worker import build_messages
 from hero.runner import RUN_MARKER, child_env, kill_marked
-from hero.state import RESUMABLE, RunState, file_digest, load_state, save_state
+from hero.state import (
+    RESUMABLE,
+    ReviewRecord,
+    Round,
+    RunState,
+    Status,
+    WorkerOutcome,
+    file_digest,
+    load_state,
+    save_state,
+)
 from hero.story import Story, VerifyTier, append_feedback, parse_story
 from hero.trace import Trace
 
 Progress = Callable[[str], None]
-
-
-class StoryBusy(Exception):
-    """Another hero process is running this story right now."""
 
 
 def run_story(
@@ -63,21 +70,6 @@ def run_story(
     story = parse_story(story_path)
     run = StoryRun(story, config, worker_model, reviewer_model, repo, progress, cancel)
     return run.run()
-
-
-@contextmanager
-def _story_lock(home: Path, story_id: str) -> Iterator[None]:
-    lock_dir = home / "runs" / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f"{story_id}.lock", "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StoryBusy(f"story '{story_id}' is being run by another hero process") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 class StoryRun:
@@ -119,65 +111,39 @@ class StoryRun:
 
     def force_interrupted(self) -> None:
         with self._save_lock:
-            if self._frozen or self.state.status != "running":
+            if self._frozen or self.state.status != Status.RUNNING:
                 return
-            self.state.status = "interrupted"
+            self.state.status = Status.INTERRUPTED
             self.state.phase = ""
             save_state(self.home, self.state)
             self._frozen = True
 
     def _run(self) -> RunState:
         story, state = self.story, self._start()
-        # A story that gave up earlier gets a fresh budget of rounds on the same branch.
-        max_rounds = state.round_offset + (story.max_retries or self.config.max_retries)
-        tiers = story.verify or (
-            (VerifyTier("default", self.config.default_verify),)
-            if self.config.default_verify
-            else ()
-        )
+        max_rounds = state.max_rounds(story.max_retries or self.config.max_retries)
+        tiers = self._tiers()
         try:
-            if state.status == "passed":
+            if state.status == Status.PASSED:
                 self.say(f"{story.id}: already passed on {state.branch}; nothing to do")
                 return state
-            marker = f"{self.home.resolve()}/{story.id}"
-            if kill_marked(marker):
-                self.say(f"{story.id}: ended processes left running by an earlier run")
-            if (self.worktree / ".git").exists():  # a run that crashed: keep what it left
-                self._rescue(f"hero: keep uncommitted work found on resume ({story.id})")
-                self._back_to_branch()
-            self.repo.ensure_worktree(self.branch, self.worktree, state.base_sha)
-            env = child_env(
-                drop_names=self.config.key_env_names,
-                secret_values=self.config.secrets,
-                extra={**self.repo.identity_env(), RUN_MARKER: marker},
-            )
+            env = self._prepare_worktree()
             while len(state.rounds) < max_rounds:
-                n = len(state.rounds) + 1
-                record = self._round(n, max_rounds, tiers, env)
+                record = self._round(len(state.rounds) + 1, max_rounds, tiers, env)
                 state.rounds.append(record)
-                if record["review"]["verdict"] == "APPROVED":
-                    self._finish("passed")
-                    # Record first, then move: a crash in between leaves a passed state
-                    # whose file is still in the inbox, which finish_done_move() completes.
-                    src = Path(state.story_path)
-                    state.story_path = str(done_path_for(self.home, src))
-                    self._save()
-                    move_story_file(src, Path(state.story_path))
-                    self.say(f"{story.id}: passed in round {n}; branch {self.branch}")
+                if record.review.verdict == APPROVED:
+                    self._pass(record.round)
                     return state
-                story_file = Path(state.story_path)
-                if story_file.exists():  # the user may have taken it away meanwhile
-                    append_feedback(story_file, n, record["feedback"])
-                    state.story_digest = file_digest(story_file)
-                self._save()
-            self._finish("gave_up")
+                self._leave_feedback(record)
+            self._finish(Status.GAVE_UP)
             self.say(f"{story.id}: gave up after {len(state.rounds)} round(s)")
         except LlmError as exc:
             self._fail(f"model error: {exc}")
         except GitError as exc:
             self._fail(f"git error: {exc}")
+        except PromptError as exc:
+            self._fail(f"prompt template error: {exc}")
         except (KeyboardInterrupt, Interrupted):
-            state.status = "interrupted"
+            state.status = Status.INTERRUPTED
             state.phase = ""
             self._save()
             self.say(f"{story.id}: interrupted in round {state.current_round}; run again to resume")
@@ -190,98 +156,165 @@ class StoryRun:
         self._save()
         return state
 
+    def _tiers(self) -> tuple[VerifyTier, ...]:
+        """The story's verify tiers, else the config's default commands as one tier."""
+        if self.story.verify:
+            return self.story.verify
+        if self.config.default_verify:
+            return (VerifyTier("default", self.config.default_verify),)
+        return ()
+
+    def _prepare_worktree(self) -> dict[str, str]:
+        """Clean up after an earlier run, check the worktree out; returns the children's env."""
+        story_id = self.story.id
+        marker = f"{self.home.resolve()}/{story_id}"
+        if kill_marked(marker):
+            self.say(f"{story_id}: ended processes left running by an earlier run")
+        if (self.worktree / ".git").exists():  # a run that crashed: keep what it left
+            self._rescue(f"hero: keep uncommitted work found on resume ({story_id})")
+            self._back_to_branch()
+        self.repo.ensure_worktree(self.branch, self.worktree, self.state.base_sha)
+        return child_env(
+            drop_names=self.config.key_env_names,
+            secret_values=self.config.secrets,
+            extra={**self.repo.identity_env(), RUN_MARKER: marker},
+        )
+
+    def _pass(self, n: int) -> None:
+        state = self.state
+        self._finish(Status.PASSED)
+        # Record first, then move: a crash in between leaves a passed state whose file is
+        # still in the inbox, which finish_done_move() completes.
+        src = Path(state.story_path)
+        state.story_path = str(done_path_for(self.home, src))
+        self._save()
+        move_story_file(src, Path(state.story_path))
+        self.say(f"{self.story.id}: passed in round {n}; branch {self.branch}")
+
+    def _leave_feedback(self, record: Round) -> None:
+        """Append the round's feedback to the story file, for the user and the next round."""
+        story_file = Path(self.state.story_path)
+        if story_file.exists():  # the user may have taken it away meanwhile
+            append_feedback(story_file, record.round, record.feedback)
+            self.state.story_digest = file_digest(story_file)
+        self._save()
+
+    # -- one round: work -> rescue -> check (verify, review) -> record --------------------
+
     def _round(
         self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], env: dict[str, str]
-    ) -> dict[str, Any]:
-        story, state, limits = self.story, self.state, self.config.worker_limits
+    ) -> Round:
         started = time.time()
-        state.current_round = n
+        self.state.current_round = n
         self._phase("worker", f"round {n}/{max_rounds}: worker")
-        feedback = state.rounds[-1]["feedback"] if state.rounds else ""
-        messages = build_messages(
-            story,
+        messages = self._worker_messages(n, max_rounds, tiers)
+        ctx = self._tool_context(env)
+        with Trace(self.run_dir / f"round-{n}.jsonl") as trace:
+            trace.event(
+                "round_start", story=self.story.id, round=n, run=self.state.runs, branch=self.branch
+            )
+            result = run_agent(self.worker_model, messages, ctx, self.config.worker_limits, trace)
+            strayed = self._rescue_round(n, result)
+            verify, verdict = self._check(n, result, strayed, tiers, env, trace)
+            trace.event("verdict", **verdict.to_dict())
+        self.say(f"round {n}: {verdict.verdict}: {verdict.summary}")
+        self.state.head_sha = head_sha(self.worktree)
+        return self._record(n, started, result, verify, verdict)
+
+    def _worker_messages(
+        self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...]
+    ) -> list[dict[str, Any]]:
+        rounds = self.state.rounds
+        return build_messages(
+            self.story,
             tiers,
             self.worktree,
             round_no=n,
             max_rounds=max_rounds,
-            feedback=feedback,
+            feedback=rounds[-1].feedback if rounds else "",
             home=self.home,
         )
-        ctx = ToolContext(
+
+    def _tool_context(self, env: dict[str, str]) -> ToolContext:
+        limits = self.config.worker_limits
+        return ToolContext(
             root=self.worktree,
             env=env,
             bash_timeout_s=limits.bash_timeout_s,
             max_bash_timeout_s=max(limits.bash_timeout_s, 1800.0),
             cancel=self.cancel,
         )
-        agent_limits = AgentLimits(
-            max_turns=limits.max_turns,
-            max_tool_calls=limits.max_tool_calls,
-            max_wall_s=limits.max_wall_s,
-            loop_repeats=limits.loop_repeats,
+
+    def _rescue_round(self, n: int, result: AgentResult) -> str:
+        """Commit what the worker left and put it back on the branch; returns why the round
+        fails if the worker's commits could not be taken over, else ""."""
+        self._rescue(f"hero: commit work left uncommitted in round {n} ({self.story.id})")
+        strayed = self._back_to_branch()
+        self.say(
+            f"round {n}: worker {result.stop_reason}: {result.turns} turns, "
+            f"{result.tool_calls} tool calls"
         )
-        trace_path = self.run_dir / f"round-{n}.jsonl"
-        with Trace(trace_path) as trace:
-            trace.event("round_start", story=story.id, round=n, run=state.runs, branch=self.branch)
-            result = run_agent(self.worker_model, messages, ctx, agent_limits, trace)
-            self._rescue(f"hero: commit work left uncommitted in round {n} ({story.id})")
-            strayed = self._back_to_branch()
-            self.say(
-                f"round {n}: worker {result.stop_reason}: {result.turns} turns, "
-                f"{result.tool_calls} tool calls"
-            )
-            verify: VerifyResult
-            if result.guardrail or strayed:
-                verify = VerifyResult(passed=False)
-                verdict = short_circuit(
-                    f"the worker was stopped: {result.detail}" if result.guardrail else strayed
-                )
-            else:
-                self._phase("verify", f"round {n}: verify")
-                verify = run_verify(
-                    tiers,
-                    self.worktree,
-                    timeout_s=self.config.verify_timeout_ms / 1000,
-                    env=env,
-                    log_path=self.run_dir / f"verify-r{n}.log",
-                    cancel=self.cancel,
-                )
-                trace.event("verify", **verify.to_dict())
-                self.say(f"round {n}: verify {'passed' if verify.passed else 'FAILED'}")
-                if not verify.passed:
-                    failed = [c.command for c in verify.commands if c.exit_code != 0]
-                    verdict = short_circuit("verification failed: " + "; ".join(failed))
-                else:
-                    self._phase("review", f"round {n}: review")
-                    verdict = self._review(n, verify, trace)
-            trace.event("verdict", **verdict.to_dict())
-        self.say(f"round {n}: {verdict.verdict}: {verdict.summary}")
-        state.head_sha = head_sha(self.worktree)
-        return {
-            "round": n,
-            "started_at": started,
-            "duration_s": round(time.time() - started, 3),
-            "worker": {
-                "turns": result.turns,
-                "tool_calls": result.tool_calls,
-                "tokens_in": result.tokens_in,
-                "tokens_out": result.tokens_out,
-                "stop_reason": result.stop_reason,
-                "detail": result.detail,
-                "summary": result.final_message[-2000:],
-            },
-            "verify": verify.to_dict(),
-            "review": {
-                "verdict": verdict.verdict,
-                "summary": verdict.summary,
-                "short_circuited": verdict.short_circuited,
-                "malformed": verdict.malformed,
-                "ac_check": verdict.ac_check,
-                "comments": verdict.comments,
-            },
-            "head_sha": state.head_sha,
-            "feedback": _feedback_text(verdict, verify),
-        }
+        return strayed
+
+    def _check(
+        self,
+        n: int,
+        result: AgentResult,
+        strayed: str,
+        tiers: tuple[VerifyTier, ...],
+        env: dict[str, str],
+        trace: Trace,
+    ) -> tuple[VerifyResult, Verdict]:
+        """Verify, then review. A stopped or strayed worker and a red verifier are answered
+        without asking the reviewer."""
+        if result.guardrail or strayed:
+            reason = f"the worker was stopped: {result.detail}" if result.guardrail else strayed
+            return VerifyResult(passed=False), short_circuit(reason)
+        self._phase("verify", f"round {n}: verify")
+        verify = run_verify(
+            tiers,
+            self.worktree,
+            timeout_s=self.config.verify_timeout_ms / 1000,
+            env=env,
+            log_path=self.run_dir / f"verify-r{n}.log",
+            cancel=self.cancel,
+        )
+        trace.event("verify", **verify.to_dict())
+        self.say(f"round {n}: verify {'passed' if verify.passed else 'FAILED'}")
+        if not verify.passed:
+            failed = [c.command for c in verify.commands if c.exit_code != 0]
+            return verify, short_circuit("verification failed: " + "; ".join(failed))
+        self._phase("review", f"round {n}: review")
+        return verify, self._review(n, verify, trace)
+
+    def _record(
+        self, n: int, started: float, result: AgentResult, verify: VerifyResult, verdict: Verdict
+    ) -> Round:
+        return Round(
+            round=n,
+            started_at=started,
+            duration_s=round(time.time() - started, 3),
+            worker=WorkerOutcome(
+                turns=result.turns,
+                tool_calls=result.tool_calls,
+                tokens_in=result.tokens_in,
+                tokens_out=result.tokens_out,
+                stop_reason=result.stop_reason,
+                detail=result.detail,
+                summary=result.final_message[-2000:],
+            ),
+            verify=verify.to_dict(),
+            review=ReviewRecord(
+                verdict=verdict.verdict,
+                summary=verdict.summary,
+                short_circuited=verdict.short_circuited,
+                malformed=verdict.malformed,
+                ac_check=verdict.ac_check,
+                comments=verdict.comments,
+            ),
+            head_sha=self.state.head_sha,
+            feedback=_feedback_text(verdict, verify),
+        )
 
     def _review(self, n: int, verify: VerifyResult, trace: Trace) -> Verdict:
         base = self.state.base_sha
@@ -317,19 +350,18 @@ class StoryRun:
         old = load_state(self.home, story.id)
         resume = (
             old is not None
-            and (old.status in RESUMABLE or old.status == "gave_up")
+            and (old.status in RESUMABLE or old.status == Status.GAVE_UP)
             and old.base_sha
             and repo.branch_sha(self.branch) is not None
         )
-        if old is not None and old.status == "passed":
+        if old is not None and old.status == Status.PASSED:
             finish_done_move(old, story.path)
             self.state = old
             return old
         if resume:
             assert old is not None
             state = old
-            if state.status == "gave_up":
-                state.round_offset = len(state.rounds)
+            if state.grant_fresh_budget():
                 self.say(f"{story.id}: gave up before; continuing {self.branch} with new rounds")
             else:
                 self.say(f"{story.id}: resuming after round {len(state.rounds)} on {self.branch}")
@@ -357,7 +389,7 @@ class StoryRun:
             if old is not None:
                 state.runs = old.runs
                 state.usage = old.usage
-        state.status = "running"
+        state.status = Status.RUNNING
         state.title = story.title
         state.story_path = str(story.path)
         state.error = ""
@@ -375,14 +407,14 @@ class StoryRun:
         self._save()
         self.say(message)
 
-    def _finish(self, status: str) -> None:
+    def _finish(self, status: Status) -> None:
         self.state.status = status
         self.state.phase = ""
         self.state.finished_at = time.time()
         self.state.story_digest = file_digest(Path(self.state.story_path))
 
     def _fail(self, message: str) -> None:
-        self._finish("error")
+        self._finish(Status.ERROR)
         self.state.error = message
         self.say(f"{self.story.id}: error: {message}")
 
@@ -484,7 +516,7 @@ def finish_done_move(state: RunState, path: Path) -> bool:
     inbox. If ``path`` is that very file (same content as when it passed), move it now."""
     dest = Path(state.story_path)
     if (
-        state.status != "passed"
+        state.status != Status.PASSED
         or not state.story_digest
         or path.resolve() == dest.resolve()
         or dest.exists()

@@ -1,7 +1,9 @@
 """`hero watch`: take stories from the inbox and run them, at most max_parallel at once.
 
-The dispatcher decides what runs next (priority, then age), refuses what cannot run (an
-invalid story, a duplicate id) with a reason the user can read, and stops cleanly. It does
+The dispatcher decides what runs next by the queue rule (:mod:`hero.daemon.queue`: priority,
+then age), refuses what cannot run (an invalid story, a duplicate id) with a reason the user
+can read, and stops cleanly. At start-up it looks at the whole backlog before it starts
+anything, so a restart takes the stories in the same order a fresh start would. It does
 not run rounds itself: each story runs in a thread through ``pipeline.StoryRun``, which
 saves its state after every step. That state is what makes a restart after ``kill -9``
 safe: a story found ``running`` or ``interrupted`` is resumed from its last finished round.
@@ -9,35 +11,36 @@ safe: a story found ``running`` or ``interrupted`` is resumed from its last fini
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from hero.agent.loop import Model
 from hero.config import Config
-from hero.daemon.inbox import Inbox, start_watching
+from hero.daemon.inbox import Inbox, Signature, signature, start_watching
+from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
 from hero.gitops import TargetRepo
-from hero.pipeline import StoryBusy, StoryRun, finish_done_move
+from hero.locks import DaemonLock as DaemonLock  # re-exported: `hero watch` and tests
+from hero.locks import DaemonRunning as DaemonRunning
+from hero.locks import StoryBusy
+from hero.pipeline import StoryRun, finish_done_move
 from hero.runner import kill_marked
-from hero.state import StateError, file_digest, load_state
-from hero.story import PRIORITIES, Story, StoryError, parse_story
+from hero.state import StateError, file_digest, load_state, state_dir
+from hero.story import MAX_STORY_BYTES, Story, StoryError, parse_story
 
 #: Seconds a clean stop waits for running stories before recording them as interrupted.
 STOP_GRACE_S = 6.0
 #: Seconds between rescans of the inbox, a safety net under the event stream.
 RESCAN_S = 10.0
+#: At start-up nothing is launched while backlog files still settle (so the whole backlog
+#: is ordered by priority first), for at most this many settle delays.
+STARTUP_HOLD_SETTLES = 3
 
 ModelFactory = Callable[[threading.Event], tuple[Model, Model]]
-
-
-class DaemonRunning(Exception):
-    """Another `hero watch` holds this home."""
 
 
 @dataclass
@@ -48,46 +51,6 @@ class _Running:
     cancel: threading.Event
     thread: threading.Thread
     started: float = field(default_factory=time.monotonic)
-
-
-class DaemonLock:
-    """One daemon per home: an flock on runs/watch.lock, which holds the daemon's pid.
-
-    The kernel drops the lock when the process dies, however it dies, so a crashed
-    daemon's lock is simply taken over."""
-
-    def __init__(self, home: Path) -> None:
-        self.path = home / "runs" / "watch.lock"
-        self._fh: IO[str] | None = None
-
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")  # noqa: SIM115 - held for the daemon's life
-        for attempt in range(5):  # `hero status` takes the lock for a moment to test it
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if attempt < 4:
-                    time.sleep(0.05)
-        else:
-            fh.seek(0)
-            pid = fh.read().strip() or "unknown"
-            fh.close()
-            raise DaemonRunning(
-                f"hero watch is already running for {self.path.parent.parent} (pid {pid})"
-            )
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}\n")
-        fh.flush()
-        self._fh = fh
-
-    def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh, fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
 
 
 class Dispatcher:
@@ -104,38 +67,52 @@ class Dispatcher:
         self.make_models = make_models
         self.log = log
         self.repo = TargetRepo(config.target_repo)
-        self.inbox = Inbox((self.home / "inbox").resolve(), settle_s=settle_s)
+        self.inbox = Inbox(
+            (self.home / "inbox").resolve(), settle_s=settle_s, complete=self._written_by_hero
+        )
         self.rejected_dir = self.home / "runs" / "rejected"
         # Re-entrant: stop() runs in a signal handler, which may interrupt the main thread
         # while it holds this lock.
         self._lock = threading.RLock()
-        self._ready: dict[Path, tuple[Story, float]] = {}  # path -> (story, arrival order key)
+        self._ready: dict[Path, Entry] = {}
         self._running: dict[str, _Running] = {}
-        self._rejected: dict[Path, tuple[int, int]] = {}  # path -> signature when refused
+        self._rejected: dict[Path, Signature] = {}  # path -> signature when refused
         self._stopping = threading.Event()
+        # sha256 of every story file as hero last left it (runs/state/*.json story_digest)
+        self._hero_digests: set[str] = set()
+        self._digests_lock = threading.Lock()
 
     # -- the loop ----------------------------------------------------------------------
 
     def serve(self, *, exit_when_idle: bool = False) -> None:
         """Run until ``stop()``; with ``exit_when_idle``, until the inbox holds nothing to run."""
+        self._load_hero_digests()
         stop_watching = start_watching(self.inbox)
         self.log.info(
             "watching", inbox=str(self.inbox.directory), max_parallel=self.config.max_parallel
         )
         self.inbox.rescan()
         last_rescan = time.monotonic()
+        # The backlog first, whole: nothing starts while some of it still settles.
+        hold_until: float | None = last_rescan + STARTUP_HOLD_SETTLES * self.inbox.settle_s
         try:
             while not self._stopping.is_set():
                 ready, next_due = self.inbox.due()
                 for path in ready:
                     self._consider(path)
-                self._launch()
+                now = time.monotonic()
+                if hold_until is not None and (now >= hold_until or not self.inbox.settling()):
+                    hold_until = None
+                if hold_until is None:
+                    self._launch()
                 if exit_when_idle and self._idle() and next_due is None:
                     break
                 if time.monotonic() - last_rescan >= RESCAN_S:
                     self.inbox.rescan()
                     last_rescan = time.monotonic()
                 timeout = RESCAN_S if next_due is None else max(0.0, min(next_due, RESCAN_S))
+                if hold_until is not None:
+                    timeout = min(timeout, max(0.0, hold_until - now))
                 self.inbox.wake.wait(timeout)
                 self.inbox.wake.clear()
         finally:
@@ -160,6 +137,41 @@ class Dispatcher:
         with self._lock:
             return not self._running and not self._ready
 
+    # -- hero's own writes -------------------------------------------------------------
+
+    def _load_hero_digests(self) -> None:
+        try:
+            names = [p.stem for p in state_dir(self.home).glob("*.json")]
+        except OSError:
+            return
+        for story_id in names:
+            if not story_id.startswith("."):
+                self._remember_digest(story_id)
+
+    def _remember_digest(self, story_id: str) -> None:
+        try:
+            state = load_state(self.home, story_id)
+        except StateError:
+            return
+        if state is not None and state.story_digest:
+            with self._digests_lock:
+                self._hero_digests.add(state.story_digest)
+
+    def _written_by_hero(self, path: Path) -> bool:
+        """Whether ``path`` is, byte for byte, a story file as hero last left it (say, with
+        the reviewer's feedback appended): whole, so due at once, whatever its mtime."""
+        with self._digests_lock:
+            if not self._hero_digests:
+                return False
+        try:
+            if path.stat().st_size > MAX_STORY_BYTES:
+                return False
+        except OSError:
+            return False
+        digest = file_digest(path)
+        with self._digests_lock:
+            return bool(digest) and digest in self._hero_digests
+
     # -- deciding ----------------------------------------------------------------------
 
     def _consider(self, path: Path) -> None:
@@ -167,7 +179,7 @@ class Dispatcher:
         with self._lock:
             if any(r.path == path for r in self._running.values()):
                 return  # hero's own feedback appends to a running story's file
-        sig = _signature(path)
+        sig = signature(path)
         if sig is None:
             self._ready.pop(path, None)
             return
@@ -178,61 +190,54 @@ class Dispatcher:
         except StoryError as exc:
             self._refuse(path, sig, str(exc))
             return
-        problem = self._eligibility(story, path)
+        entry = Entry(story, path, sig[0] / 1e9)
+        problem = self._eligibility(entry)
         if problem is None:
             self._clear_refusal(path)
-            self._ready[path] = (story, sig[0] / 1e9)
+            self._ready[path] = entry
             self.log.info("queued", story=story.id, file=path.name, priority=story.priority)
         elif problem:
             self._refuse(path, sig, problem)
         else:
             self._ready.pop(path, None)
 
-    def _eligibility(self, story: Story, path: Path) -> str | None:
+    def _eligibility(self, entry: Entry) -> str | None:
         """None: may run. "": not now, silently. Text: refused, for this reason."""
+        story, path = entry.story, entry.path
         with self._lock:
             running = self._running.get(story.id)
         if running is not None:
             return f"story id '{story.id}' is already running from {running.path.name}"
-        for other, (queued, arrived) in list(self._ready.items()):
-            if other == path or queued.id != story.id:
+        for other in list(self._ready.values()):
+            if other.path == path or other.story.id != story.id:
                 continue
-            # Of two files with one id, the one that came first keeps it.
-            if (arrived, other.name) <= (_mtime(path), path.name):
-                return f"story id '{story.id}' is already queued from {other.name}"
-            other_sig = _signature(other)
+            if comes_first(other, entry):
+                return duplicate_reason(story.id, other.path.name)
+            other_sig = signature(other.path)
             if other_sig is not None:
                 self._refuse(
-                    other,
+                    other.path,
                     other_sig,
                     f"story id '{story.id}' is also in {path.name}, which came first",
                 )
-        try:
-            state = load_state(self.home, story.id)
-        except StateError as exc:
-            return str(exc)
-        if state is None:
+        decision = admit(self.home, story, path)
+        if decision.admit == Admit.RUN:
             return None
-        if state.status == "passed":
-            if finish_done_move(state, path):
+        if decision.admit == Admit.BUSY:
+            self.log.info("busy", story=story.id, reason=decision.reason)
+            self.inbox.forget(path)  # the next rescan looks again
+            return ""
+        if decision.admit == Admit.WAIT:
+            status = decision.state.status if decision.state else None
+            self.log.info("waiting", story=story.id, status=status, hint=decision.reason)
+            return ""
+        if decision.admit == Admit.DONE and decision.state is not None:
+            if finish_done_move(decision.state, path):
                 self.log.info("moved to done", story=story.id, note="it had passed before a crash")
                 return ""
-            return (
-                f"story '{story.id}' already passed (runs/state/{story.id}.json); "
-                "give it a new id to run it again"
-            )
-        if state.status in ("gave_up", "error"):
-            if state.story_digest and state.story_digest == file_digest(path):
-                self.log.info(
-                    "waiting",
-                    story=story.id,
-                    status=state.status,
-                    hint=f"edit the story or run `hero retry {story.id}`",
-                )
-                return ""
-        return None
+        return decision.reason
 
-    def _refuse(self, path: Path, sig: tuple[int, int], reason: str) -> None:
+    def _refuse(self, path: Path, sig: Signature, reason: str) -> None:
         self._ready.pop(path, None)
         self._rejected[path] = sig
         self.rejected_dir.mkdir(parents=True, exist_ok=True)
@@ -258,20 +263,25 @@ class Dispatcher:
             with self._lock:
                 if len(self._running) >= self.config.max_parallel or not self._ready:
                     return
-                path = min(self._ready, key=lambda p: _order(*self._ready[p], p))
-                story, _ = self._ready.pop(path)
+                entry = min(self._ready.values(), key=lambda e: e.key)
+                del self._ready[entry.path]
+                story, path = entry.story, entry.path
                 if not path.exists():
                     continue
                 cancel = threading.Event()
                 worker, reviewer = self.make_models(cancel)
                 log = self.log.bind(story=story.id)
+
+                def progress(msg: str, log: Any = log) -> None:
+                    log.info(msg)
+
                 run = StoryRun(
                     story,
                     self.config,
                     worker,
                     reviewer,
                     self.repo,
-                    progress=lambda msg, log=log: log.info(msg),
+                    progress=progress,
                     cancel=cancel,
                 )
                 thread = threading.Thread(
@@ -293,9 +303,10 @@ class Dispatcher:
             log.info("interrupted")
         except StoryBusy as exc:
             log.warning("busy", reason=str(exc))
-        except Exception:  # noqa: BLE001 - one story's failure must not stop the daemon
+        except Exception:  # one story's failure must not stop the daemon
             log.exception("crashed")
         finally:
+            self._remember_digest(story_id)  # before its file is looked at again
             with self._lock:
                 self._running.pop(story_id, None)
             self.inbox.forget(running.path)  # its file may have changed meanwhile
@@ -314,21 +325,3 @@ class Dispatcher:
                 r.run.force_interrupted()
                 kill_marked(f"{self.home.resolve()}/{r.story.id}")
                 self.log.info("interrupted", story=r.story.id, note="model call abandoned")
-
-
-def _order(story: Story, arrived: float, path: Path) -> tuple[int, float, str]:
-    """high before normal before low, then oldest first, then by name."""
-    return (-PRIORITIES.index(story.priority), arrived, path.name)
-
-
-def _mtime(path: Path) -> float:
-    sig = _signature(path)
-    return sig[0] / 1e9 if sig else 0.0
-
-
-def _signature(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size)

@@ -3,8 +3,13 @@
 A file is read only once it is completely written. A story renamed into ``inbox/`` (the
 write-then-rename pattern) is complete at once. A file written in place is read once
 nothing has touched it for ``settle_s`` (a writer may append in several steps, closing the
-file between them). A periodic rescan catches what the
-event stream lost (an inotify queue overflow, a network filesystem).
+file between them). A file that is, byte for byte, what hero itself last wrote (the
+reviewer's feedback appended to a story) is complete too: hero's own writes never make a
+story wait. A periodic rescan catches what the event stream lost (an inotify queue
+overflow, a network filesystem).
+
+The files of one scan that are due at all are due at one moment, so the dispatcher sees
+them in one batch and orders them by priority, whatever order they were listed in.
 """
 
 from __future__ import annotations
@@ -20,27 +25,50 @@ from typing import Any
 #: A renamed-in file is looked at without delay.
 IMMEDIATE = 0.0
 
+#: ``(st_mtime_ns, st_size)``: a file changed when this did.
+Signature = tuple[int, int]
+
 
 def is_story_name(name: str) -> bool:
     """Stories are visible ``*.md`` files; dot-files are a writer's temporary files."""
     return name.endswith(".md") and not name.startswith(".")
 
 
+def signature(path: Path) -> Signature | None:
+    """The file's ``(mtime_ns, size)``, or None when it cannot be looked at (gone)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
 @dataclass
 class _Pending:
     due: float
-    signature: tuple[int, int] | None  # (mtime_ns, size) when last seen
+    signature: Signature | None  # (mtime_ns, size) when last seen
 
 
 class Inbox:
-    """Tracks inbox files and when each becomes due for a look."""
+    """Tracks inbox files and when each becomes due for a look.
 
-    def __init__(self, directory: Path, *, settle_s: float = 1.0) -> None:
+    ``complete(path)`` tells whether a file is known to be whole as it is (hero wrote it
+    last): such a file is due at once, without the settle wait.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        settle_s: float = 1.0,
+        complete: Callable[[Path], bool] | None = None,
+    ) -> None:
         self.directory = directory
         self.settle_s = settle_s
+        self._complete = complete
         self._lock = threading.Lock()
         self._pending: dict[Path, _Pending] = {}
-        self._seen: dict[Path, tuple[int, int]] = {}
+        self._seen: dict[Path, Signature] = {}
         self.wake = threading.Event()
 
     # -- events in ---------------------------------------------------------------------
@@ -49,25 +77,50 @@ class Inbox:
         """A file changed; look at it after ``delay`` seconds of quiet."""
         if path.parent != self.directory or not is_story_name(path.name):
             return
-        with self._lock:
-            self._pending[path] = _Pending(time.monotonic() + delay, _signature(path))
-        self.wake.set()
+        if delay > 0 and self._known_complete(path):
+            delay = IMMEDIATE
+        self._add({path: time.monotonic() + delay})
 
     def rescan(self) -> None:
-        """Notice every story file that is new or changed since it was last handed out."""
+        """Notice every story file that is new or changed since it was last handed out.
+
+        Old enough to be complete (or known complete): due now; else due once it settles.
+        Every file of the scan gets one of those two moments."""
         try:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return
+        wall, now = time.time(), time.monotonic()
+        found: dict[Path, float] = {}
         for name in names:
             if not is_story_name(name):
                 continue
             path = self.directory / name
-            sig = _signature(path)
-            if sig is not None and self._seen.get(path) != sig and path not in self._pending:
-                # Old enough to be complete: due now; else wait for it to settle.
-                age = time.time() - sig[0] / 1e9
-                self.notice(path, 0.0 if age >= self.settle_s else self.settle_s)
+            sig = signature(path)
+            with self._lock:
+                known = self._seen.get(path) == sig or path in self._pending
+            if sig is None or known:
+                continue
+            young = wall - sig[0] / 1e9 < self.settle_s
+            settle = young and not self._known_complete(path)
+            found[path] = now + self.settle_s if settle else now
+        self._add(found)
+
+    def _add(self, due: dict[Path, float]) -> None:
+        if not due:
+            return
+        with self._lock:
+            for path, when in due.items():
+                self._pending[path] = _Pending(when, signature(path))
+        self.wake.set()
+
+    def _known_complete(self, path: Path) -> bool:
+        if self._complete is None:
+            return False
+        try:
+            return self._complete(path)
+        except Exception:  # noqa: BLE001 - a hint only: when in doubt, let it settle
+            return False
 
     # -- files out ---------------------------------------------------------------------
 
@@ -81,7 +134,7 @@ class Inbox:
                 if pending.due > now:
                     next_due = _min(next_due, pending.due - now)
                     continue
-                sig = _signature(path)
+                sig = signature(path)
                 if sig is None:  # gone
                     del self._pending[path]
                     continue
@@ -95,18 +148,15 @@ class Inbox:
                 ready.append(path)
         return ready, next_due
 
+    def settling(self) -> bool:
+        """Whether some file is noticed but not handed out yet (it waits to settle)."""
+        with self._lock:
+            return bool(self._pending)
+
     def forget(self, path: Path) -> None:
         """Look at this file again on the next rescan even if it did not change."""
         with self._lock:
             self._seen.pop(path, None)
-
-
-def _signature(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size)
 
 
 def _min(a: float | None, b: float) -> float:

@@ -24,13 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from hero.state import StateError, load_state, state_path
+from hero.state import TERMINAL, StateError, Status, load_state, state_path
 from hero.story import ID_RE
+from hero.views.text import WIDTH as WIDTH  # a rendered line is cut to this many characters
+from hero.views.text import cut
 
-#: Statuses after which a story's traces do not grow until it is run again.
-TERMINAL = ("passed", "gave_up", "error", "skipped")
-
-WIDTH = 100  # a rendered line is cut to this many characters
 PROMPT_LINES = 3  # system/user prompts and the reviewer's request
 TEXT_LINES = 8  # assistant text, the reviewer's answer, a verdict's summary
 RESULT_LINES = 4  # a tool result
@@ -105,7 +103,7 @@ def follow(
             return status
         if status != noted:
             noted = status
-            if status == "interrupted":
+            if status == Status.INTERRUPTED:
                 out.write("--- interrupted; waiting for a run to resume it (Ctrl-C to stop)\n")
         out.flush()
         if stop is not None:
@@ -211,9 +209,9 @@ class _View:
         if state.branch:
             parts.append(f"branch {state.branch}")
         line = f"story {self.story_id}{title}: " + "; ".join(parts)
-        self.out.write(_cut(_clean(line), WIDTH) + "\n")
+        self.out.write(cut(_clean(line), WIDTH) + "\n")
         if state.error:
-            self.out.write(_cut(_clean(f"error: {state.error}"), WIDTH) + "\n")
+            self.out.write(cut(_clean(f"error: {state.error}"), WIDTH) + "\n")
 
     def drain(self) -> list[int]:
         """Write every whole line not written yet; returns the rounds listed on disk."""
@@ -412,8 +410,8 @@ def _lines(event: dict[str, Any] | None, label: str, *body: str) -> list[str]:
     offset = _offset(event.get("t")) if event is not None else ""
     label = _clean(label)[:LABEL_WIDTH]
     body = body or ("",)
-    out = [_cut(f"{offset:>9} {label:<{LABEL_WIDTH}} {body[0]}".rstrip(), WIDTH)]
-    out += [_cut(" " * _PREFIX + line, WIDTH) for line in body[1:]]
+    out = [cut(f"{offset:>9} {label:<{LABEL_WIDTH}} {body[0]}".rstrip(), WIDTH)]
+    out += [cut(" " * _PREFIX + line, WIDTH) for line in body[1:]]
     return out
 
 
@@ -506,7 +504,3 @@ def _clean(text: str) -> str:
     other control characters are shown escaped (``\\x1b``)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").expandtabs(4)
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."

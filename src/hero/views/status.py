@@ -4,26 +4,28 @@ Read-only: it reads ``runs/state/*.json``, ``inbox/*.md`` and ``runs/watch.lock`
 creates, changes or keeps locked nothing. A home without ``runs/`` or ``inbox/`` just has
 empty lists; a state file that cannot be read is a row with status ``unreadable``.
 
-Rows are ordered running first, then by last update (newest first). The queue is in the
-order a scheduler takes it: priority high > normal > low, then the oldest file first.
+Rows are ordered running first, then by last update (newest first). The queue is what
+``hero watch`` would run, in the order it would take it, by the one rule in
+:mod:`hero.daemon.queue` (priority high > normal > low, then the oldest file first); the
+files it would refuse are listed as rejected, with its reason.
 """
 
 from __future__ import annotations
 
-import fcntl
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hero.state import StateError, load_state, state_dir
-from hero.story import PRIORITIES, StoryError, parse_story
+from hero.daemon.queue import Admit, Entry, admit, arrange, duplicate_reason
+from hero.locks import daemon_lock_path, is_held, read_pid, story_lock_path
+from hero.state import StateError, Status, load_state, state_dir
+from hero.story import StoryError, parse_story
+from hero.views.text import WIDTH as WIDTH
+from hero.views.text import cut
 
-WIDTH = 100
-#: Statuses after which nothing more happens to a story unless it is run again.
-TERMINAL = ("passed", "gave_up", "error", "skipped")
 UNREADABLE = "unreadable"
-_PRIORITY_RANK = {p: -i for i, p in enumerate(PRIORITIES)}  # high first
 _MIN_CUT_WIDTH = 12
 
 
@@ -43,28 +45,12 @@ def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
 def daemon_status(home: Path) -> dict[str, Any]:
     """Whether a ``hero watch`` holds ``runs/watch.lock``, and its pid (from the file).
 
-    Tests the lock with a shared non-blocking flock that is let go at once; the file is
-    only opened for reading, never created.
+    Creates, changes and keeps locked nothing (see ``hero.locks.is_held``).
     """
-    path = Path(home) / "runs" / "watch.lock"
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError:
+    path = daemon_lock_path(home)
+    if not is_held(path):
         return {"running": False, "pid": None}
-    with fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            held = True
-        except OSError:  # a file system without flock: cannot tell, say not running
-            held = False
-        else:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            held = False
-        if not held:
-            return {"running": False, "pid": None}
-        text = fh.read(64).decode("ascii", errors="replace").strip()
-    return {"running": True, "pid": int(text) if text.isdigit() else None}
+    return {"running": True, "pid": read_pid(path)}
 
 
 def _story_rows(home: Path, now: float) -> list[dict[str, Any]]:
@@ -81,38 +67,18 @@ def _story_rows(home: Path, now: float) -> list[dict[str, Any]]:
             if state is None:  # removed since the listing
                 continue
             row = _row(state, now)
-            if row["status"] == "running":
-                row["stale"] = not _story_lock_held(home, story_id)
+            if row["status"] == Status.RUNNING:
+                row["stale"] = not is_held(story_lock_path(home, story_id))
             rows.append(row)
         except StateError as exc:
             rows.append(_unreadable(story_id, path, str(exc.__cause__ or exc), home))
         except (TypeError, ValueError, AttributeError) as exc:  # fields of the wrong type
             rows.append(_unreadable(story_id, path, f"unexpected field value: {exc}", home))
-    running = [r for r in rows if r["status"] == "running"]
-    rest = [r for r in rows if r["status"] != "running"]
+    running = [r for r in rows if r["status"] == Status.RUNNING]
+    rest = [r for r in rows if r["status"] != Status.RUNNING]
     rest.sort(key=lambda r: (-(r["updated_at"] or 0.0), r["id"]))
     running.sort(key=lambda r: r["id"])
     return running + rest
-
-
-def _story_lock_held(home: Path, story_id: str) -> bool:
-    """Whether some hero process is running the story now (it holds runs/locks/<id>.lock).
-
-    A state that says `running` with nobody holding the lock was left by a run that died;
-    the next `hero run` or `hero watch` resumes it."""
-    import fcntl
-
-    try:
-        fh = open(home / "runs" / "locks" / f"{story_id}.lock")  # noqa: SIM115
-    except OSError:
-        return False
-    with fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        return False
 
 
 def _row(state: Any, now: float) -> dict[str, Any]:
@@ -124,7 +90,7 @@ def _row(state: Any, now: float) -> dict[str, Any]:
     updated = float(state.updated_at or 0.0)
     if started <= 0:
         elapsed = None
-    elif state.status == "running":
+    elif state.status == Status.RUNNING:
         elapsed = now - started
     elif finished is not None:
         elapsed = finished - started
@@ -179,13 +145,13 @@ def _inbox(
         paths = sorted(p for p in inbox.glob("*.md") if not p.name.startswith("."))
     except OSError:
         return [], []
-    queue: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    entries: list[Entry] = []
     rejected: list[dict[str, Any]] = []
     for path in paths:
         try:
             if not path.is_file():
                 continue
-            mtime = path.stat().st_mtime
+            mtime_ns = path.stat().st_mtime_ns
             story = parse_story(path)
         except FileNotFoundError:  # taken away (run, moved to done/) since the listing
             continue
@@ -197,32 +163,31 @@ def _inbox(
         except OSError as exc:
             rejected.append({"path": _rel(path, home), "reason": f"file: {exc.strerror or exc}"})
             continue
-        status = known.get(story.id)
-        if status is not None and status not in ("queued", "interrupted"):  # resumable next
-            continue
-        waits_for = [d for d in story.depends_on if known.get(d) != "passed"]
-        item = {
-            "id": story.id,
-            "title": story.title,
-            "priority": story.priority,
-            "path": _rel(path, home),
-            "mtime": mtime,
-            "age_s": round(max(now - mtime, 0.0), 3),
-            "depends_on": list(story.depends_on),
-            "waits_for": waits_for,
-        }
-        queue.append(((_PRIORITY_RANK.get(story.priority, 0), mtime, path.name), item))
-    queue.sort(key=lambda pair: pair[0])
-    ordered: list[dict[str, Any]] = []
-    first_with: dict[str, str] = {}
-    for _, item in queue:  # a second file with the same id is refused, as `hero watch` does
-        if item["id"] in first_with:
-            reason = f"id: story id '{item['id']}' is already queued from {first_with[item['id']]}"
-            rejected.append({"path": item["path"], "reason": reason})
-            continue
-        first_with[item["id"]] = item["path"]
-        ordered.append(item)
-    return ordered, rejected
+        decision = admit(home, story, path)
+        if decision.admit == Admit.REFUSE:
+            rejected.append({"path": _rel(path, home), "reason": " ".join(decision.reason.split())})
+        elif decision.admit == Admit.RUN:
+            entries.append(Entry(story, path, mtime_ns / 1e9))
+    queue, refused = arrange(entries)
+    for entry, keeper in refused:  # a second file with one id, as `hero watch` refuses it
+        reason = duplicate_reason(entry.story.id, _rel(keeper.path, home))
+        rejected.append({"path": _rel(entry.path, home), "reason": f"id: {reason}"})
+    items = []
+    for entry in queue:
+        story = entry.story
+        items.append(
+            {
+                "id": story.id,
+                "title": story.title,
+                "priority": story.priority,
+                "path": _rel(entry.path, home),
+                "mtime": entry.arrived,
+                "age_s": round(max(now - entry.arrived, 0.0), 3),
+                "depends_on": list(story.depends_on),
+                "waits_for": [d for d in story.depends_on if known.get(d) != Status.PASSED],
+            }
+        )
+    return items, rejected
 
 
 def _rel(path: Path, home: Path) -> str:
@@ -264,7 +229,7 @@ def format_status(report: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"rejected ({len(rejected)}), not runnable until fixed:")
         for item in rejected:
-            lines.append(_cut(f"  {item['path']}: {item['reason']}", WIDTH))
+            lines.append(cut(f"  {item['path']}: {item['reason']}", WIDTH))
     return "\n".join(lines)
 
 
@@ -289,7 +254,7 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
     for row, line in zip(stories, table[1:], strict=True):
         out.append(line)
         if row["error"]:
-            out.append(_cut("    error: " + " ".join(row["error"].split()), WIDTH))
+            out.append(cut("    error: " + " ".join(row["error"].split()), WIDTH))
     if any(row.get("stale") for row in stories):
         out.append("stale: says running, but no hero process runs it; the next run resumes it")
     return out
@@ -308,11 +273,11 @@ def _queue_table(queue: list[dict[str, Any]]) -> list[str]:
         )
         for n, item in enumerate(queue, 1)
     ]
-    return [_cut(line, WIDTH) for line in _table(header, cells, shrink=(2, 4, 5))]
+    return [cut(line, WIDTH) for line in _table(header, cells, shrink=(2, 4, 5))]
 
 
 def _table(
-    header: tuple[str, ...], rows: list[tuple[str, ...]], *, shrink: tuple[int, ...]
+    header: tuple[str, ...], rows: Sequence[tuple[str, ...]], *, shrink: tuple[int, ...]
 ) -> list[str]:
     """Left-aligned columns two spaces apart. While the table is wider than ``WIDTH``, the
     widest of the ``shrink`` columns is cut down (to at least ``_MIN_CUT_WIDTH``)."""
@@ -327,13 +292,9 @@ def _table(
         excess -= 1
     lines = []
     for row in (header, *rows):
-        parts = [_cut(cell, w).ljust(w) for cell, w in zip(row, widths, strict=True)]
+        parts = [cut(cell, w).ljust(w) for cell, w in zip(row, widths, strict=True)]
         lines.append("  ".join(parts).rstrip())
     return lines
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
 
 
 def format_duration(seconds: float | None) -> str:

@@ -1,0 +1,132 @@
+"""hero's inter-process locks: one owner for every flock in a home.
+
+- The story lock, ``runs/locks/<id>.lock``: held by whichever process (``hero run``,
+  ``hero watch``) runs the story right now; a second one is refused with ``StoryBusy``.
+- The daemon lock, ``runs/watch.lock``: one ``hero watch`` per home; it holds the pid.
+- ``is_held(path)``: whether some process holds a lock, for ``hero status`` and the
+  dispatcher. It never creates a file.
+
+All are ``flock`` locks: the kernel drops them when their process dies, however it dies,
+so a crashed run's lock is simply taken over. A probe takes a shared lock for a moment;
+so that a probe can never make a real taker fail, taking a lock tries a few times.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+#: A probe (``is_held``) holds a shared lock for microseconds: a taker tries this often,
+#: ``_RETRY_S`` apart, before it believes the lock is really held.
+_ATTEMPTS = 5
+_RETRY_S = 0.05
+
+
+class StoryBusy(Exception):
+    """Another hero process is running this story right now."""
+
+
+class DaemonRunning(Exception):
+    """Another `hero watch` holds this home."""
+
+
+def story_lock_path(home: Path, story_id: str) -> Path:
+    return Path(home) / "runs" / "locks" / f"{story_id}.lock"
+
+
+def daemon_lock_path(home: Path) -> Path:
+    return Path(home) / "runs" / "watch.lock"
+
+
+def is_held(path: Path) -> bool:
+    """Whether some process (this one included, through another open) holds ``path`` locked.
+
+    Tests with a shared non-blocking flock that is let go at once. The file is only opened
+    for reading, never created: a missing file is a lock nobody holds. On a file system
+    without flock, it cannot tell and says not held.
+    """
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
+def read_pid(path: Path) -> int | None:
+    """The pid a lock file holds, or None (no file, not written yet, not a number)."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(64).decode("ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _take(fh: IO[Any]) -> bool:
+    """An exclusive flock on ``fh`` without waiting on a holder; False if someone holds it."""
+    for attempt in range(_ATTEMPTS):
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt < _ATTEMPTS - 1:
+                time.sleep(_RETRY_S)  # perhaps only a probe: it lets go at once
+    return False
+
+
+@contextmanager
+def story_lock(home: Path, story_id: str) -> Iterator[None]:
+    """Hold the story's lock for the block; ``StoryBusy`` if another process runs it."""
+    path = story_lock_path(home, story_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        if not _take(fh):
+            raise StoryBusy(f"story '{story_id}' is being run by another hero process")
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+class DaemonLock:
+    """One daemon per home: an flock on runs/watch.lock, which holds the daemon's pid."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = daemon_lock_path(home)
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> None:
+        """Take the lock and write our pid; ``DaemonRunning`` (naming its pid) if held."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")  # noqa: SIM115 - held for the daemon's life
+        if not _take(fh):
+            fh.seek(0)
+            pid = fh.read().strip() or "unknown"
+            fh.close()
+            raise DaemonRunning(
+                f"hero watch is already running for {self.path.parent.parent} (pid {pid})"
+            )
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
