@@ -319,9 +319,9 @@ class TurnRun:
 
 
 def one_turn_run(server: ServerProcess, profiler: cProfile.Profile | None = None) -> TurnRun:
-    from hero.agent.loop import AgentLimits, AgentResult, run_agent
+    from hero.agent.loop import AgentResult, run_agent
     from hero.agent.tools import ToolContext
-    from hero.config import LlmSettings, Provider, RoleConfig
+    from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
     from hero.llm import LlmClient
     from hero.runner import child_env
     from hero.trace import Trace, read_trace
@@ -342,7 +342,7 @@ def one_turn_run(server: ServerProcess, profiler: cProfile.Profile | None = None
         model = TimedModel(llm)
         ctx = ToolContext(root=root, env=child_env(extra=GIT_ISOLATION))
         # The same call 50 times in a row would trip the loop guard (loop_repeats=4).
-        limits = AgentLimits(max_turns=TURNS + 5, max_tool_calls=TURNS + 5, loop_repeats=10**6)
+        limits = WorkerLimits(max_turns=TURNS + 5, max_tool_calls=TURNS + 5, loop_repeats=10**6)
         messages = [
             {"role": "system", "content": _worker_system()},
             {"role": "user", "content": "# Story bench: echo\n\nRun `echo hi` fifty times."},
@@ -991,7 +991,7 @@ def _tiktoken_count(text: str) -> tuple[int, str] | None:
         return None
     try:
         return len(tiktoken.get_encoding("o200k_base").encode(text)), "o200k_base"
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - optional: fall back to chars/4
         return None
 
 

@@ -223,6 +223,19 @@ def test_429_retry_after_is_honoured(scripted: Start) -> None:
     assert len(notes) == 1 and "429" in notes[0]
 
 
+@pytest.mark.parametrize("header", ["soon", "Wed, 99 Foo 2015 07:28:00 GMT"])
+def test_unreadable_retry_after_falls_back_to_backoff(scripted: Start, header: str) -> None:
+    model = scripted([HttpError(503, "busy", headers={"Retry-After": header}), text("ok")])
+    notes: list[str] = []
+    client = make_client(model.base_url, backoff_max_s=0.05, on_retry=notes.append)
+
+    assert client.complete(MESSAGES).content == "ok"
+    assert len(model.requests) == 2
+    assert client.usage.retries == 1
+    waited = float(notes[0].rsplit(" in ", 1)[1].removesuffix(" s"))
+    assert waited <= 0.1  # the backoff's own delay, not a guess from the header
+
+
 def test_500_then_success(scripted: Start) -> None:
     model = scripted([HttpError(500, "boom"), text("recovered")])
     client = make_client(model.base_url)

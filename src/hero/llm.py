@@ -14,10 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hero.config import LlmSettings, RoleConfig
 from hero.errors import Interrupted
+
+if TYPE_CHECKING:
+    import openai
 
 #: HTTP statuses worth another try: rate limits, timeouts and the server's own failures.
 #: A server's Retry-After is honoured as given, up to this (a longer ask is likely a quota
@@ -84,6 +87,7 @@ class LlmClient:
         self.verify_tls = not role.provider.insecure_tls and role.provider.base_url.startswith(
             "https:"
         )
+        self.http_client: openai.DefaultHttpxClient
         if share_http_with is not None and share_http_with.verify_tls == self.verify_tls:
             self.http_client = share_http_with.http_client
         else:
@@ -237,8 +241,9 @@ class LlmClient:
         try:
             seconds = float(value)
         except ValueError:
-            parsed = email.utils.parsedate_to_datetime(value)
-            if parsed is None:
+            try:  # an HTTP date; anything else is no usable hint
+                parsed = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
                 return None
             seconds = parsed.timestamp() - time.time()
         return max(0.0, min(seconds, MAX_RETRY_AFTER_S))

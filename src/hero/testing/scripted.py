@@ -35,7 +35,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "Drop",
@@ -60,7 +60,8 @@ class ToolCall:
     """One tool call in an assistant reply."""
 
     name: str
-    arguments: str | dict  # dict -> json.dumps; str is sent raw (lets tests send malformed JSON)
+    # a dict is sent as json.dumps(dict); a str is sent raw (lets tests send malformed JSON)
+    arguments: str | dict[str, Any]
     id: str | None = None  # auto "call_<n>" when None
 
 
@@ -69,7 +70,7 @@ class Reply:
     """One assistant message."""
 
     content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: Sequence[ToolCall] = ()  # any sequence; stored as a tuple
     prompt_tokens: int | None = None  # None -> len(json of request messages) // 4
     completion_tokens: int | None = None  # None -> estimate from content and tool calls
 
@@ -93,7 +94,7 @@ class Drop:
 
 
 Answer = Reply | HttpError | Drop
-Handler = Callable[[dict], Answer]
+Handler = Callable[[dict[str, Any]], Answer]
 
 
 def text(content: str) -> Reply:
@@ -115,7 +116,7 @@ def calls(*tool_calls: ToolCall, content: str | None = None) -> Reply:
 class RecordedRequest:
     """One POST to chat/completions as the server received it."""
 
-    body: dict  # the parsed JSON request (model, messages, tools, ...)
+    body: dict[str, Any]  # the parsed JSON request (model, messages, tools, ...)
     headers: dict[str, str]  # header names lower-cased
     received_at: float  # time.monotonic()
     path: str
@@ -155,12 +156,12 @@ _MODELS_PATHS = frozenset({"/v1/models", "/models"})
 _MODEL_ID = "scripted"
 
 
-def _error_body(status: int, message: str) -> dict:
+def _error_body(status: int, message: str) -> dict[str, Any]:
     err_type, code = _ERROR_TYPES.get(status, ("server_error" if status >= 500 else "error", None))
     return {"error": {"message": message, "type": err_type, "code": code, "param": None}}
 
 
-def _estimate_completion_tokens(reply: Reply, wire_calls: list[dict]) -> int:
+def _estimate_completion_tokens(reply: Reply, wire_calls: list[dict[str, Any]]) -> int:
     n = len(reply.content or "")
     for tc in wire_calls:
         fn = tc["function"]
@@ -231,7 +232,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     # ---- responses
 
     def _send_json(
-        self, status: int, payload: dict, headers: Mapping[str, str] | None = None
+        self, status: int, payload: dict[str, Any], headers: Mapping[str, str] | None = None
     ) -> None:
         body = json.dumps(payload).encode()
         lines = [
@@ -312,7 +313,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         elif isinstance(answer, Reply):
             try:
                 payload = model._completion(body, answer)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a bad script item becomes a 500 the test sees
                 self._send_error(500, "scripted model: bad reply:\n" + traceback.format_exc())
             else:
                 self._send_json(200, payload)
@@ -330,7 +331,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self._send_error(405, f"method not allowed: DELETE {self.path}")
 
 
-def _model_card() -> dict:
+def _model_card() -> dict[str, Any]:
     return {"id": _MODEL_ID, "object": "model", "created": 0, "owned_by": "hero"}
 
 
@@ -456,8 +457,8 @@ class ScriptedModel:
         with self._lock:
             self.requests.append(request)
         try:
-            answer = handler(request.body)
-        except Exception:
+            answer: object = handler(request.body)  # test code: check what it gave back
+        except Exception:  # noqa: BLE001 - the test sees a 500 with the traceback
             return None, "scripted model: handler raised:\n" + traceback.format_exc()
         if not isinstance(answer, Reply | HttpError | Drop):
             return None, (
@@ -466,7 +467,7 @@ class ScriptedModel:
             )
         return answer, None
 
-    def _completion(self, body: dict, reply: Reply) -> dict:
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         wire_calls = []
         for tc in reply.tool_calls:
             args = tc.arguments if isinstance(tc.arguments, str) else json.dumps(tc.arguments)
@@ -521,7 +522,7 @@ def _load_handler(spec: str) -> Handler:
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"{spec} is not callable")
-    return obj
+    return cast(Handler, obj)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,288 @@
+"""The package's layout rule, checked from its source: imports point down, never in a circle.
+
+LAYERS below is the one place the rule lives. A module may import modules of its own layer
+and of the layers below it, never one above. Every module must sit in a layer: a new module
+that matches no pattern fails here until its author places it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Container, Mapping
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+#: Top to bottom. ``name`` matches that module only; ``name.*`` matches the package ``name``
+#: and every module inside it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("hero.cli", "hero.__main__"),  # 1  entry points: arguments, exit codes
+    ("hero.app", "hero.demo", "hero.scaffold"),  # 2  commands a user runs
+    ("hero.views.*",),  # 3  what `hero status` / `hero logs` show
+    ("hero.daemon.*",),  # 4  scheduling, the inbox watcher
+    ("hero.pipeline",),  # 5  the round loop for one story
+    ("hero.roles.*",),  # 6  worker, verifier, reviewer: one job each
+    ("hero.agent.*",),  # 7  the tool-calling loop and its tools
+    (  # 8  the outside world: model, git, processes, traces, prompts, locks
+        "hero.llm",
+        "hero.gitops",
+        "hero.runner",
+        "hero.trace",
+        "hero.prompting",
+        "hero.locks",
+    ),
+    ("hero.config", "hero.story", "hero.state"),  # 9  the records hero reads and writes
+    ("hero.yamlio", "hero.errors", "hero", "hero.testing.*"),  # 10 foundations
+)
+
+Graph = Mapping[str, Mapping[str, int]]  # module -> {imported hero module: first line}
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def read_graph(src: Path, package: str = "hero") -> dict[str, dict[str, int]]:
+    """Every module of ``package`` under ``src`` and the package modules it imports.
+
+    All imports count, wherever they stand (inside functions, under TYPE_CHECKING).
+    ``from a.b import c`` is an import of ``a.b.c`` when that is a module, else of ``a.b``.
+    """
+    files = {module_name(p, src): p for p in sorted((src / package).rglob("*.py"))}
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in files.items():
+        is_package = path.name == "__init__.py"
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(node.module, node.level, name, is_package)
+                targets = [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                found = _known(target, files)
+                if found is not None and found != name:
+                    edges.setdefault(found, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def _absolute(module: str | None, level: int, importer: str, is_package: bool) -> str:
+    if level == 0:
+        return module or ""
+    parts = importer.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def _known(target: str, modules: Container[str]) -> str | None:
+    """The longest known module that ``target`` is or lies in (``a.b.func`` -> ``a.b``)."""
+    parts = target.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in modules:
+            return candidate
+    return None
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+def layer_of(module: str) -> int | None:
+    """1-based layer number (1 is the top), or None when no pattern matches."""
+    for number, patterns in enumerate(LAYERS, start=1):
+        for pattern in patterns:
+            if pattern.endswith(".*"):
+                package = pattern[:-2]
+                if module == package or module.startswith(package + "."):
+                    return number
+            elif module == pattern:
+                return number
+    return None
+
+
+def unplaced(graph: Graph) -> list[str]:
+    return [
+        f"{module} matches no layer: add it to LAYERS in tests/test_architecture.py, in the "
+        "layer whose modules it may import (its own and those below)"
+        for module in sorted(graph)
+        if layer_of(module) is None
+    ]
+
+
+def upward_imports(graph: Graph) -> list[str]:
+    problems = []
+    for module in sorted(graph):
+        own = layer_of(module)
+        for target, line in sorted(graph[module].items()):
+            theirs = layer_of(target)
+            if own is not None and theirs is not None and theirs < own:
+                problems.append(
+                    f"{module} (layer {own}) imports {target} (layer {theirs}, above it) "
+                    f"at line {line}"
+                )
+    return problems
+
+
+def cycles(graph: Graph) -> list[str]:
+    """One example cycle per strongly connected group of modules, as ``a -> b -> a``."""
+    found = []
+    for group in _strongly_connected(graph):
+        if len(group) > 1:
+            found.append(" -> ".join(_cycle_through(min(group), group, graph)))
+    return sorted(found)
+
+
+def _strongly_connected(graph: Graph) -> list[set[str]]:
+    # Tarjan's algorithm, iterative so a long import chain cannot hit the recursion limit.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, {}))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, {})))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.add(member)
+                    if member == node:
+                        break
+                groups.append(group)
+    return groups
+
+
+def _cycle_through(start: str, group: set[str], graph: Graph) -> list[str]:
+    """A shortest path start -> ... -> start inside ``group`` (breadth first)."""
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in sorted(graph.get(node, {})):
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if child in group and child not in previous:
+                    previous[child] = node
+                    following.append(child)
+        frontier = following
+    raise AssertionError(f"{start} is in a cycle group but no cycle was found")
+
+
+# ----------------------------------------------------------------------------- the rule
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, dict[str, int]]:
+    found = read_graph(SRC)
+    assert "hero.cli" in found and "hero.llm" in found, f"no hero package under {SRC}"
+    return found
+
+
+def test_every_module_has_a_layer(graph: Graph) -> None:
+    problems = unplaced(graph)
+    assert not problems, "\n".join(problems)
+
+
+def test_no_module_imports_a_layer_above_it(graph: Graph) -> None:
+    problems = upward_imports(graph)
+    assert not problems, "imports must point down the layers:\n" + "\n".join(problems)
+
+
+def test_no_import_cycles(graph: Graph) -> None:
+    found = cycles(graph)
+    assert not found, "modules import each other in a circle:\n" + "\n".join(found)
+
+
+# ----------------------------------------------------------------------------- the checker
+
+
+def test_checker_reports_a_cycle_an_upward_import_and_an_unplaced_module() -> None:
+    fake: dict[str, dict[str, int]] = {
+        "hero.llm": {"hero.pipeline": 3},  # layer 8 -> layer 5: upward
+        "hero.pipeline": {"hero.roles.worker": 4},
+        "hero.roles.worker": {"hero.llm": 5},  # closes llm -> pipeline -> roles.worker -> llm
+        "hero.config": {"hero.story": 6},  # same layer both ways: a cycle, not an upward one
+        "hero.story": {"hero.config": 7, "hero.errors": 8},
+        "hero.errors": {},
+        "hero.mystery": {"hero.errors": 9},
+    }
+
+    assert upward_imports(fake) == [
+        "hero.llm (layer 8) imports hero.pipeline (layer 5, above it) at line 3"
+    ]
+    assert cycles(fake) == [
+        "hero.config -> hero.story -> hero.config",
+        "hero.llm -> hero.pipeline -> hero.roles.worker -> hero.llm",
+    ]
+    assert [p.split()[0] for p in unplaced(fake)] == ["hero.mystery"]
+
+
+def test_reader_sees_function_level_relative_and_submodule_imports(tmp_path: Path) -> None:
+    files = {
+        "hero/__init__.py": "",
+        "hero/errors.py": "class HeroError(Exception): ...\n",
+        "hero/llm.py": "def make():\n    from hero.pipeline import run\n    return run\n",
+        "hero/pipeline.py": "from .errors import HeroError\n\ndef run(): ...\n",
+        "hero/agent/__init__.py": "from hero.agent import tools\n",
+        "hero/agent/tools/__init__.py": "from ..loop import step\n",
+        "hero/agent/tools/bash.py": "import hero.errors\nfrom hero import llm\nfrom ..loop import step\n",
+        "hero/agent/loop.py": "from hero.agent.tools import bash\n\ndef step(): ...\n",
+    }
+    for name, source in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+
+    found = read_graph(tmp_path)
+
+    assert found == {
+        "hero": {},
+        "hero.errors": {},
+        "hero.llm": {"hero.pipeline": 2},
+        "hero.pipeline": {"hero.errors": 1},
+        "hero.agent": {"hero.agent.tools": 1},
+        "hero.agent.tools": {"hero.agent.loop": 1},
+        "hero.agent.tools.bash": {"hero.errors": 1, "hero.llm": 2, "hero.agent.loop": 3},
+        "hero.agent.loop": {"hero.agent.tools.bash": 1},
+    }
+    assert upward_imports(found) == [
+        "hero.llm (layer 8) imports hero.pipeline (layer 5, above it) at line 2"
+    ]
+    assert cycles(found) == ["hero.agent.loop -> hero.agent.tools.bash -> hero.agent.loop"]
