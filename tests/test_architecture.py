@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.locks",
     ),
     ("hero.config", "hero.story", "hero.state"),  # 9  the records hero reads and writes
-    ("hero.yamlio", "hero.errors", "hero", "hero.testing.*"),  # 10 foundations
+    ("hero.yamlio", "hero.fsio", "hero.errors", "hero", "hero.testing.*"),  # 10 foundations
 )
 
 Graph = Mapping[str, Mapping[str, int]]  # module -> {imported hero module: first line}

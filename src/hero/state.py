@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from hero.fsio import atomic_write
 
 
 class Status(StrEnum):
@@ -209,16 +209,4 @@ def save_state(home: Path, state: RunState) -> None:
     directory = state_dir(home)
     directory.mkdir(parents=True, exist_ok=True)
     data = json.dumps(state.to_dict(), indent=2, ensure_ascii=False)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{state.id}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, state_path(home, state.id))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write(state_path(home, state.id), data.encode("utf-8"))

@@ -36,18 +36,16 @@ keeping the user's bytes); that section is kept out of :attr:`Story.body` and ex
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
 import os
 import re
-import secrets
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hero.fsio import atomic_write
 from hero.yamlio import (
     ValueProblem,
     decode_text,
@@ -443,7 +441,7 @@ def write_story(
     """
     path = Path(path)
     text, story = _dumps_checked(metadata, body, path)
-    _atomic_write(path, text.encode("utf-8"), exclusive=not exist_ok)
+    atomic_write(path, text.encode("utf-8"), exclusive=not exist_ok)
     return story
 
 
@@ -463,58 +461,6 @@ def _render(post: frontmatter.Post, *, open_line: str = "---", close_line: str =
     import frontmatter
 
     return frontmatter.dumps(post, start_delimiter=open_line, end_delimiter=close_line)
-
-
-def _atomic_write(path: Path, data: bytes, *, exclusive: bool = False) -> None:
-    """Write ``data`` to ``path`` through a temporary file in its directory and a rename."""
-    target = Path(os.path.realpath(path))  # a symlinked story: write where it points
-    try:
-        mode: int | None = stat.S_IMODE(target.stat().st_mode)
-    except FileNotFoundError:
-        mode = None
-    if exclusive and mode is not None:
-        raise FileExistsError(errno.EEXIST, "story file exists", str(path))
-    fd, tmp = _temp_file(target)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if mode is not None:
-                os.fchmod(fh.fileno(), mode)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if exclusive:
-            os.link(tmp, target)  # fails, atomically, if the file appeared meanwhile
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(target.parent)
-
-
-def _temp_file(target: Path) -> tuple[int, str]:
-    """A new dot-file beside ``target``, created with the umask's permissions."""
-    while True:
-        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # not every filesystem can sync a directory; the rename is done either way
-    finally:
-        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- fields
@@ -879,7 +825,7 @@ def _rewrite_body(path: Path, raw: bytes, new_body: str) -> None:
     appended = raw + encode(new_body[len(old_body) :])
     if data is None or data != appended:
         data = appended  # rendering would have changed what the user wrote: keep it
-    _atomic_write(path, data)
+    atomic_write(path, data)
 
 
 def _sanitize_feedback(text: str) -> str:
