@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from hero.runner import RUN_MARKER, kill_marked
 
@@ -17,16 +18,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_kill_marked_ends_marked_processes_only() -> None:
+def test_kill_marked_ends_marked_processes_only(tmp_path: Path) -> None:
     env = dict(os.environ)
+    home = str(tmp_path)  # unique per test run: another suite running beside this one is safe
     marked = subprocess.Popen(
-        ["sleep", "60"], env={**env, RUN_MARKER: "/home/a/story-1"}, start_new_session=True
+        ["sleep", "60"], env={**env, RUN_MARKER: f"{home}/story-1"}, start_new_session=True
     )
     other = subprocess.Popen(
-        ["sleep", "60"], env={**env, RUN_MARKER: "/home/a/story-10"}, start_new_session=True
+        ["sleep", "60"], env={**env, RUN_MARKER: f"{home}/story-10"}, start_new_session=True
     )
     try:
-        assert kill_marked("/home/a/story-1") == 1
+        assert kill_marked(f"{home}/story-1") == 1
         marked.wait(timeout=10)
         assert marked.returncode == -9
         assert _alive(other.pid)
@@ -35,8 +37,8 @@ def test_kill_marked_ends_marked_processes_only() -> None:
         other.wait()
 
 
-def test_kill_marked_reaches_grandchildren() -> None:
-    env = {**os.environ, RUN_MARKER: "/h/grand"}
+def test_kill_marked_reaches_grandchildren(tmp_path: Path) -> None:
+    env = {**os.environ, RUN_MARKER: f"{tmp_path}/grand"}
     shell = subprocess.Popen(
         ["sh", "-c", "sleep 60 & echo $!; wait"],
         env=env,
@@ -45,7 +47,7 @@ def test_kill_marked_reaches_grandchildren() -> None:
         start_new_session=True,
     )
     grandchild = int(shell.stdout.readline())  # type: ignore[union-attr]
-    assert kill_marked("/h/grand") >= 2  # the shell and its background child
+    assert kill_marked(f"{tmp_path}/grand") >= 2  # the shell and its background child
     shell.wait(timeout=10)
     deadline = time.monotonic() + 10
     while _alive(grandchild) and time.monotonic() < deadline:
