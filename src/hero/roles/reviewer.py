@@ -15,6 +15,14 @@ from hero.trace import Trace
 
 APPROVED = "APPROVED"
 CHANGES_REQUESTED = "CHANGES_REQUESTED"
+#: What the reviewer's task says in place of an empty log, stat or diff: plainly, so that
+#: no reviewer takes an empty change for a small one.
+NO_COMMITS = "(none: there is no commit on the branch since the base)"
+NO_FILES_CHANGED = "(none: no file differs from the base)"
+EMPTY_DIFF = (
+    "THE DIFF IS EMPTY: the branch's files are exactly those of the base; this story's work "
+    "changed nothing."
+)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)```", re.DOTALL)
 
 
@@ -53,7 +61,8 @@ class Verdict:
 
 
 def short_circuit(summary: str) -> Verdict:
-    """A verdict given without calling the model (red verifier, worker guardrail)."""
+    """A verdict given without calling the model: a red verifier, a worker guardrail, or
+    what the worker or the checks did to the repository (see ``hero.repoguard``)."""
     return Verdict(CHANGES_REQUESTED, summary, short_circuited=True)
 
 
@@ -129,10 +138,10 @@ def review(
         round=round_no,
         verify_summary=verify_summary,
         branch=branch,
-        git_log=git_log.strip() or "(no commits)",
-        diff_stat=diff_stat.strip() or "(no changes)",
+        git_log=git_log.strip() or NO_COMMITS,
+        diff_stat=diff_stat.strip() or NO_FILES_CHANGED,
         base_sha=base_sha[:12],
-        diff=diff.strip() or "(empty diff: nothing was changed)",
+        diff=diff.strip() or EMPTY_DIFF,
     )
     messages = [
         {"role": "system", "content": render("reviewer_system.md", home)},

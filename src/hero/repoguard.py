@@ -1,0 +1,404 @@
+"""What the worker and the checks may not do to the user's repository, and how hero undoes it.
+
+The worker's commands and the story's checks run with the user's rights in a worktree of the
+user's repository, so one `git` command there reaches every branch and tag of it. hero owns
+``refs/heads/hero/*`` and ``refs/hero/*``; ``refs/stash`` is the worker's to use. Every other
+ref is the user's: ``snapshot`` records them before a phase, and ``Guard.after_rescue``
+afterwards puts back any that moved or vanished and removes any that appeared. Commits taken
+off a ref that way are kept on a branch ``hero/<id>-stray-<time>``, so nothing is lost.
+
+The story's own branch may only grow: the head a phase starts from stays in its history
+(``Guard.keep_history``); a deleted story branch is recreated (``recover_branch``).
+
+``leftovers`` finds what a rescue commit must not take (unresolved merge conflicts) or cannot
+take (changes inside a submodule's checkout). Every git call goes through ``hero.gitops.git``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hero.gitops import WORKTREE_TIMEOUT_S, current_branch, git, head_sha
+from hero.runner import PUSH_REFUSED_URL
+
+#: Refs hero owns: any story's branches and hero's own refs.
+OWNED_PREFIXES = ("refs/heads/hero/", "refs/hero/")
+#: Refs the worker may use as it likes.
+WORKER_REFS = frozenset({"refs/stash"})
+#: Files above this size are not searched for conflict markers.
+MARKER_SCAN_MAX_BYTES = 1 << 20
+#: A conflict's opening or closing line (``=======`` alone is a heading underline in many files).
+_MARKER = re.compile(r"^(?:<<<<<<<|>>>>>>>) ", re.MULTILINE)
+_SYMREF = "ref: "
+
+#: refname -> sha, or ``ref: <target>`` for a symbolic ref.
+Refs = dict[str, str]
+
+
+def is_protected(refname: str) -> bool:
+    """A ref of the user's: not hero's, not the worker's stash."""
+    return not refname.startswith(OWNED_PREFIXES) and refname not in WORKER_REFS
+
+
+def snapshot(repo: Path) -> Refs:
+    """Every protected ref of ``repo`` (one ``for-each-ref``)."""
+    out = git(repo, "for-each-ref", "--format=%(objectname) %(symref) %(refname)")
+    refs: Refs = {}
+    for line in out.splitlines():
+        sha, symref, name = line.split(" ", 2)
+        if is_protected(name):
+            refs[name] = f"{_SYMREF}{symref}" if symref else sha
+    return refs
+
+
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    """The commit ``older`` (a full sha) is in the history of ``newer`` (False if either is
+    unknown)."""
+    return bool(older) and git(repo, "merge-base", older, newer, check=False).strip() == older
+
+
+def branch_tip(repo: Path, branch: str) -> str:
+    """The sha ``refs/heads/<branch>`` points at, or ""."""
+    return git(
+        repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+    ).strip()
+
+
+def commit_of(repo: Path, rev: str) -> str:
+    """The commit ``rev`` names (a tag is peeled), or "" when it names none."""
+    return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False).strip()
+
+
+def short(refname: str) -> str:
+    for prefix in ("refs/heads/", "refs/tags/"):
+        if refname.startswith(prefix):
+            return refname[len(prefix) :]
+    return refname
+
+
+class Strays:
+    """Branches ``<branch>-stray-<time>[-n]`` that keep commits hero takes off a ref."""
+
+    def __init__(self, repo: Path, branch: str) -> None:
+        self.repo = repo
+        self.branch = branch
+        self.made: list[str] = []
+
+    def keep(self, rev: str) -> str:
+        """The branch that now holds ``rev``: "" when the story branch already does (or
+        ``rev`` is no commit), else a stray branch, made only if none made here holds it."""
+        sha = commit_of(self.repo, rev)
+        if not sha or is_ancestor(self.repo, sha, f"refs/heads/{self.branch}"):
+            return ""
+        for name in self.made:
+            if is_ancestor(self.repo, sha, f"refs/heads/{name}"):
+                return name
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        name, n = f"{self.branch}-stray-{stamp}", 1
+        while branch_tip(self.repo, name):
+            n += 1
+            name = f"{self.branch}-stray-{stamp}-{n}"
+        git(self.repo, "update-ref", f"refs/heads/{name}", sha, "")
+        self.made.append(name)
+        return name
+
+
+def recover_branch(repo: Path, worktree: Path, branch: str, recorded: str) -> str:
+    """Recreate ``branch`` if it is gone: at the worktree's HEAD when that builds on
+    ``recorded`` (or ``recorded`` is ""), else at ``recorded``. A worktree left at the new
+    tip is put back on the branch. Returns what was done, "" if the branch exists."""
+    if branch_tip(repo, branch):
+        return ""
+    here = ""
+    if (worktree / ".git").exists():
+        here = git(worktree, "rev-parse", "--verify", "--quiet", "HEAD", check=False).strip()
+    adopt = bool(here) and (not recorded or is_ancestor(repo, recorded, here))
+    at = here if adopt else recorded
+    if not at:
+        return ""
+    git(repo, "update-ref", f"refs/heads/{branch}", at, "")
+    if adopt and current_branch(worktree) == "HEAD":
+        git(worktree, "symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    return f"{branch} had been deleted; hero recreated it at {at[:12]}"
+
+
+class Guard:
+    """One story's watch over the repository during one phase (the worker's turn, the
+    checks). Call ``watch`` before the phase; afterwards ``before_rescue``, the rescue commit,
+    then ``after_rescue``. What the phase did wrong gathers in ``problems`` (the round fails
+    with them); what hero merely tidied up in ``notes``. Hold the repository's lock
+    (``TargetRepo.locked``) around the calls that change refs."""
+
+    def __init__(self, repo: Path, worktree: Path, branch: str, start: str) -> None:
+        self.repo = repo
+        self.worktree = worktree
+        self.branch = branch
+        self.start = start  # the head (a full sha) the phase must build on
+        self.before: Refs = {}
+        self.left = ""  # where the worktree was found instead of on the story branch
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+        self.strays = Strays(repo, branch)
+
+    def watch(self, start: str | None = None) -> None:
+        """Before a phase: record the user's refs (and, if given, a new head to build on);
+        the problems and notes of an earlier phase are cleared."""
+        if start is not None:
+            self.start = start
+        self.left = ""
+        self.problems, self.notes = [], []
+        self.before = snapshot(self.repo)
+
+    # -- after the phase ----------------------------------------------------------------
+
+    def before_rescue(self) -> None:
+        """Detach the worktree from any branch but the story's, where it stands (index and
+        files untouched), so that neither the rescue commit nor restoring that branch write
+        through it; recreate the story branch if it was deleted."""
+        current = current_branch(self.worktree)
+        if current not in (self.branch, "HEAD"):
+            here = git(self.worktree, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
+            if here.strip():
+                git(self.worktree, "update-ref", "--no-deref", "HEAD", here.strip())
+            else:  # a branch with no commit yet (an orphan): onto ours, files as they are
+                git(self.worktree, "symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
+            self.left = current
+        note = recover_branch(self.repo, self.worktree, self.branch, self.start)
+        if note:
+            self.notes.append(note)
+
+    def after_rescue(self) -> None:
+        """Back onto the story branch, its history kept, the user's refs put back."""
+        self.back_to_branch()
+        self.keep_history()
+        if self.before:
+            self.restore_refs()
+
+    def back_to_branch(self) -> None:
+        """Put the worktree back on the story branch. Commits made elsewhere that build on
+        it are taken over (the branch moves to them; files untouched); others are kept on a
+        stray branch and fail the round."""
+        if current_branch(self.worktree) == self.branch:
+            return
+        where, tip = head_sha(self.worktree), branch_tip(self.repo, self.branch)
+        left = self.left or "a detached HEAD"
+        if is_ancestor(self.repo, tip, where):
+            if where != tip:
+                git(self.repo, "update-ref", f"refs/heads/{self.branch}", where, tip)
+                self.notes.append(
+                    f"the worker left {self.branch} for {left}; its commits are now on "
+                    f"{self.branch}"
+                )
+            git(self.worktree, "symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
+            return
+        kept = self.strays.keep(where)
+        git(self.worktree, "checkout", "-q", "--force", self.branch)
+        self.problems.append(
+            f"the worker left {self.branch} for {left} and its commits there ({where[:12]}) do "
+            f"not build on {self.branch}; hero switched back"
+            + (f" and kept those commits on the branch {kept}" if kept else "")
+            + f". Work on {self.branch} only."
+        )
+
+    def keep_history(self) -> None:
+        """The story branch must still hold ``start``; if not, it is put back there and the
+        rewritten commits are kept on a stray branch."""
+        tip = branch_tip(self.repo, self.branch)
+        if not self.start or is_ancestor(self.repo, self.start, tip):
+            return
+        git(self.worktree, "reset", "-q", "--hard", self.start)
+        kept = self.strays.keep(tip)  # after the reset: the branch no longer holds the tip
+        self.problems.append(
+            f"{self.branch} no longer contained {self.start[:12]}, the commit this round had to "
+            "build on: history was rewritten (a reset, an amend or a rebase). hero put "
+            f"{self.branch} back at {self.start[:12]}"
+            + (f" and kept the rewritten commits on the branch {kept}" if kept else "")
+            + ". Add new commits on top (undo a change with `git revert`); never reset, amend "
+            "or rebase commits that are already on the branch."
+        )
+
+    def restore_refs(self) -> None:
+        """Put back every protected ref that moved or vanished since ``watch`` and remove
+        every one that appeared, keeping the commits they pointed at on a stray branch. A
+        moved branch that a checkout of the user's own shows (its index matches the new
+        commit, not the old) is taken as the user's commit and left alone."""
+        now = snapshot(self.repo)
+        if now == self.before:
+            return
+        created = sorted(set(now) - set(self.before))
+        changed = sorted(r for r, v in self.before.items() if now.get(r) != v)
+        put_back = 0
+        for ref in created:  # first, so that a deleted ref's name is free again
+            kept = "" if now[ref].startswith(_SYMREF) else self.strays.keep(now[ref])
+            git(self.repo, "update-ref", "--no-deref", "-d", ref)
+            self.problems.append(
+                f"{short(ref)} ({ref}) was created; hero removed it"
+                + (f" and kept its commits on the branch {kept}" if kept else "")
+            )
+        checkouts = _checkouts(self.repo, self.worktree) if changed else {}
+        for ref in changed:
+            old, new = self.before[ref], now.get(ref)
+            if new and _committed_by_user(checkouts.get(ref, ()), old, new):
+                self.notes.append(f"{short(ref)} moved in a checkout of yours; left as it is")
+                continue
+            kept = self.strays.keep(new) if new and not new.startswith(_SYMREF) else ""
+            if old.startswith(_SYMREF):
+                git(self.repo, "symbolic-ref", ref, old[len(_SYMREF) :])
+            else:
+                git(self.repo, "update-ref", "--no-deref", ref, old)
+            put_back += 1
+            what = "deleted" if new is None else f"moved from {_label(old)} to {_label(new)}"
+            self.problems.append(
+                f"{short(ref)} ({ref}) was {what}; hero put it back"
+                + (f" and kept the commits it had moved to on the branch {kept}" if kept else "")
+            )
+        if created or put_back:
+            self.problems.append(
+                f"Branches, tags and other refs outside hero/ belong to the user: work on "
+                f"{self.branch} only, and do not create, move or delete any other ref."
+            )
+
+
+def _label(value: str) -> str:
+    """A ref's value for people: a short sha, or the target of a symbolic ref."""
+    return value[len(_SYMREF) :] if value.startswith(_SYMREF) else value[:12]
+
+
+def _checkouts(repo: Path, ours: Path) -> dict[str, tuple[Path, ...]]:
+    """Branch ref -> the worktrees (other than ``ours``) that have it checked out."""
+    found: dict[str, list[Path]] = {}
+    path: Path | None = None
+    for line in git(repo, "worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            path = Path(line[len("worktree ") :])
+        elif line.startswith("branch ") and path is not None and path.resolve() != ours.resolve():
+            found.setdefault(line[len("branch ") :], []).append(path)
+    return {ref: tuple(paths) for ref, paths in found.items()}
+
+
+def _committed_by_user(checkouts: tuple[Path, ...], old: str, new: str) -> bool:
+    """Some checkout of the ref has an index that matches ``new`` and not ``old``: putting
+    the ref back would leave that checkout's index and files out of step with its HEAD."""
+    for path in checkouts:
+        if _index_matches(path, new) and not _index_matches(path, old):
+            return True
+    return False
+
+
+def _index_matches(worktree: Path, rev: str) -> bool:
+    diff = git(worktree, "diff-index", "--cached", "--name-only", rev, "--", check=False)
+    ok = git(worktree, "rev-parse", "--verify", "--quiet", f"{rev}^{{tree}}", check=False)
+    return bool(ok.strip()) and not diff.strip()
+
+
+# -- what a rescue commit must not or cannot take --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What ``leftovers`` found in a worktree's uncommitted changes."""
+
+    conflicted: tuple[str, ...] = ()  # unmerged, or with conflict markers the base did not have
+    in_submodules: tuple[str, ...] = ()  # submodules whose checkout has changes
+    committable: bool = False  # anything else left uncommitted, which a commit can take
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.conflicted:
+            out.append(
+                "unresolved merge conflicts (unmerged paths or conflict markers) in: "
+                + ", ".join(self.conflicted)
+                + ". hero did not commit them, nor anything else left uncommitted; they are "
+                "still in the worktree as they were. Resolve them (remove every `<<<<<<<`, "
+                "`=======` and `>>>>>>>` line), then commit."
+            )
+        if self.in_submodules:
+            out.append(
+                "files changed inside the submodule(s) "
+                + ", ".join(self.in_submodules)
+                + ": a commit of this repository cannot hold them, so they were not committed. "
+                "Undo them (`git -C <submodule> checkout -- . && git -C <submodule> clean -fd`) "
+                "and change this repository's own files instead."
+            )
+        return out
+
+
+def leftovers(worktree: Path, base: str) -> Leftovers:
+    """Uncommitted paths a rescue commit must not take (unresolved conflicts: unmerged, or
+    holding conflict markers that the file did not have at ``base``) or cannot take
+    (changes inside a submodule's checkout). One ``git status``; files are read only when
+    changed, up to ``MARKER_SCAN_MAX_BYTES``."""
+    out = git(worktree, "status", "--porcelain=v2", "-z", "--untracked-files=all")
+    records = out.split("\0")
+    conflicted: list[str] = []
+    submodules: list[str] = []
+    candidates: list[str] = []
+    committable = False
+    i = 0
+    while i < len(records):
+        rec = records[i]
+        i += 1
+        kind = rec[:1]
+        if kind == "u":
+            conflicted.append(rec.split(" ", 10)[10])
+        elif kind in ("1", "2"):
+            parts = rec.split(" ", 8 if kind == "1" else 9)
+            sub, path = parts[2], parts[-1]
+            if kind == "2":
+                i += 1  # the rename's original path
+            if sub.startswith("S"):  # S<commit changed><tracked changes><untracked files>
+                if sub[2] == "M" or sub[3] == "U":
+                    submodules.append(path)
+                committable |= sub[1] == "C" or parts[1][0] != "."
+            else:
+                candidates.append(path)
+        elif kind == "?":
+            candidates.append(rec[2:])
+    conflicted += [p for p in candidates if _new_markers(worktree, p, base)]
+    return Leftovers(tuple(conflicted), tuple(submodules), committable or bool(candidates))
+
+
+def has_conflict_markers(text: str) -> bool:
+    return _MARKER.search(text) is not None
+
+
+def _new_markers(worktree: Path, path: str, base: str) -> bool:
+    file = worktree / path
+    try:
+        if file.is_symlink() or not file.is_file() or file.stat().st_size > MARKER_SCAN_MAX_BYTES:
+            return False
+        data = file.read_bytes()
+    except OSError:
+        return False
+    if b"\0" in data[:8000] or not has_conflict_markers(data.decode("utf-8", errors="replace")):
+        return False
+    at_base = git(worktree, "show", f"{base}:{path}", check=False) if base else ""
+    return not has_conflict_markers(at_base)
+
+
+# -- submodules and pushing -----------------------------------------------------------------
+
+
+def init_submodules(worktree: Path) -> None:
+    """Check out the worktree's submodules, recursively, if it has any."""
+    if (worktree / ".gitmodules").is_file():
+        git(
+            worktree,
+            "submodule",
+            "update",
+            "--init",
+            "--recursive",
+            timeout_s=WORKTREE_TIMEOUT_S,
+        )
+
+
+def push_refusals(repo: Path) -> list[tuple[str, str]]:
+    """Git settings that refuse pushing to the push URLs ``repo`` configures explicitly
+    (``remote.<name>.pushurl``, which ``pushInsteadOf`` does not rewrite). For
+    ``runner.child_env(git_config=...)``, beside its own refusal of every other push URL."""
+    out = git(repo, "config", "--get-regexp", r"^remote\..*\.pushurl$", check=False)
+    urls = {line.split(" ", 1)[1] for line in out.splitlines() if " " in line}
+    return [(f"url.{PUSH_REFUSED_URL}.insteadOf", url) for url in sorted(urls)]
