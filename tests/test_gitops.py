@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +18,7 @@ from hero.gitops import (
     DEFAULT_IDENTITY,
     GitError,
     TargetRepo,
+    clear_stale_locks,
     commit_all,
     diff_since,
     head_sha,
@@ -104,18 +108,39 @@ def test_stale_worktree_is_pruned_and_recreated(
     assert worktree_paths(target_repo).count(wt.resolve()) == 1
 
 
-def test_existing_branch_gets_a_new_worktree_elsewhere(
-    repo: TargetRepo, base: str, tmp_path: Path
+def test_a_live_checkout_of_the_branch_elsewhere_is_refused_not_removed(
+    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
 ) -> None:
-    first = tmp_path / "worktrees" / "one"
+    """Another home's (or a person's) worktree of the branch may hold uncommitted work:
+    hero names it and leaves it alone instead of `git worktree remove --force`."""
+    first = tmp_path / "other-home" / "worktrees" / "x"
     repo.ensure_worktree("hero/x", first, base)
     sha = commit_file(first, "w.txt", "w\n", "work")
-    second = tmp_path / "worktrees" / "two"
+    (first / "uncommitted.txt").write_text("precious\n")
+    second = tmp_path / "worktrees" / "x"
+
+    with pytest.raises(GitError, match="did not create") as info:
+        repo.ensure_worktree("hero/x", second, base)
+
+    assert str(first) in str(info.value)
+    assert (first / "uncommitted.txt").read_text() == "precious\n"
+    assert first.resolve() in worktree_paths(target_repo)
+    assert not second.exists()
+    assert repo.branch_sha("hero/x") == sha
+
+
+def test_a_checkout_whose_folder_is_gone_does_not_stop_a_new_one(
+    repo: TargetRepo, base: str, tmp_path: Path
+) -> None:
+    first = tmp_path / "moved-home" / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", first, base)
+    sha = commit_file(first, "w.txt", "w\n", "work")
+    shutil.rmtree(first.parent.parent)  # the old home is gone; git still lists it
+    second = tmp_path / "worktrees" / "x"
 
     repo.ensure_worktree("hero/x", second, base)
 
     assert head_sha(second) == sha
-    assert not first.exists()
 
 
 def test_worktree_on_another_branch_is_refused(repo: TargetRepo, base: str, tmp_path: Path) -> None:
@@ -141,7 +166,7 @@ def test_keep_branch_aside_renames_and_keeps_commits(
     repo.ensure_worktree("hero/x", wt, base)
     sha = commit_file(wt, "work.txt", "work\n", "work to keep")
 
-    new = repo.keep_branch_aside("hero/x")
+    new = repo.keep_branch_aside("hero/x", wt)
 
     assert new.startswith("hero/x-prev-")
     assert repo.branch_sha("hero/x") is None
@@ -152,6 +177,23 @@ def test_keep_branch_aside_renames_and_keeps_commits(
     # The name is free again: a fresh branch starts at the base.
     repo.ensure_worktree("hero/x", wt, base)
     assert head_sha(wt) == base
+
+
+def test_keep_branch_aside_refuses_a_worktree_it_did_not_create(
+    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
+) -> None:
+    theirs = tmp_path / "home-a" / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", theirs, base)
+    sha = commit_file(theirs, "a.txt", "a\n", "their work")
+    (theirs / "uncommitted.txt").write_text("precious\n")
+
+    with pytest.raises(GitError, match="did not create") as info:
+        repo.keep_branch_aside("hero/x", tmp_path / "home-b" / "worktrees" / "x")
+
+    assert str(theirs) in str(info.value)
+    assert repo.branch_sha("hero/x") == sha  # not renamed
+    assert (theirs / "uncommitted.txt").read_text() == "precious\n"
+    assert theirs.resolve() in worktree_paths(target_repo)
 
 
 def test_keep_branch_aside_twice_gives_distinct_names(repo: TargetRepo, base: str) -> None:
@@ -429,7 +471,7 @@ def test_hero_git_runs_no_hooks(repo: TargetRepo, base: str, tmp_path: Path) -> 
     repo.ensure_worktree("hero/x", wt, base)
     (wt / "new.txt").write_text("new\n")
     assert commit_all(wt, "hero: commit", DEFAULT_IDENTITY)
-    repo.keep_branch_aside("hero/x")
+    repo.keep_branch_aside("hero/x", wt)
     assert not fired.exists()
 
 
@@ -438,3 +480,149 @@ def test_git_that_cannot_start_is_a_git_error(tmp_path: Path) -> None:
     with pytest.raises(GitError) as info:
         git_call(missing, "status")
     assert str(info.value).startswith(f"git status (in {missing}) could not start: ")
+
+
+# ------------------------------------------------------------------------- stale lock files
+
+HOLD_LOCK = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # as git takes it
+os.write(fd, b"0" * 40 + b"\\n")
+print("held", flush=True)
+sys.stdin.read()  # until told
+os.unlink(sys.argv[1])  # as git lets go (it renames it into place)
+"""
+
+
+def hold_lock(path: Path) -> subprocess.Popen[str]:
+    """A live process holding ``path`` open, as git holds its lock file while it works."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def age(path: Path, seconds: float = 30.0) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+@pytest.fixture
+def story_wt(repo: TargetRepo, base: str, tmp_path: Path) -> Path:
+    wt = tmp_path / "worktrees" / "x"
+    repo.ensure_worktree("hero/x", wt, base)
+    return wt
+
+
+def test_git_killed_mid_commit_leaves_locks_that_are_waited_on_then_cleared(
+    repo: TargetRepo, story_wt: Path, target_repo: Path
+) -> None:
+    """A real git stopped in the middle of its commit (its reflog is a FIFO nobody reads):
+    while it lives its ref locks are waited on, though git has closed them; after kill -9
+    they are stale, and removed."""
+    common = target_repo / ".git"
+    reflog = common / "logs" / "refs" / "heads" / "hero" / "x"
+    reflog.unlink()
+    os.mkfifo(reflog)
+    (story_wt / "work.txt").write_text("work\n")
+    git(story_wt, "add", "-A")
+    stuck = subprocess.Popen(
+        ["git", "commit", "-q", "-m", "stuck"],
+        cwd=story_wt,
+        env={**os.environ, **DEFAULT_IDENTITY},
+        stdin=subprocess.DEVNULL,
+    )
+    head_lock = common / "worktrees" / "x" / "HEAD.lock"
+    ref_lock = common / "refs" / "heads" / "hero" / "x.lock"
+    try:
+        deadline = time.monotonic() + 30
+        while not (head_lock.exists() and ref_lock.exists()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert head_lock.exists() and ref_lock.exists()
+        notes: list[str] = []
+        with pytest.raises(GitError, match=f"pid {stuck.pid}"):
+            clear_stale_locks(repo, "hero/x", story_wt, notes.append, wait_s=0.5)
+        assert head_lock.exists() and ref_lock.exists()  # a live git's locks are kept
+        assert not any("removed" in n for n in notes)
+    finally:
+        stuck.kill()
+        stuck.wait()
+    reflog.unlink()  # the test's trap, not part of what a crash leaves
+    with pytest.raises(GitError, match="File exists"):
+        commit_all(story_wt, "hero: rescue", DEFAULT_IDENTITY)  # stuck, as the issue says
+
+    notes = []
+    clear_stale_locks(repo, "hero/x", story_wt, notes.append)
+
+    assert not head_lock.exists() and not ref_lock.exists()
+    assert f"removed stale git lock {head_lock} left by a process that died" in notes
+    assert f"removed stale git lock {ref_lock} left by a process that died" in notes
+    assert commit_all(story_wt, "hero: rescue", DEFAULT_IDENTITY)
+    assert (story_wt / "work.txt").read_text() == "work\n"
+
+
+def test_lock_files_where_git_leaves_them_are_cleared(
+    repo: TargetRepo, story_wt: Path, target_repo: Path
+) -> None:
+    common = target_repo / ".git"
+    left = [
+        common / "worktrees" / "x" / "index.lock",
+        common / "worktrees" / "x" / "HEAD.lock",
+        common / "refs" / "heads" / "hero" / "x.lock",
+        common / "packed-refs.lock",
+        common / "config.lock",
+        common / "index.lock",
+    ]
+    for path in left:
+        path.write_text("0" * 40 + "\n")
+        age(path)
+    notes: list[str] = []
+
+    clear_stale_locks(repo, "hero/x", story_wt, notes.append)
+
+    assert [p for p in left if p.exists()] == []
+    assert len([n for n in notes if n.startswith("removed stale git lock")]) == len(left)
+    (story_wt / "w.txt").write_text("w\n")
+    assert commit_all(story_wt, "hero: commit", DEFAULT_IDENTITY)
+
+
+def test_a_lock_a_live_process_holds_is_waited_on_never_removed(
+    repo: TargetRepo, story_wt: Path, target_repo: Path
+) -> None:
+    lock = target_repo / ".git" / "worktrees" / "x" / "index.lock"
+    holder = hold_lock(lock)
+    try:
+        age(lock)
+        notes: list[str] = []
+        with pytest.raises(GitError, match=f"still held after 0.3 s.*pid {holder.pid}"):
+            clear_stale_locks(repo, "hero/x", story_wt, notes.append, wait_s=0.3)
+        assert lock.exists()
+        assert len(notes) == 1  # said once, not at every look
+        assert notes[0].startswith(f"waiting for git lock {lock}, held by pid {holder.pid} (")
+        # the holder finishes while hero waits: hero goes on, nothing removed by hero
+        threading.Timer(0.5, lambda: holder.communicate("")).start()
+        clear_stale_locks(repo, "hero/x", story_wt, notes.append, wait_s=30)
+        assert not lock.exists()
+        assert not any(n.startswith("removed") for n in notes)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_shared_lock_in_use_is_left_alone_and_not_waited_on(
+    repo: TargetRepo, story_wt: Path, target_repo: Path
+) -> None:
+    lock = target_repo / ".git" / "packed-refs.lock"
+    holder = hold_lock(lock)
+    try:
+        age(lock)
+        notes: list[str] = []
+        clear_stale_locks(repo, "hero/x", story_wt, notes.append, wait_s=600)
+        assert lock.exists() and notes == []
+    finally:
+        holder.kill()
+        holder.wait()

@@ -16,7 +16,10 @@ from hero.locks import (
     StoryBusy,
     daemon_lock_path,
     is_held,
+    read_holder,
     read_pid,
+    repo_story_lock,
+    repo_story_lock_path,
     story_lock,
     story_lock_path,
 )
@@ -114,3 +117,38 @@ def test_read_pid_of_missing_or_odd_files(tmp_path: Path) -> None:
     assert read_pid(tmp_path / "odd") is None
     (tmp_path / "pid").write_text(" 4242\n")
     assert read_pid(tmp_path / "pid") == 4242
+
+
+TAKE_REPO_LOCK = """
+import sys
+from pathlib import Path
+from hero.locks import repo_story_lock
+with repo_story_lock(Path(sys.argv[1]), "s1", Path(sys.argv[2])):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_repo_story_lock_refuses_another_home_naming_it(tmp_path: Path) -> None:
+    common, home_a, home_b = tmp_path / "repo.git", tmp_path / "home-a", tmp_path / "home-b"
+    path = repo_story_lock_path(common, "s1")
+    assert path == common / "hero" / "locks" / "s1.lock"
+    other = subprocess.Popen(
+        [sys.executable, "-c", TAKE_REPO_LOCK, str(common), str(home_a)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        assert read_holder(path) == {"home": str(home_a.resolve()), "pid": other.pid}
+        with pytest.raises(StoryBusy) as info, repo_story_lock(common, "s1", home_b):
+            pass
+        assert f"{home_a.resolve()} (pid {other.pid})" in str(info.value)
+        with repo_story_lock(common, "s2", home_b):  # another story is free
+            pass
+    finally:
+        other.communicate("")
+    assert not is_held(path) and read_holder(path) == {}  # let go, and says so
+    with repo_story_lock(common, "s1", home_b):
+        assert read_holder(path)["home"] == str(home_b.resolve())

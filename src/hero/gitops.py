@@ -2,7 +2,9 @@
 
 Every operation that touches the shared repository's refs or worktree list goes through
 ``TargetRepo.locked()``: a thread lock for stories run in one process and an ``flock`` on a
-file in the repository's git directory for several hero processes on one machine.
+file in the repository's git directory for several hero processes on one machine. A story
+runs in one hero home at a time (``TargetRepo.story_lock``), and hero removes no worktree
+it did not create. ``clear_stale_locks`` removes the lock files a git killed with hero left.
 
 Every git call goes through ``git()``: the ``git`` program run by ``hero.runner`` (not a
 library such as GitPython, which is not meant for long-running processes), with a timeout,
@@ -15,11 +17,12 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from hero.locks import repo_story_busy, repo_story_lock
 from hero.runner import child_env, run_process
 
 #: Used for hero's commits (and the worker's) where git has no identity configured.
@@ -36,6 +39,14 @@ DEFAULT_TIMEOUT_S = 120.0
 #: For calls that write or delete a whole checkout (``worktree add``/``remove``), which on a
 #: big repository take minutes.
 WORKTREE_TIMEOUT_S = 600.0
+
+#: Seconds hero waits, at a story's start, for a git lock file of the story that a live
+#: process holds (say, a git still finishing), before it gives up with a GitError.
+LOCK_WAIT_S = DEFAULT_TIMEOUT_S
+#: A lock file no process has open may still be live for a moment: git closes a ref's lock
+#: file before it renames it into place. One younger than this is given time to go away.
+LOCK_GRACE_S = 2.0
+_LOCK_POLL_S = 0.25
 
 #: What hero's own git may see of hero's environment: where git and its configuration live,
 #: who commits, how commits are signed. Nothing else: not the provider keys or any other
@@ -138,21 +149,42 @@ class TargetRepo:
         self._lock = threading.Lock()
         self._identity: dict[str, str] | None = None
         self._lock_path: Path | None = None
+        self._common: Path | None = None
+
+    def common_dir(self) -> Path:
+        """The repository's git common directory (``.git`` of the main worktree), absolute."""
+        if self._common is None:
+            common = Path(git(self.path, "rev-parse", "--git-common-dir").strip())
+            self._common = (common if common.is_absolute() else self.path / common).resolve()
+        return self._common
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         with self._lock:
             if self._lock_path is None:
-                common = Path(git(self.path, "rev-parse", "--git-common-dir").strip())
-                self._lock_path = (
-                    common if common.is_absolute() else self.path / common
-                ) / "hero.lock"
+                self._lock_path = self.common_dir() / "hero.lock"
             with open(self._lock_path, "a") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
                 try:
                     yield
                 finally:
                     fcntl.flock(fh, fcntl.LOCK_UN)
+
+    @contextmanager
+    def story_lock(self, story_id: str, home: Path) -> Iterator[None]:
+        """Hold the story's lock in this repository (see ``hero.locks.repo_story_lock``):
+        ``StoryBusy``, naming the other home, while another hero runs the story here."""
+        with repo_story_lock(self.common_dir(), story_id, home):
+            yield
+
+    def story_busy(self, story_id: str) -> str | None:
+        """Why another hero process (of any home) keeps the story from running on this
+        repository now, or None; None too when the repository cannot be read (the run
+        itself then says why)."""
+        try:
+            return repo_story_busy(self.common_dir(), story_id)
+        except GitError:
+            return None
 
     def identity_env(self) -> dict[str, str]:
         """Author and committer variables to set, empty where git already has a user."""
@@ -178,8 +210,12 @@ class TargetRepo:
         )
         return out.strip() or None
 
-    def keep_branch_aside(self, branch: str) -> str:
-        """Rename ``branch`` to a fresh name so its commits are kept; returns the new name."""
+    def keep_branch_aside(self, branch: str, own_worktree: Path | None = None) -> str:
+        """Rename ``branch`` to a fresh name so its commits are kept; returns the new name.
+
+        A worktree of the branch is removed only if it is ``own_worktree`` (the caller's
+        own checkout, its work committed) or gone from disk; any other checkout of the
+        branch is refused with a GitError naming it (see ``_remove_worktree_of``)."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
         new = f"{branch}-prev-{stamp}"
         n = 1
@@ -187,28 +223,50 @@ class TargetRepo:
             n += 1
             new = f"{branch}-prev-{stamp}-{n}"
         with self.locked():
-            self._remove_worktree_of(branch)
+            self._remove_worktree_of(branch, own_worktree)
             git(self.path, "branch", "-m", branch, new)
         return new
 
-    def _remove_worktree_of(self, branch: str) -> None:
+    def _worktrees_of(self, branch: str) -> list[Path]:
+        """The checkouts of ``branch`` git knows of, the main worktree left out."""
         listing = git(self.path, "worktree", "list", "--porcelain")
+        found: list[Path] = []
         current: str | None = None
         for line in listing.splitlines():
             if line.startswith("worktree "):
                 current = line[len("worktree ") :]
             elif line == f"branch refs/heads/{branch}" and current:
                 if Path(current).resolve() != self.path.resolve():
-                    git(
-                        self.path,
-                        "worktree",
-                        "remove",
-                        "--force",
-                        current,
-                        check=False,
-                        timeout_s=WORKTREE_TIMEOUT_S,
-                    )
-        git(self.path, "worktree", "prune")
+                    found.append(Path(current))
+        return found
+
+    def _remove_worktree_of(self, branch: str, own_worktree: Path | None) -> None:
+        """Remove the checkouts of ``branch`` so it can be renamed or checked out elsewhere.
+
+        Only ``own_worktree`` (this hero home's ``worktrees/<id>``) or a path that no longer
+        exists is removed: a live checkout elsewhere is another home's or a person's, and
+        ``--force`` would throw away its uncommitted work, so it is refused instead."""
+        mine = own_worktree.resolve() if own_worktree is not None else None
+        checkouts = [path for path in self._worktrees_of(branch) if path.exists()]
+        for path in checkouts:
+            if path.resolve() != mine:
+                raise GitError(
+                    f"branch '{branch}' is checked out in {path}, a worktree this hero home "
+                    "did not create: it may hold another hero home's or a person's uncommitted "
+                    "work, so hero leaves it alone. Finish the work there, or remove it "
+                    f"(`git worktree remove {path}`), then run the story again"
+                )
+        for path in checkouts:
+            git(
+                self.path,
+                "worktree",
+                "remove",
+                "--force",
+                str(path),
+                check=False,
+                timeout_s=WORKTREE_TIMEOUT_S,
+            )
+        git(self.path, "worktree", "prune")  # the ones whose folder is gone
 
     def ensure_worktree(self, branch: str, worktree: Path, base_sha: str) -> None:
         """Make ``worktree`` a checkout of ``branch``, creating the branch at ``base_sha``."""
@@ -226,7 +284,7 @@ class TargetRepo:
                 raise GitError(f"{worktree} exists and is not a git worktree; move it aside")
             worktree.parent.mkdir(parents=True, exist_ok=True)
             if self.branch_sha(branch):
-                self._remove_worktree_of(branch)
+                self._remove_worktree_of(branch, worktree)
                 git(
                     self.path,
                     "worktree",
@@ -246,6 +304,224 @@ class TargetRepo:
                     base_sha,
                     timeout_s=WORKTREE_TIMEOUT_S,
                 )
+
+
+# ------------------------------------------------------------------------ stale lock files
+
+
+@dataclass(frozen=True)
+class _Lock:
+    """One lock file as seen at one moment: which file, which inode, how old."""
+
+    path: Path
+    inode: int
+    mtime_ns: int
+
+    @property
+    def age_s(self) -> float:
+        return time.time() - self.mtime_ns / 1e9
+
+
+@dataclass
+class _Users:
+    """Who may be using some lock files: the processes that have them open, and the git
+    processes working in some directories. ``known`` is False where /proc cannot tell."""
+
+    known: bool = True
+    holding: dict[Path, list[int]] = field(default_factory=dict)
+    gits: dict[int, Path] = field(default_factory=dict)
+
+    def gits_in(self, roots: Sequence[Path]) -> list[int]:
+        return [pid for pid, cwd in self.gits.items() if any(_within(cwd, r) for r in roots)]
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _stat_lock(path: Path) -> _Lock | None:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return _Lock(path, st.st_ino, st.st_mtime_ns)
+
+
+def _lock_users(paths: Sequence[Path]) -> _Users:
+    """Scan /proc once: who has one of ``paths`` open, and which git processes run where.
+
+    git keeps a lock file's descriptor open while it holds an index or packed-refs lock, but
+    closes a ref's lock file before renaming it, so a git working in the directory counts
+    too. A process of another user cannot be looked into and is passed over (it cannot
+    write this user's repository); one of this user that cannot be looked into makes the
+    answer unknown."""
+    users = _Users()
+    wanted = {str(p) for p in paths}
+    me, uid = os.getpid(), os.getuid()
+    try:
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return _Users(known=False)
+    for pid in entries:
+        if pid == me:
+            continue
+        base = f"/proc/{pid}"
+        try:
+            fds = os.listdir(f"{base}/fd")
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        except OSError:
+            try:
+                if os.stat(base).st_uid == uid:
+                    users.known = False
+            except OSError:
+                pass
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{base}/fd/{fd}")
+            except OSError:
+                continue
+            if target in wanted:
+                users.holding.setdefault(Path(target), []).append(pid)
+        try:
+            with open(f"{base}/comm", "rb") as fh:
+                is_git = fh.read().startswith(b"git")
+            if is_git:
+                with open(f"{base}/cmdline", "rb") as fh:
+                    # a long-lived helper (fsmonitor--daemon, credential-cache--daemon)
+                    # holds no lock of a command's
+                    is_git = b"--daemon" not in fh.read()
+            if is_git:
+                users.gits[pid] = Path(os.readlink(f"{base}/cwd"))
+        except OSError:
+            continue
+    return users
+
+
+def _describe(pids: Sequence[int]) -> str:
+    parts = []
+    for pid in pids[:3]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = ""
+        parts.append(f"pid {pid}" + (f" ({cmd[:80]})" if cmd else ""))
+    return ", ".join(parts)
+
+
+def _verdict(lock: _Lock, users: _Users, roots: Sequence[Path]) -> str:
+    """ "stale" (remove it), else why it may be live: who holds it, or "young", "unknown"."""
+    holders = users.holding.get(lock.path, []) + users.gits_in(roots)
+    if holders:
+        return f"held by {_describe(holders)}"
+    if not users.known:
+        return "stale" if lock.age_s > DEFAULT_TIMEOUT_S else "unknown"
+    return "stale" if lock.age_s >= LOCK_GRACE_S else "young"
+
+
+def _remove_stale(lock: _Lock, say: Callable[[str], None]) -> None:
+    now = _stat_lock(lock.path)
+    if now is None or (now.inode, now.mtime_ns) != (lock.inode, lock.mtime_ns):
+        return  # gone, or a new lock file by a live git since it was looked at
+    try:
+        lock.path.unlink()
+    except FileNotFoundError:
+        return
+    say(f"removed stale git lock {lock.path} left by a process that died")
+
+
+def worktree_gitdir(worktree: Path) -> Path | None:
+    """The worktree's own git directory (``<common>/worktrees/<name>``), from its ``.git``
+    file; None if ``worktree`` is not a linked worktree."""
+    try:
+        text = (worktree / ".git").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    gitdir = Path(text[len("gitdir:") :].strip())
+    return (gitdir if gitdir.is_absolute() else worktree / gitdir).resolve()
+
+
+def clear_stale_locks(
+    repo: TargetRepo,
+    branch: str,
+    worktree: Path,
+    say: Callable[[str], None],
+    *,
+    wait_s: float | None = None,
+) -> None:
+    """Remove the git lock files a dead process left behind for this story; wait for live ones.
+
+    After ``kill -9`` of hero and its git, ``HEAD.lock``, ``index.lock`` (in the worktree's
+    git directory) and ``refs/heads/<branch>.lock`` stay, and every git call on the story
+    fails. Call this at a story's start, with the story's locks held and its old processes
+    ended, before any git call of hero's on it. A lock file no process has open (and no
+    git works in the worktree) is removed, with a note through ``say``; one that a live
+    process holds is waited on, at most ``wait_s`` (default ``LOCK_WAIT_S``), then a
+    GitError names it. Where /proc cannot tell, a lock file counts as stale once older than
+    git's timeout.
+
+    The repository's shared lock files (``packed-refs.lock``, ``config.lock``, the main
+    worktree's ``index.lock``) are removed only if no process holds them and no git works
+    anywhere in the repository; else they are left alone, never waited on.
+    """
+    common = repo.common_dir()
+    mine = worktree.resolve()
+    gitdir = worktree_gitdir(worktree)
+    own = [common / "refs" / "heads" / f"{branch}.lock"]
+    if gitdir is not None:
+        own += sorted(gitdir.glob("*.lock"))
+    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    told: set[Path] = set()
+    while True:
+        locks = [lock for lock in map(_stat_lock, own) if lock is not None]
+        if not locks:
+            break
+        users = _lock_users([lock.path for lock in locks])
+        waiting: list[str] = []
+        for lock in locks:
+            verdict = _verdict(lock, users, [mine])
+            if verdict == "stale":
+                _remove_stale(lock, say)
+            else:
+                waiting.append(f"{lock.path} ({verdict})")
+                if verdict.startswith("held") and lock.path not in told:
+                    told.add(lock.path)
+                    say(f"waiting for git lock {lock.path}, {verdict}")
+        if not waiting:
+            break
+        if time.monotonic() >= deadline:
+            raise GitError(
+                f"git lock file(s) of {branch} still held after {wait_s:g} s: "
+                + "; ".join(waiting)
+                + ". A git process is still working there; let it finish or end it, then "
+                "run the story again"
+            )
+        time.sleep(_LOCK_POLL_S)
+    shared = [common / n for n in ("packed-refs.lock", "config.lock", "index.lock")]
+    locks = [lock for lock in map(_stat_lock, shared) if lock is not None]
+    if locks:
+        roots = [repo.path.resolve(), common, *_registered_worktrees(common)]
+        users = _lock_users([lock.path for lock in locks])
+        for lock in locks:
+            if _verdict(lock, users, roots) == "stale":
+                _remove_stale(lock, say)
+
+
+def _registered_worktrees(common: Path) -> list[Path]:
+    """The linked worktrees git knows of, from ``<common>/worktrees/*/gitdir``."""
+    found = []
+    for gitdir_file in sorted(common.glob("worktrees/*/gitdir")):
+        try:
+            dot_git = Path(gitdir_file.read_text(encoding="utf-8", errors="replace").strip())
+        except OSError:
+            continue
+        found.append(dot_git.parent.resolve())
+    return found
 
 
 def current_branch(worktree: Path) -> str:

@@ -3,6 +3,10 @@
 - The story lock, ``runs/locks/<id>.lock``: held by whichever process (``hero run``,
   ``hero watch``) runs the story right now; a second one is refused with ``StoryBusy``.
 - The daemon lock, ``runs/watch.lock``: one ``hero watch`` per home; it holds the pid.
+- The repository's story lock, ``<git common dir>/hero/locks/<id>.lock`` in the target
+  repository: held beside the story lock, so that two hero homes pointed at one repository
+  never run the same story (and its branch ``hero/<id>``) at once. It holds a line of JSON,
+  ``{"home": ..., "pid": ...}``, so the refusal can name the other home.
 - ``is_held(path)``: whether some process holds a lock, for ``hero status`` and the
   dispatcher. It never creates a file.
 
@@ -14,6 +18,7 @@ so that a probe can never make a real taker fail, taking a lock tries a few time
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -98,6 +103,58 @@ def story_lock(home: Path, story_id: str) -> Iterator[None]:
         try:
             yield
         finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def repo_story_lock_path(common_dir: Path, story_id: str) -> Path:
+    return Path(common_dir) / "hero" / "locks" / f"{story_id}.lock"
+
+
+def read_holder(path: Path) -> dict[str, Any]:
+    """What a repository story lock says of its holder (``home``, ``pid``); {} if unknown."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _busy_message(path: Path, story_id: str) -> str:
+    holder = read_holder(path)
+    other = holder.get("home") or "another hero home"
+    pid = holder.get("pid") or "unknown"
+    return (
+        f"story '{story_id}' is being run by {other} (pid {pid}) on the same repository; "
+        f"its branch hero/{story_id} and worktree belong to that run until it ends"
+    )
+
+
+def repo_story_busy(common_dir: Path, story_id: str) -> str | None:
+    """Why the story cannot run here now (another hero process holds its repository lock,
+    the message naming its home), or None. A probe: it creates nothing."""
+    path = repo_story_lock_path(common_dir, story_id)
+    return _busy_message(path, story_id) if is_held(path) else None
+
+
+@contextmanager
+def repo_story_lock(common_dir: Path, story_id: str, home: Path) -> Iterator[None]:
+    """Hold the story's lock in the target repository for the block; ``StoryBusy`` naming
+    the other home (and its pid) if another hero process, of any home, runs the story."""
+    path = repo_story_lock_path(common_dir, story_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as fh:
+        if not _take(fh):
+            raise StoryBusy(_busy_message(path, story_id))
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps({"home": str(Path(home).resolve()), "pid": os.getpid()}) + "\n")
+            fh.flush()
+            yield
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fh.flush()
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 

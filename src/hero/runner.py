@@ -7,6 +7,11 @@ git) with stdout and stderr apart. Either way the child runs in its own process 
 KeyboardInterrupt, and after the child exits (so background children neither outlive it nor
 keep its pipes open).
 
+A command whose environment carries a story's marker (``RUN_MARKER``) may leave processes
+outside its group (``setsid``, ``nohup``, a daemonizing server): when it returns, however it
+returns, ``run_command`` ends every process started since it began that carries the same
+marker (``kill_marked``), so nothing a story started outlives the command that started it.
+
 ``child_env`` is the environment every child gets: no secrets, nothing that waits on a person.
 """
 
@@ -18,7 +23,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +45,14 @@ _SAFE_ENV = {
     "GIT_EDITOR": "true",
     "EDITOR": "true",
 }
+
+#: Where every push of a child's git goes instead (``url.<this>.pushInsteadOf`` with an empty
+#: prefix, which every push URL starts with): a path that is no repository, so `git push`
+#: fails, and git's error names this text. Not a sandbox: a command that drops the
+#: ``GIT_CONFIG_*`` variables, or overrides the setting with ``git -c``, can still push.
+PUSH_REFUSED_URL = "/dev/null/hero: git push is disabled for the worker and the checks/"
+#: Git settings every child gets, through ``GIT_CONFIG_COUNT`` (after any it already has).
+_GIT_CONFIG = ((f"url.{PUSH_REFUSED_URL}.pushInsteadOf", ""),)
 
 
 @dataclass(frozen=True)
@@ -68,9 +82,12 @@ def child_env(
     drop_names: Iterable[str] = (),
     secret_values: Iterable[str] = (),
     extra: Mapping[str, str] | None = None,
+    git_config: Iterable[tuple[str, str]] = (),
 ) -> dict[str, str]:
     """Environment for child processes: base minus dropped names and secret-valued variables,
-    plus non-interactive defaults (pagers, editors, git prompts), then ``extra``.
+    plus non-interactive defaults (pagers, editors, git prompts), then ``extra``; and git
+    settings that refuse every push (see ``PUSH_REFUSED_URL``) plus ``git_config``, added
+    after the ``GIT_CONFIG_COUNT`` entries the environment already has.
 
     The one rule for every child hero starts: the worker's and the verifier's commands (base:
     hero's environment minus the provider keys) and hero's own git (base: the few variables
@@ -82,7 +99,21 @@ def child_env(
     env.update(_SAFE_ENV)
     if extra:
         env.update(extra)
+    _add_git_config(env, (*_GIT_CONFIG, *git_config))
     return env
+
+
+def _add_git_config(env: dict[str, str], settings: Iterable[tuple[str, str]]) -> None:
+    """Append ``settings`` to the ``GIT_CONFIG_COUNT``/``_KEY_n``/``_VALUE_n`` list in ``env``."""
+    try:
+        n = max(0, int(env.get("GIT_CONFIG_COUNT", "0")))
+    except ValueError:
+        n = 0  # git refuses such a count anyway; start a list of hero's own
+    for key, value in settings:
+        env[f"GIT_CONFIG_KEY_{n}"] = key
+        env[f"GIT_CONFIG_VALUE_{n}"] = value
+        n += 1
+    env["GIT_CONFIG_COUNT"] = str(n)
 
 
 def truncate_middle(text: str, max_chars: int) -> str:
@@ -279,9 +310,11 @@ def _supervise(
     *,
     deadline: float,
     cancel: threading.Event | None,
+    end_leftovers: Callable[[], object] | None = None,
 ) -> tuple[bool, bool]:
     """Drain ``pipes`` until ``proc`` exits, the deadline passes or ``cancel`` is set; end its
-    process group either way. Returns (timed_out, cancelled)."""
+    process group either way, then call ``end_leftovers`` (before waiting for the pipes to
+    close: a detached process may hold them open). Returns (timed_out, cancelled)."""
     readers = [
         threading.Thread(target=_drain, args=pipe, name="hero-runner-reader", daemon=True)
         for pipe in pipes
@@ -308,10 +341,14 @@ def _supervise(
             # The child has exited but is not reaped yet: kill leftovers in its group.
             _killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if end_leftovers is not None:
+            end_leftovers()
     except BaseException:
         _killpg(proc.pid, signal.SIGKILL)
         try:
             proc.wait()
+            if end_leftovers is not None:
+                end_leftovers()
         finally:
             watcher.close()
         for reader in readers:
@@ -346,6 +383,8 @@ def run_command(
     Raises OSError if the command cannot be started (e.g. ``cwd`` does not exist).
     """
     start = time.monotonic()
+    marker = None if env is None else env.get(RUN_MARKER)
+    before = running_pids() if marker else None
     proc = subprocess.Popen(
         ["sh", "-c", command],
         cwd=str(cwd),
@@ -356,8 +395,18 @@ def run_command(
         start_new_session=True,
     )
     capture = _Capture(max_output_bytes)
+
+    def end_leftovers() -> None:
+        # What left the group (setsid, nohup, a daemon) ends with the command too.
+        if marker and before is not None:
+            kill_marked(marker, spare=before)
+
     timed_out, cancelled = _supervise(
-        proc, [(proc.stdout, capture)], deadline=start + timeout_s, cancel=cancel
+        proc,
+        [(proc.stdout, capture)],
+        deadline=start + timeout_s,
+        cancel=cancel,
+        end_leftovers=end_leftovers,
     )
     output, dropped = capture.result()
     return CommandResult(
@@ -407,37 +456,94 @@ def run_process(
     )
 
 
-#: Environment variable that marks every process started for one story, so that a later
-#: run can find and end what a crashed run left behind.
+#: Environment variable that marks every process started for one story, so that its
+#: command's detached leftovers, and a crashed run's, can be found and ended.
 RUN_MARKER = "HERO_RUN_MARKER"
+#: Passes over /proc: a process killed while it forks may leave a child the pass missed.
+_KILL_PASSES = 5
+#: Seconds ``kill_marked`` waits for the processes it killed to be gone.
+_KILL_WAIT_S = 2.0
 
 
-def kill_marked(marker: str) -> int:
-    """SIGKILL every process of this user whose environment has ``RUN_MARKER=marker``.
+def running_pids() -> frozenset[int] | None:
+    """The pids in /proc now (one directory listing), or None where /proc is not there."""
+    try:
+        return frozenset(int(e) for e in os.listdir("/proc") if e.isdigit())
+    except OSError:
+        return None
 
-    Used before a story runs: a hero process killed with SIGKILL cannot clean up its
-    commands' process groups, so the next run does. Returns how many were killed; does
-    nothing where /proc is not available.
+
+def kill_marked(marker: str, *, spare: AbstractSet[int] = frozenset()) -> int:
+    """SIGKILL every process of this user whose environment has ``RUN_MARKER=marker``,
+    except hero itself and the pids in ``spare``; returns how many were killed.
+
+    Used before a story runs (a hero process killed with SIGKILL cannot clean up its
+    commands), and by ``run_command`` after each marked command, with ``spare`` the pids
+    that were there before the command started: only the processes that appeared since
+    are read, so the check costs one /proc listing and a read per new process. Another
+    story's processes carry another marker and hero's own none. Passes over /proc until
+    one finds nothing (a process killed mid-fork leaves no child behind), then waits a
+    moment for the killed ones to be gone. Does nothing where /proc is not available.
     """
     needle = b"\0" + f"{RUN_MARKER}={marker}".encode() + b"\0"
-    killed = 0
-    me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                environ = b"\0" + fh.read() + b"\0"
-        except OSError:
-            continue
-        if needle in environ:
+    skip = set(spare)
+    skip.add(os.getpid())
+    killed: list[int] = []
+    for _ in range(_KILL_PASSES):
+        pids = running_pids()
+        if pids is None:
+            break
+        again = False  # something killed (it may have forked), or a process mid-exec
+        for pid in sorted(pids - skip):  # parents (mostly older, lower pids) first
             try:
-                os.kill(int(entry), signal.SIGKILL)
-                killed += 1
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    environ = fh.read()
             except OSError:
-                pass
-    return killed
+                skip.add(pid)  # gone, or not ours
+                continue
+            if not environ and _mid_exec(pid):
+                again = True  # its environment reads empty for a moment: look again
+                continue
+            skip.add(pid)
+            if needle in b"\0" + environ + b"\0":
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    continue
+                killed.append(pid)
+                again = True
+        if not again:
+            break
+        time.sleep(0.001)
+    _wait_gone(killed, _KILL_WAIT_S)
+    return len(killed)
+
+
+def _stat_fields(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...); [] if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return []
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _mid_exec(pid: int) -> bool:
+    """Whether a process whose environment reads empty may just be in ``execve`` (its new
+    environment not in place yet), rather than a zombie or a kernel thread."""
+    fields = _stat_fields(pid)
+    if len(fields) < 7 or fields[0] in (b"Z", b"X"):
+        return False
+    return not int(fields[6]) & 0x00200000  # PF_KTHREAD
+
+
+def _wait_gone(pids: Iterable[int], timeout_s: float) -> None:
+    """Wait until each of ``pids`` has exited (a zombie counts as gone), at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            fields = _stat_fields(pid)
+            if not fields or fields[0] in (b"Z", b"X"):
+                break
+            time.sleep(0.002)
