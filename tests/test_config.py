@@ -106,6 +106,7 @@ def test_full_valid_home(tmp_path: Path) -> None:
         "llm_max_attempts: 2\n"
         "llm_backoff_base_s: 0\n"
         "llm_backoff_max_s: 1.5\n"
+        "llm_retry_after_max_s: 7.5\n"
     )
     home = make_home(tmp_path, roles=roles)
     cfg = load_config(home, ("worker", "reviewer", "planner"), env=KEY_ENV)
@@ -118,7 +119,7 @@ def test_full_valid_home(tmp_path: Path) -> None:
     assert cfg.verify_timeout_ms == 5000
     assert cfg.default_verify == ("ruff check .", "pytest -q")
     assert cfg.worker_limits == WorkerLimits(10, 20, 30.5, 40.0, 3)
-    assert cfg.llm == LlmSettings(50.0, 2, 0.0, 1.5)
+    assert cfg.llm == LlmSettings(50.0, 2, 0.0, 1.5, 7.5)
     assert isinstance(cfg.worker_limits.bash_timeout_s, float)
 
     openai = Provider(
@@ -155,6 +156,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert cfg.default_verify == ()
     assert cfg.worker_limits == WorkerLimits()
     assert cfg.llm == LlmSettings()
+    assert cfg.llm.retry_after_max_s == 120.0
     assert cfg.secrets == ()
 
 
@@ -321,6 +323,10 @@ def test_unknown_provider(tmp_path: Path) -> None:
             "llm_backoff_max_s",
             ">= llm_backoff_base_s",
         ),
+        (ROLES + "llm_retry_after_max_s: 0\n", "llm_retry_after_max_s", "a number > 0"),
+        (ROLES + "llm_retry_after_max_s: -5\n", "llm_retry_after_max_s", "default 120"),
+        (ROLES + "llm_retry_after_max_s: soon\n", "llm_retry_after_max_s", "the string 'soon'"),
+        (ROLES + "llm_retry_after_max_s: .inf\n", "llm_retry_after_max_s", "> 0"),
         (ROLES + "target_base_ref: 5\n", "target_base_ref", "the number 5"),
         (ROLES.replace("  model: gpt-5\n", "  model: 5\n"), "worker.model", "the number 5"),
         (

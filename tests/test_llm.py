@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -51,6 +54,7 @@ def make_client(
     backoff_base_s: float = 0.01,
     backoff_max_s: float = 0.05,
     timeout_s: float = 10.0,
+    retry_after_max_s: float = 120.0,
     cancel: threading.Event | None = None,
     on_retry: Callable[[str], None] | None = None,
 ) -> LlmClient:
@@ -74,6 +78,7 @@ def make_client(
         max_attempts=max_attempts,
         backoff_base_s=backoff_base_s,
         backoff_max_s=backoff_max_s,
+        retry_after_max_s=retry_after_max_s,
     )
     return LlmClient(role_config, settings, cancel=cancel, on_retry=on_retry)
 
@@ -223,6 +228,36 @@ def test_429_retry_after_is_honoured(scripted: Start) -> None:
     assert len(notes) == 1 and "429" in notes[0]
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Retry-After": "100000"},
+        {"retry-after-ms": "100000000"},
+        {"Retry-After": "Wed, 21 Oct 2099 07:28:00 GMT"},
+    ],
+    ids=["seconds", "ms", "date"],
+)
+def test_retry_after_is_honoured_only_up_to_the_ceiling(
+    scripted: Start, headers: dict[str, str]
+) -> None:
+    model = scripted([HttpError(429, "come back tomorrow", headers=headers), text("ok")])
+    notes: list[str] = []
+    client = make_client(model.base_url, retry_after_max_s=0.2, on_retry=notes.append)
+
+    started = time.monotonic()
+    assert client.complete(MESSAGES).content == "ok"
+    waited = model.requests[1].received_at - model.requests[0].received_at
+
+    # Waited the ceiling, not the day the header asked for (and not the 0.05 s backoff).
+    assert waited >= 0.2
+    assert time.monotonic() - started < 30
+    assert notes == ["HTTP 429; retry 1 in 0.2 s"]
+
+
+def test_retry_after_ceiling_defaults_to_120_s() -> None:
+    assert LlmSettings().retry_after_max_s == 120.0
+
+
 @pytest.mark.parametrize("header", ["soon", "Wed, 99 Foo 2015 07:28:00 GMT"])
 def test_unreadable_retry_after_falls_back_to_backoff(scripted: Start, header: str) -> None:
     model = scripted([HttpError(503, "busy", headers={"Retry-After": header}), text("ok")])
@@ -336,12 +371,23 @@ def test_cancel_during_backoff_raises_interrupted(scripted: Start) -> None:
 # ------------------------------------------------------------------------- no choices
 
 
-class _RawServer:
-    """A tiny HTTP server answering chat/completions with raw JSON bodies, in order."""
+@dataclass(frozen=True)
+class Raw:
+    """A 200 answer sent byte for byte, whatever it holds."""
 
-    def __init__(self, bodies: list[dict[str, Any]]) -> None:
+    body: bytes
+    content_type: str = "application/json"
+
+
+class _RawServer:
+    """A tiny HTTP server answering chat/completions with 200s holding the given bodies (a
+    JSON value, or Raw bytes), in order: what ScriptedModel, which always answers well-formed
+    JSON, cannot send."""
+
+    def __init__(self, bodies: list[Any]) -> None:
         self.bodies = list(bodies)
         self.hits = 0
+        self.times: list[float] = []  # time.monotonic() of each request
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -352,11 +398,14 @@ class _RawServer:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                outer.times.append(time.monotonic())
                 index = min(outer.hits, len(outer.bodies) - 1)
                 outer.hits += 1
-                payload = json.dumps(outer.bodies[index]).encode()
+                answer = outer.bodies[index]
+                raw = answer if isinstance(answer, Raw) else Raw(json.dumps(answer).encode())
+                payload = raw.body
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", raw.content_type)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -393,10 +442,10 @@ GOOD_CHOICE = {
 
 
 @pytest.fixture
-def raw_server() -> Iterator[Callable[[list[dict[str, Any]]], _RawServer]]:
+def raw_server() -> Iterator[Callable[[list[Any]], _RawServer]]:
     servers: list[_RawServer] = []
 
-    def start(bodies: list[dict[str, Any]]) -> _RawServer:
+    def start(bodies: list[Any]) -> _RawServer:
         server = _RawServer(bodies)
         servers.append(server)
         return server
@@ -424,3 +473,162 @@ def test_answers_without_choices_exhaust_retries(raw_server: Callable[..., _RawS
     with pytest.raises(LlmError, match="2 attempts"):
         client.complete(MESSAGES)
     assert server.hits == 2
+
+
+# ------------------------------------------------------------------------- unusable 200s
+
+SECRET_KEY = "sk-hero-test-0123456789abcdef"
+PROXY_PAGE = (
+    "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>"
+    "<h1>Bad Gateway</h1><pre>upstream sent an invalid response\n"
+    f"Authorization: Bearer {SECRET_KEY}\n</pre></body></html>\n"
+).encode()
+NOT_JSON = {
+    "html": Raw(PROXY_PAGE, "text/html; charset=utf-8"),
+    "html-as-json": Raw(PROXY_PAGE),
+    "truncated": Raw(json.dumps(_completion_body([GOOD_CHOICE])).encode()[:40]),
+    "empty": Raw(b""),
+    "latin-1": Raw(b"\xff\xfe not utf-8", "text/plain"),
+}
+
+
+@pytest.mark.parametrize("body", NOT_JSON.values(), ids=NOT_JSON.keys())
+def test_200_whose_body_is_not_json_is_retried(
+    raw_server: Callable[..., _RawServer], body: Raw
+) -> None:
+    server = raw_server([body, _completion_body([GOOD_CHOICE])])
+    notes: list[str] = []
+    client = make_client(server.base_url, api_key=SECRET_KEY, on_retry=notes.append)
+
+    assert client.complete(MESSAGES).content == "fine"
+    assert server.hits == 2
+    assert client.usage.retries == 1
+    assert client.usage.llm_calls == 1
+    assert len(notes) == 1
+    assert "HTTP 200 but the body was not JSON" in notes[0]
+    assert f"{len(body.body)} bytes" in notes[0]
+    assert SECRET_KEY not in notes[0]
+
+
+def test_200s_not_json_exhaust_retries_naming_role_model_url_and_a_safe_excerpt(
+    raw_server: Callable[..., _RawServer],
+) -> None:
+    server = raw_server([Raw(PROXY_PAGE, "text/html")])
+    notes: list[str] = []
+    client = make_client(
+        server.base_url,
+        role="reviewer",
+        model="judge-1",
+        api_key=SECRET_KEY,
+        max_attempts=3,
+        backoff_base_s=0.05,
+        backoff_max_s=0.05,
+        on_retry=notes.append,
+    )
+
+    with pytest.raises(LlmError) as info:
+        client.complete(MESSAGES)
+
+    message = str(info.value)
+    assert server.hits == 3
+    assert "reviewer" in message
+    assert "judge-1" in message
+    assert server.base_url in message
+    assert "3 attempts" in message
+    assert "the body was not JSON" in message
+    assert "'<!DOCTYPE html> <html><head><title>502 Bad Gateway" in message  # one line
+    assert SECRET_KEY not in message
+    assert "sk-hero" not in message and "0123456789" not in message
+    assert len(message) < len(server.base_url) + 400
+    # Retried with the backoff (jittered between half the ceiling and the ceiling), as a 5xx is.
+    assert len(notes) == 2 and all("not JSON" in note for note in notes)
+    gaps = [b - a for a, b in itertools.pairwise(server.times)]
+    assert len(gaps) == 2 and min(gaps) >= 0.025
+    assert client.usage.llm_calls == 0
+
+
+def test_excerpt_masks_tokens_echoed_by_a_proxy(raw_server: Callable[..., _RawServer]) -> None:
+    page = (
+        b"<p>Authorization: Bearer abc.def-ghi</p><p>x-api-key: k-12345</p> token=t0p "
+        b"<i>hero-local-key-42</i> <i>team-header-value</i>"
+    )
+    server = raw_server([Raw(page, "text/html")])
+    client = make_client(
+        server.base_url,
+        api_key="hero-local-key-42",
+        headers={"X-Custom-Auth": "team-header-value"},
+        max_attempts=1,
+    )
+
+    with pytest.raises(LlmError) as info:
+        client.complete(MESSAGES)
+
+    message = str(info.value)
+    assert "not JSON" in message
+    for secret in ("abc.def-ghi", "k-12345", "t0p", "hero-local-key-42", "team-header-value"):
+        assert secret not in message
+    assert "Authorization: Bearer ***" in message
+
+
+MALFORMED = {
+    "no-choices-key": {"id": "x", "object": "chat.completion"},
+    "json-array": [GOOD_CHOICE],
+    "json-string": "fine",
+    "choice-not-object": _completion_body(["fine"]),
+    "message-string": _completion_body([{"index": 0, "message": "fine"}]),
+    "message-missing": _completion_body([{"index": 0, "finish_reason": "stop"}]),
+    "message-null": _completion_body([{"index": 0, "message": None}]),
+    "content-number": _completion_body([{"message": {"role": "assistant", "content": 5}}]),
+    "content-object": _completion_body([{"message": {"content": {"text": "fine"}}}]),
+    "tool-calls-object": _completion_body(
+        [{"message": {"content": None, "tool_calls": {"function": {"name": "bash"}}}}]
+    ),
+    "tool-call-string": _completion_body([{"message": {"content": None, "tool_calls": ["x"]}}]),
+    "tool-call-no-function": _completion_body(
+        [{"message": {"content": None, "tool_calls": [{"id": "c1", "function": "bash"}]}}]
+    ),
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_200_with_a_malformed_completion_is_retried(
+    raw_server: Callable[..., _RawServer], body: Any
+) -> None:
+    server = raw_server([body, _completion_body([GOOD_CHOICE])])
+    notes: list[str] = []
+    client = make_client(server.base_url, on_retry=notes.append)
+
+    assert client.complete(MESSAGES).content == "fine"
+    assert server.hits == 2
+    assert len(notes) == 1 and "unusable answer" in notes[0]
+    assert client.usage.llm_calls == 1
+
+
+def test_malformed_completions_exhaust_retries_naming_what_was_wrong(
+    raw_server: Callable[..., _RawServer],
+) -> None:
+    server = raw_server([_completion_body([{"index": 0, "message": "fine"}])])
+    client = make_client(server.base_url, role="planner", model="plan-1", max_attempts=2)
+
+    with pytest.raises(LlmError) as info:
+        client.complete(MESSAGES)
+
+    message = str(info.value)
+    assert server.hits == 2
+    assert "planner" in message and "plan-1" in message and server.base_url in message
+    assert "malformed message (a string)" in message
+    assert "2 attempts" in message
+
+
+def test_odd_usage_counts_as_zero_tokens(raw_server: Callable[..., _RawServer]) -> None:
+    body = {**_completion_body([GOOD_CHOICE]), "usage": "n/a"}
+    server = raw_server(
+        [body, {**body, "usage": {"prompt_tokens": "many", "completion_tokens": 4}}]
+    )
+    client = make_client(server.base_url)
+
+    assert client.complete(MESSAGES).content == "fine"
+    assert client.complete(MESSAGES).content == "fine"
+    assert server.hits == 2
+    assert (client.usage.tokens_in, client.usage.tokens_out) == (0, 4)
+    assert client.usage.retries == 0

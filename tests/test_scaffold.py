@@ -88,6 +88,7 @@ def test_roles_file_documents_every_knob_with_its_default(tmp_path: Path) -> Non
         "llm_max_attempts": 6,
         "llm_backoff_base_s": 2,
         "llm_backoff_max_s": 60,
+        "llm_retry_after_max_s": 120,
     }
     for key, value in expected.items():
         assert data[key] == value, key

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -336,6 +337,215 @@ def test_write_text_file_creates_parents(ctx: ToolContext, root: Path) -> None:
         write_text_file(ctx, "../nope.txt", "x")
     with pytest.raises(ToolError, match="is a directory"):
         write_text_file(ctx, "deep", "x")
+
+
+# --- links: symlinks swapped in, hard links ---------------------------------------------------
+
+RACE_READS = 2000
+HARD_LINK_REFUSAL = "is a hard link; hero's file tools do not follow links out of the worktree"
+
+
+class _Swapper:
+    """A thread swapping ``path``, as fast as it can until stopped, between what it is (a
+    regular file or a directory in the worktree) and a symlink to ``outside``, yielding to
+    the tool after each swap: the race a background process could run against a
+    check-then-open."""
+
+    def __init__(self, path: Path, outside: Path) -> None:
+        self.path, self.outside = path, outside
+        self.swaps = 0
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        link = self.path.with_name(self.path.name + ".link")
+        aside = self.path.with_name(self.path.name + ".aside")
+        link.symlink_to(self.outside)
+        try:
+            while not self._stop.is_set():
+                if self.path.is_dir():  # a directory cannot be renamed over a symlink
+                    os.rename(self.path, aside)
+                    os.rename(link, self.path)  # now a symlink out of the worktree
+                    time.sleep(0)
+                    os.rename(self.path, link)
+                    os.rename(aside, self.path)  # the directory again
+                else:
+                    os.rename(self.path, aside)
+                    os.replace(link, self.path)  # now a symlink out of the worktree
+                    time.sleep(0)
+                    os.replace(self.path, link)
+                    os.replace(aside, self.path)  # the regular file again
+                time.sleep(0)
+                self.swaps += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by __exit__, not lost
+            self.errors.append(exc)
+
+    def __enter__(self) -> _Swapper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        assert not self.errors, self.errors
+        assert self.swaps >= 10, self.swaps  # it did race
+
+
+def test_read_file_never_follows_a_symlink_swapped_in(
+    ctx: ToolContext, root: Path, outside: Path
+) -> None:
+    write(root, "race.txt", "harmless\n")
+    results = []
+    with _Swapper(root / "race.txt", outside / "secret.txt"):
+        for _ in range(RACE_READS):
+            results.append(call(ctx, "read_file", {"path": "race.txt"}).content)
+    leaked = [r for r in results if "TOPSECRET" in r]
+    assert not leaked, f"{len(leaked)} of {RACE_READS} reads returned the outside file"
+    assert any("harmless" in r for r in results)
+
+
+def test_write_file_never_writes_through_a_symlink_swapped_in(
+    ctx: ToolContext, root: Path, outside: Path
+) -> None:
+    write(root, "race.txt", "harmless\n")
+    results = []
+    with _Swapper(root / "race.txt", outside / "secret.txt"):
+        for i in range(RACE_READS):
+            results.append(call(ctx, "write_file", {"path": "race.txt", "content": f"w{i}\n"}))
+    assert (outside / "secret.txt").read_text() == "TOPSECRET needle\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert not any("TOPSECRET" in r.content for r in results)  # not in a diff either
+
+
+def test_edit_file_never_edits_through_a_symlink_swapped_in(
+    ctx: ToolContext, root: Path, outside: Path
+) -> None:
+    (outside / "secret.txt").write_text("harmless TOPSECRET\n")
+    write(root, "race.txt", "harmless\n")
+    results = []
+    args = {"path": "race.txt", "old_string": "harmless", "new_string": "edited"}
+    with _Swapper(root / "race.txt", outside / "secret.txt"):
+        for _ in range(RACE_READS):
+            results.append(call(ctx, "edit_file", args).content)
+    assert (outside / "secret.txt").read_text() == "harmless TOPSECRET\n"
+    assert not any("TOPSECRET" in r for r in results)
+
+
+def test_read_file_and_ls_never_follow_a_directory_symlink_swapped_in(
+    ctx: ToolContext, root: Path, outside: Path
+) -> None:
+    write(root, "d/secret.txt", "harmless\n")
+    (outside / "OUTSIDE-ONLY.txt").write_text("x\n")
+    results = []
+    with _Swapper(root / "d", outside):
+        for i in range(RACE_READS):
+            if i % 4:
+                results.append(call(ctx, "read_file", {"path": "d/secret.txt"}).content)
+            else:
+                results.append(call(ctx, "ls", {"path": "d"}).content)
+    assert not [r for r in results if "TOPSECRET" in r or "OUTSIDE-ONLY" in r]
+    assert any("harmless" in r for r in results)
+
+
+def test_symlinked_intermediate_directory_refused(
+    ctx: ToolContext, root: Path, outside: Path
+) -> None:
+    (outside / "deep").mkdir()
+    (outside / "deep" / "secret.txt").write_text("TOPSECRET\n")
+    write(root, "a/keep.txt", "x\n")
+    (root / "a" / "abs").symlink_to(outside, target_is_directory=True)
+    (root / "a" / "rel").symlink_to("../../outside", target_is_directory=True)
+    for link in ("a/abs", "a/rel"):
+        for name, args in [
+            ("read_file", {"path": f"{link}/deep/secret.txt"}),
+            ("write_file", {"path": f"{link}/deep/secret.txt", "content": "pwned"}),
+            ("write_file", {"path": f"{link}/new/file.txt", "content": "pwned"}),
+            (
+                "edit_file",
+                {"path": f"{link}/deep/secret.txt", "old_string": "T", "new_string": "x"},
+            ),
+            ("ls", {"path": f"{link}/deep"}),
+        ]:
+            assert f"path '{args['path']}' is outside the worktree" in err(ctx, name, args)
+    assert (outside / "deep" / "secret.txt").read_text() == "TOPSECRET\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["deep", "secret.txt"]
+
+
+def test_hard_link_to_an_outside_file_refused(ctx: ToolContext, root: Path, outside: Path) -> None:
+    os.link(outside / "secret.txt", root / "hard.txt")
+    for name, args in [
+        ("read_file", {"path": "hard.txt"}),
+        ("write_file", {"path": "hard.txt", "content": "pwned\n"}),
+        ("edit_file", {"path": "hard.txt", "old_string": "TOPSECRET", "new_string": "x"}),
+    ]:
+        msg = err(ctx, name, args)
+        assert msg == f"path 'hard.txt' {HARD_LINK_REFUSAL}", name
+        assert "TOPSECRET" not in msg
+    with pytest.raises(ToolError, match="is a hard link"):
+        write_text_file(ctx, "hard.txt", "pwned\n")
+    assert (outside / "secret.txt").read_text() == "TOPSECRET needle\n"
+    # The same through an in-worktree symlink to the hard link.
+    (root / "alias.txt").symlink_to("hard.txt")
+    assert HARD_LINK_REFUSAL in err(ctx, "read_file", {"path": "alias.txt"})
+
+
+def test_links_inside_the_worktree_still_work(ctx: ToolContext, root: Path) -> None:
+    write(root, "src/real.txt", "hello\n")
+    (root / "alias.txt").symlink_to("src/real.txt")
+    (root / "srcdir").symlink_to(root / "src", target_is_directory=True)  # absolute target
+    assert "hello" in ok(ctx, "read_file", {"path": "alias.txt"})
+    assert "hello" in ok(ctx, "read_file", {"path": "srcdir/real.txt"})
+    assert ok(ctx, "ls", {"path": "srcdir"}) == "real.txt"
+    assert ok(ctx, "write_file", {"path": "alias.txt", "content": "bye\n"}).startswith(
+        "updated src/real.txt"
+    )
+    assert (root / "src" / "real.txt").read_text() == "bye\n"
+    assert (root / "alias.txt").is_symlink()
+    assert ok(ctx, "write_file", {"path": "srcdir/new/n.txt", "content": "n\n"}).startswith(
+        "created src/new/n.txt"
+    )
+    assert ok(ctx, "edit_file", {"path": "alias.txt", "old_string": "bye", "new_string": "hi"})
+    assert (root / "src" / "real.txt").read_text() == "hi\n"
+    assert "hi" in ok(ctx, "read_file", {"path": "missing/../src/real.txt"})
+    assert "hi" in ok(ctx, "read_file", {"path": str(root / "src" / "real.txt")})
+    assert "hi" in ok(ctx, "read_file", {"path": str(root / "x" / ".." / "alias.txt")})
+    assert ok(ctx, "write_file", {"path": "gone/../top.txt", "content": "t\n"}) == (
+        "created top.txt (1 lines)"
+    )
+    assert not (root / "gone").exists()
+    # A symlink into .git does not make writing there allowed.
+    (root / "gitdir").symlink_to(".git", target_is_directory=True)
+    before = (root / ".git" / "config").read_text()
+    for target in ("gitdir/config", "gitdir/new/x"):
+        assert "inside .git" in err(ctx, "write_file", {"path": target, "content": "evil"})
+    assert (root / ".git" / "config").read_text() == before
+    assert not (root / ".git" / "new").exists()
+
+
+def test_symlink_loop_and_dangling_symlink(ctx: ToolContext, root: Path) -> None:
+    (root / "loop1").symlink_to("loop2")
+    (root / "loop2").symlink_to("loop1")
+    assert "cannot be resolved" in err(ctx, "read_file", {"path": "loop1"})
+    assert "cannot be resolved" in err(ctx, "write_file", {"path": "loop1", "content": "x"})
+    (root / "dangling.txt").symlink_to("made/by/write.txt")
+    assert "file not found" in err(ctx, "read_file", {"path": "dangling.txt"})
+    ok(ctx, "write_file", {"path": "dangling.txt", "content": "w\n"})
+    assert (root / "made" / "by" / "write.txt").read_text() == "w\n"
+
+
+def test_special_files_refused_without_hanging(ctx: ToolContext, root: Path) -> None:
+    os.mkfifo(root / "pipe")
+    assert "'pipe' is not a regular file" in err(ctx, "read_file", {"path": "pipe"})
+    assert "'pipe' is not a regular file" in err(
+        ctx, "write_file", {"path": "pipe", "content": "x"}
+    )
+    write(root, "f.txt", "x\n")
+    assert "is a file, not a directory" in err(ctx, "ls", {"path": "f.txt"})
+    assert "file not found" in err(ctx, "read_file", {"path": "f.txt/below"})
+    assert "Not a directory" in err(ctx, "write_file", {"path": "f.txt/below", "content": "x"})
+    assert "is a directory" in err(ctx, "write_file", {"path": ".", "content": "x"})
+    assert "is a directory; use ls" in err(ctx, "read_file", {"path": "."})
 
 
 # --- bash --------------------------------------------------------------------------------------

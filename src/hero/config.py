@@ -64,6 +64,7 @@ KNOB_KEYS = (
     "llm_max_attempts",
     "llm_backoff_base_s",
     "llm_backoff_max_s",
+    "llm_retry_after_max_s",
 )
 ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
 
@@ -126,6 +127,8 @@ class LlmSettings:
     max_attempts: int = 6
     backoff_base_s: float = 2.0
     backoff_max_s: float = 60.0
+    retry_after_max_s: float = 120.0
+    """The longest wait a server's Retry-After is honoured for; a longer ask waits this long."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,7 @@ def _load(
         max_attempts=r.integer("llm_max_attempts", 6),
         backoff_base_s=r.number("llm_backoff_base_s", 2.0, allow_zero=True),
         backoff_max_s=r.number("llm_backoff_max_s", 60.0, allow_zero=True),
+        retry_after_max_s=r.number("llm_retry_after_max_s", 120.0),
     )
     if llm.backoff_max_s < llm.backoff_base_s:
         raise ConfigError(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,10 +25,9 @@ if TYPE_CHECKING:
     import openai
 
 #: HTTP statuses worth another try: rate limits, timeouts and the server's own failures.
-#: A server's Retry-After is honoured as given, up to this (a longer ask is likely a quota
-#: reset that retrying soon will not fix, and the attempts run out anyway).
-MAX_RETRY_AFTER_S = 600.0
-
+#: A server's Retry-After is honoured as given, up to ``LlmSettings.retry_after_max_s`` (a
+#: longer ask is likely a quota reset that retrying soon will not fix, and the attempts run
+#: out anyway).
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 
 
@@ -125,8 +126,10 @@ class LlmClient:
                 # post() rather than chat.completions.create(): the same request through the
                 # same SDK, minus a per-call walk over the whole history that made each turn
                 # cost more than the last (~0.3 ms per message on a 2-core machine).
-                response = self._client.post("/chat/completions", body=params, cast_to=dict)
-                return self._record(response, time.monotonic() - started)
+                # cast_to=bytes: the body as sent, parsed here, so that a body that is not
+                # JSON (a proxy's HTML page, a cut-off answer) is a fault retried like a 5xx.
+                raw = self._client.post("/chat/completions", body=params, cast_to=bytes)
+                return self._record(self._parse(raw), time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - sorted into retryable or not below
                 error: Exception = exc
             if self._cancel is not None and self._cancel.is_set():
@@ -161,24 +164,70 @@ class LlmClient:
 
     # -- helpers -----------------------------------------------------------------------
 
-    def _record(self, response: Any, http_s: float) -> Completion:
+    def _parse(self, raw: bytes) -> dict[str, Any]:
+        """The body of a 200 as a JSON object; _BadReply (retried) when it is not one."""
+        try:
+            data = json.loads(raw)
+        except ValueError:  # JSONDecodeError, UnicodeDecodeError
+            raise _BadReply(
+                f"HTTP 200 but the body was not JSON: {len(raw)} bytes {self._excerpt(raw)}"
+            ) from None
+        if not isinstance(data, dict):
+            raise _BadReply(
+                f"HTTP 200 but the body was not a JSON object: {_kind(data)}, "
+                f"{len(raw)} bytes {self._excerpt(raw)}"
+            )
+        return data
+
+    def _excerpt(self, raw: bytes) -> str:
+        """The start of a body for an error message: one line, short, with the role's key,
+        its provider's header values and anything that looks like a key or token masked."""
+        text = raw[:_EXCERPT_SCAN_BYTES].decode("utf-8", errors="replace")
+        secrets = [self.role.api_key or "", *self.role.provider.headers.values()]
+        for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        text = _SECRET_LIKE.sub(lambda m: f"{m.group(1)}***", text)
+        text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+        if not text:
+            return "(empty)" if not raw else "(blank)"
+        if len(text) > _EXCERPT_CHARS:
+            text = text[:_EXCERPT_CHARS] + "..."
+        return f"starting {text!r}"
+
+    def _record(self, response: dict[str, Any], http_s: float) -> Completion:
         """Read the answer (a plain dict: parsing it into the SDK's pydantic models costs
         ~15 ms on a process's first call and buys nothing here)."""
-        choices = response.get("choices") if isinstance(response, dict) else None
-        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        choices = response.get("choices")
+        if not choices or not isinstance(choices, list):
             raise _BadReply("the model's answer held no choices")
-        msg = choices[0].get("message") or {}
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise _BadReply(f"the model's answer held a malformed choice ({_kind(choice)})")
+        msg = choice.get("message")
+        if not isinstance(msg, dict):
+            raise _BadReply(f"the model's answer held a malformed message ({_kind(msg)})")
         content = msg.get("content") or ""
-        if not isinstance(content, str):  # some servers send a list of content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if isinstance(content, list):  # some servers send a list of content parts
+            content = "".join(
+                text
+                for p in content
+                if isinstance(p, dict) and isinstance(text := p.get("text"), str)
+            )
+        elif not isinstance(content, str):
+            raise _BadReply(f"the model's answer held malformed content ({_kind(content)})")
+        raw_calls = msg.get("tool_calls") or []
+        if not isinstance(raw_calls, list) or not all(
+            isinstance(tc, dict) and isinstance(tc.get("function"), dict) for tc in raw_calls
+        ):
+            raise _BadReply("the model's answer held malformed tool calls")
         calls = tuple(
             ToolCallRequest(
                 str(tc.get("id") or f"call_{i}"),
                 str(fn.get("name") or ""),
                 args if isinstance(args := fn.get("arguments") or "", str) else json.dumps(args),
             )
-            for i, tc in enumerate(msg.get("tool_calls") or ())
-            if isinstance(tc, dict) and isinstance(fn := tc.get("function"), dict)
+            for i, tc in enumerate(raw_calls)
+            if isinstance(fn := tc["function"], dict)
         )
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
@@ -190,9 +239,11 @@ class LlmClient:
                 }
                 for c in calls
             ]
-        usage = response.get("usage") or {}
-        tokens_in = int(usage.get("prompt_tokens") or 0)
-        tokens_out = int(usage.get("completion_tokens") or 0)
+        usage = response.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}  # usage only counts: a missing or odd one is no reason to ask again
+        tokens_in = _count(usage.get("prompt_tokens"))
+        tokens_out = _count(usage.get("completion_tokens"))
         provider = self.role.provider
         cost = 0.0
         if provider.input_usd_per_mtok:
@@ -211,7 +262,7 @@ class LlmClient:
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             http_s=http_s,
-            finish_reason=str(choices[0].get("finish_reason") or ""),
+            finish_reason=str(choice.get("finish_reason") or ""),
         )
 
     def _where(self) -> str:
@@ -223,6 +274,8 @@ class LlmClient:
         if isinstance(body, dict):
             err = body.get("error", body)
             detail = err.get("message", "") if isinstance(err, dict) else str(err)
+        elif isinstance(body, str):  # not JSON: a proxy's page may echo the request's key
+            detail = f"body {self._excerpt(body.encode())}"
         elif body is not None:
             detail = json.dumps(body)[:300]
         return f"{self._where()}: {what}: {detail or exc}"
@@ -232,7 +285,7 @@ class LlmClient:
         ms = headers.get("retry-after-ms")
         if ms:
             try:
-                return min(float(ms) / 1000, MAX_RETRY_AFTER_S)
+                return max(0.0, min(float(ms) / 1000, self.settings.retry_after_max_s))
             except ValueError:
                 pass
         value = headers.get("retry-after")
@@ -246,7 +299,9 @@ class LlmClient:
             except (TypeError, ValueError):
                 return None
             seconds = parsed.timestamp() - time.time()
-        return max(0.0, min(seconds, MAX_RETRY_AFTER_S))
+        if seconds != seconds:  # NaN
+            return None
+        return max(0.0, min(seconds, self.settings.retry_after_max_s))
 
     def _backoff(self, attempt: int) -> float:
         ceiling = min(
@@ -263,3 +318,28 @@ class LlmClient:
 
 class _BadReply(Exception):
     """The endpoint answered 200 with something that is not a usable chat completion."""
+
+
+#: How much of a body an error message quotes, and how much of it is searched for secrets.
+_EXCERPT_CHARS = 120
+_EXCERPT_SCAN_BYTES = 4096
+#: Key- and token-like words a proxy's error page may echo back (an Authorization header).
+_SECRET_LIKE = re.compile(
+    r"((?:authorization|api[_-]?key|token|secret|password)[\"']?\s*[:=]\s*[\"']?"
+    r"(?:(?:bearer|basic)\s+)?|\b(?:bearer|basic)\s+|\bsk-)[^\s\"'<>&,;]+",
+    re.IGNORECASE,
+)
+_JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null or missing"
+    return _JSON_KINDS.get(type(value), "a number")
+
+
+def _count(value: object) -> int:
+    """A token count from the answer's usage; 0 when absent or not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0
+    return max(0, int(value))

@@ -184,8 +184,12 @@ llm_max_attempts: 6
 llm_backoff_base_s: 2
 
 # Longest backoff between attempts, in seconds (a server's Retry-After is honoured up to
-# 600 s). Default 60.
+# llm_retry_after_max_s). Default 60.
 llm_backoff_max_s: 60
+
+# Longest wait a server's Retry-After (on a 429 or 503) is honoured for, in seconds; on a
+# longer ask hero waits this long, then tries again. A positive number. Default 120.
+llm_retry_after_max_s: 120
 """
 
 LOCAL_EXAMPLE = """\

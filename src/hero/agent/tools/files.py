@@ -7,7 +7,13 @@ import os
 from pathlib import Path
 
 from hero.agent.tools.context import ToolContext, ToolError, ToolOutcome, os_reason
-from hero.agent.tools.paths import rel, resolve_path, write_text_file
+from hero.agent.tools.paths import (
+    open_in_worktree,
+    read_all,
+    rel,
+    write_file_bytes,
+    write_text_file,
+)
 from hero.agent.tools.text import BINARY_SNIFF_BYTES, LINE_MAX_CHARS, cut_line, is_binary
 
 READ_DEFAULT_LIMIT = 400
@@ -16,26 +22,17 @@ DIFF_MAX_LINES = 80
 LS_MAX_ENTRIES = 500
 
 
-def _existing_file(ctx: ToolContext, rel_path: str) -> Path:
-    path = resolve_path(ctx, rel_path)
-    if path.is_dir():
-        raise ToolError(f"'{rel_path}' is a directory; use ls to list it")
-    if not path.exists():
-        raise ToolError(f"file not found: '{rel_path}' (use find or ls to locate files)")
-    if not path.is_file():
-        raise ToolError(f"'{rel_path}' is not a regular file")
-    return path
-
-
 def _read_text(ctx: ToolContext, rel_path: str) -> tuple[Path, str]:
-    path = _existing_file(ctx, rel_path)
+    opened = open_in_worktree(ctx, rel_path, "read")
     try:
-        data = path.read_bytes()
+        data = read_all(opened.fd)
     except OSError as exc:
         raise ToolError(f"cannot read '{rel_path}': {os_reason(exc)}") from None
+    finally:
+        os.close(opened.fd)
     if is_binary(data):
         raise ToolError(f"'{rel_path}' is a binary file ({len(data)} bytes); not shown")
-    return path, data.decode("utf-8", errors="surrogateescape")
+    return opened.path, data.decode("utf-8", errors="surrogateescape")
 
 
 def _diff(rel_path: str, old: str, new: str) -> str:
@@ -63,14 +60,14 @@ def tool_read_file(
     offset = max(offset, 1)
     if limit < 1:
         raise ToolError("tool 'read_file': limit must be >= 1")
-    file = _existing_file(ctx, path)
+    opened = open_in_worktree(ctx, path, "read")
     budget = max(1000, ctx.max_result_chars - 200)
     out: list[str] = []
     used = 0
     end = offset - 1
     total = 0
     try:
-        with open(file, "rb") as f:
+        with os.fdopen(opened.fd, "rb") as f:
             if is_binary(f.read(BINARY_SNIFF_BYTES)):
                 size = os.fstat(f.fileno()).st_size
                 raise ToolError(f"'{path}' is a binary file ({size} bytes); not shown")
@@ -100,18 +97,11 @@ def tool_read_file(
 
 
 def tool_write_file(ctx: ToolContext, path: str, content: str) -> ToolOutcome:
-    target = resolve_path(ctx, path)
-    old: str | None = None
-    if target.is_file():
-        try:
-            old = target.read_bytes().decode("utf-8", errors="replace")
-        except OSError:
-            old = None
-    written = write_text_file(ctx, path, content)
-    rel_path = rel(ctx, written)
-    if old is None:
+    written = write_file_bytes(ctx, path, content)
+    rel_path = rel(ctx, written.path)
+    if written.old is None:
         return ToolOutcome(f"created {rel_path} ({_count_lines(content)} lines)", is_error=False)
-    diff = _diff(rel_path, old, content)
+    diff = _diff(rel_path, written.old.decode("utf-8", errors="replace"), content)
     if not diff:
         return ToolOutcome(f"{rel_path} unchanged (same content)", is_error=False)
     return ToolOutcome(f"updated {rel_path}\n{diff}", is_error=False)
@@ -153,24 +143,25 @@ def tool_edit_file(
 
 
 def tool_ls(ctx: ToolContext, path: str = ".") -> ToolOutcome:
-    target = resolve_path(ctx, path)
-    if not target.exists():
-        raise ToolError(f"path not found: '{path}'")
-    if not target.is_dir():
-        raise ToolError(f"'{path}' is a file, not a directory; use read_file to read it")
+    opened = open_in_worktree(ctx, path, "list")
+    target = opened.path
+    names = []
     try:
-        entries = sorted(os.scandir(target), key=lambda e: e.name)
+        # Listed through the descriptor the walk opened; each entry's type is asked while it
+        # is still open (an entry's stat is relative to it).
+        with os.scandir(opened.fd) as it:
+            for e in sorted(it, key=lambda e: e.name):
+                if e.name == ".git":
+                    continue
+                try:
+                    is_dir = e.is_dir()
+                except OSError:
+                    is_dir = False
+                names.append(e.name + "/" if is_dir else e.name)
     except OSError as exc:
         raise ToolError(f"cannot list '{path}': {os_reason(exc)}") from None
-    names = []
-    for e in entries:
-        if e.name == ".git":
-            continue
-        try:
-            is_dir = e.is_dir()
-        except OSError:
-            is_dir = False
-        names.append(e.name + "/" if is_dir else e.name)
+    finally:
+        os.close(opened.fd)
     if not names:
         return ToolOutcome(f"(empty directory: {rel(ctx, target)})", is_error=False)
     if len(names) > LS_MAX_ENTRIES:
