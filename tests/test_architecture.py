@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (  # 8  the outside world: model, git, processes, traces, prompts, locks
         "hero.llm",
         "hero.gitops",
+        "hero.repoguard",
         "hero.runner",
         "hero.trace",
         "hero.prompting",

@@ -1050,6 +1050,69 @@ def test_rerun_of_a_passed_story_does_nothing(
     assert after["head_sha"] == git(target_repo, "rev-parse", "hero/s1").strip()
 
 
+def test_another_file_with_the_id_of_a_passed_story_is_refused(
+    scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new file reusing the id of a story that passed is not "passed": nothing runs, and
+    hero says which id, on which branch, from which file, with exit 2 (as `hero watch`
+    refuses it). The very file that passed (now in done/) still says passed, exit 0."""
+    model = scripted(policy(good_worker(), APPROVE))
+    home = make_home(model)
+    write_story(home, "s1", verify=VERIFY_SUB)
+    assert run_hero(home, home / "inbox" / "s1.md") == 0
+    before = load_state(home)
+    done = home / "done" / "s1.md"
+    assert before["story_path"] == str(done)
+    n = len(model.requests)
+    capsys.readouterr()
+
+    other = write_story(home, "s1", verify=["true"], body="## Goal\nSomething else.\n")
+    assert other.read_text() != done.read_text()
+    assert run_hero(home, other, "--json") == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert "\n" not in err
+    assert str(other) in err and "'s1' already passed" in err
+    assert "on branch hero/s1" in err and str(done) in err
+    assert len(model.requests) == n
+    assert load_state(home) == before
+    assert other.is_file()
+
+    assert run_hero(home, done, "--json") == 0  # the file it passed with: as before
+    assert json.loads(capsys.readouterr().out)["status"] == "passed"
+    assert len(model.requests) == n
+
+
+def test_base_ref_that_names_no_commit_ends_in_error_once(
+    scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A story that cannot start ends in `error` with a one-line reason, exit 1 like any
+    error; nothing is made in the repository; `hero status` shows the reason."""
+    model = scripted(policy(good_worker(), APPROVE))
+    home = make_home(model)
+    story = write_story(home, "s1", verify=VERIFY_SUB, base_ref="no-such-branch")
+
+    assert run_hero(home, story) == 1
+    out = capsys.readouterr().out
+    reason = f"base_ref 'no-such-branch' is not a branch, tag or commit in {target_repo}"
+    assert f"error: {reason}" in out and "Traceback" not in out
+    state = load_state(home)
+    assert state["status"] == "error" and state["error"] == reason
+    assert state["runs"] == 1 and state["rounds"] == []
+    assert model.requests == [] and branches(target_repo) == ["main"]
+    assert not (home / "runs" / "s1" / "error.log").exists()  # not a bug: no traceback
+
+    assert main(["status", "--json", "--home", str(home)]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["stories"]
+    assert (row["status"], row["error"]) == ("error", reason)
+
+    # once the branch exists, the same story runs
+    git(target_repo, "branch", "no-such-branch", "main")
+    assert run_hero(home, story) == 0
+    assert load_state(home)["base_ref"] == "no-such-branch"
+
+
 def test_story_run_by_another_process_exits_2(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1113,8 +1176,12 @@ def test_worker_commits_elsewhere_fail_the_round_and_stay_on_their_branch(
     assert review["short_circuited"] is True
     assert "elsewhere" in review["summary"]
     assert state["head_sha"] == git(target_repo, "rev-parse", "hero/s1").strip()
-    assert git(target_repo, "show", "elsewhere:calc/__init__.py") == SUB_IMPL
-    assert "sub-on-main" in git(target_repo, "log", "--format=%s", "elsewhere")
+    # the branch the worker made is the user's namespace: removed, its commits kept by hero
+    assert "elsewhere" not in branches(target_repo)
+    (stray,) = [b for b in branches(target_repo) if b.startswith("hero/s1-stray-")]
+    assert stray in review["summary"]
+    assert git(target_repo, "show", f"{stray}:calc/__init__.py") == SUB_IMPL
+    assert "sub-on-main" in git(target_repo, "log", "--format=%s", stray)
     assert "notes-on-story-branch" in git(target_repo, "log", "--format=%s", "hero/s1")
     worktree = home / "worktrees" / "s1"
     assert git(worktree, "symbolic-ref", "--short", "HEAD").strip() == "hero/s1"

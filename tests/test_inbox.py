@@ -121,7 +121,7 @@ def test_dot_files_and_other_names_are_ignored(inbox_dir: Path) -> None:
 
 def test_notice_with_no_delay_is_due_at_once(inbox_dir: Path) -> None:
     """What the watcher does for a file renamed into the folder: it is complete already."""
-    inbox = Inbox(inbox_dir, settle_s=LONG_SETTLE_S)
+    inbox = Inbox(inbox_dir, settle_s=LONG_SETTLE_S, gather_s=0.0)
     path = inbox_dir / "s1.md"
     path.write_text(STORY)
     inbox.notice(path, 0.0)
@@ -159,7 +159,7 @@ def test_a_file_still_changing_is_not_due_until_quiet(inbox_dir: Path) -> None:
 
 
 def test_a_file_that_went_away_is_dropped(inbox_dir: Path) -> None:
-    inbox = Inbox(inbox_dir, settle_s=0.1)
+    inbox = Inbox(inbox_dir, settle_s=0.1, gather_s=0.0)
     path = inbox_dir / "s1.md"
     path.write_text(STORY)
     inbox.notice(path, 0.0)
@@ -232,7 +232,7 @@ def test_a_file_known_complete_is_due_without_settling(inbox_dir: Path) -> None:
     for path in (hero, user):
         path.write_text(STORY)
         age(path, -60)  # as fresh as can be
-    inbox = Inbox(inbox_dir, settle_s=LONG_SETTLE_S, complete=lambda p: p == hero)
+    inbox = Inbox(inbox_dir, settle_s=LONG_SETTLE_S, complete=lambda p: p == hero, gather_s=0.0)
 
     inbox.rescan()
     ready, next_due = inbox.due()
@@ -277,6 +277,36 @@ def test_files_of_one_scan_are_due_at_one_moment(inbox_dir: Path) -> None:
     assert wait_for(first_batch)
     assert sorted(ready) == paths
     assert not inbox.settling()
+
+
+def test_a_burst_of_arrivals_is_handed_out_as_one_batch(inbox_dir: Path, tmp_path: Path) -> None:
+    """Files moved in one go arrive milliseconds apart: none is handed out until the inbox
+    has been quiet for gather_s, then all of them are, in one batch, including a file whose
+    event has not been handled yet (the folder is scanned once more)."""
+    gather = 0.3
+    inbox = Inbox(inbox_dir, settle_s=LONG_SETTLE_S, gather_s=gather)
+    drafts = tmp_path / "drafts"
+    drafts.mkdir()
+    names = [f"s{n}.md" for n in range(4)]
+    for name in names:
+        (drafts / name).write_text(STORY)
+        age(drafts / name, 60)
+    started = time.monotonic()
+    for name in names[:3]:  # their events
+        os.rename(drafts / name, inbox_dir / name)
+        inbox.notice(inbox_dir / name, 0.0)
+        ready, next_due = inbox.due()
+        assert ready == [] and next_due is not None and 0 < next_due <= gather
+    os.rename(drafts / names[3], inbox_dir / names[3])  # its event is still on its way
+    batch: list[Path] = []
+
+    def first_batch() -> bool:
+        batch.extend(inbox.due()[0])
+        return bool(batch)
+
+    assert wait_for(first_batch)
+    assert time.monotonic() - started >= gather
+    assert sorted(batch) == [inbox_dir / name for name in names]
 
 
 def test_rescan_of_a_missing_folder_is_harmless(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,8 @@ from typing import Any
 import pytest
 
 from hero.cli import main
-from hero.state import RunState, file_digest, save_state, state_path
+from hero.state import MAX_STATE_BYTES, RunState, file_digest, save_state, state_path
+from hero.story import MAX_STORY_BYTES
 from hero.views.status import (
     WIDTH,
     collect_status,
@@ -236,6 +239,104 @@ def test_unreadable_state_is_a_row(tmp_path: Path, capsys: pytest.CaptureFixture
     garbled = next(line for line in text.splitlines() if line.startswith("garbled"))
     assert garbled.split()[1] == "unreadable"
     assert "error: runs/state/garbled.json: Expecting property name" in text
+
+
+def _nested_story(path: Path) -> None:
+    text = "---\nid: n\ntitle: T\nscope: " + "[" * 1000 + "]" * 1000 + "\n---\nx\n"
+    path.write_text(text)
+
+
+def _huge(path: Path, size: int) -> None:
+    path.write_text("---\nid: huge\ntitle: T\n---\nx\n")
+    os.truncate(path, size)  # sparse: as large as it says, at no cost
+
+
+BAD_INBOX_FILES: dict[str, tuple[Any, str]] = {  # name -> (make it, what status says)
+    "binary": (
+        lambda p: p.write_bytes(bytes(range(256)) * 8),
+        "file: expected a UTF-8 markdown file; found binary data (NUL bytes)",
+    ),
+    "huge": (lambda p: _huge(p, 2 * MAX_STORY_BYTES), "file: too large: expected at most"),
+    "fifo": (os.mkfifo, "file: expected a regular markdown file; found a FIFO (named pipe)"),
+    "dev-zero": (
+        lambda p: p.symlink_to("/dev/zero"),
+        "file: expected a regular markdown file; found a character device",
+    ),
+    "not-utf8": (
+        lambda p: p.write_bytes(b"---\nid: l\ntitle: caf\xe9\n---\nx\n"),
+        "file: expected UTF-8 text; found byte 0xe9 at offset 20",
+    ),
+    "nested-yaml": (_nested_story, "levels of nested lists and mappings"),
+    "empty-body": (lambda p: p.write_text("---\nid: e\ntitle: T\n---\n\n"), "body: expected"),
+}
+
+
+def status_in_a_child(home: Path, *args: str) -> str:
+    """`hero status` as a child process: a hang fails the test instead of hanging it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hero", "status", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (out.returncode, out.stderr) == (0, ""), out.stderr
+    return out.stdout
+
+
+@pytest.mark.parametrize("kind", list(BAD_INBOX_FILES))
+def test_a_bad_inbox_file_is_a_rejected_row(tmp_path: Path, kind: str) -> None:
+    make, reason = BAD_INBOX_FILES[kind]
+    write_story(tmp_path, "good")
+    make(tmp_path / "inbox" / f"{kind}.md")
+
+    report = json.loads(status_in_a_child(tmp_path, "--json"))
+
+    assert [item["id"] for item in report["queue"]] == ["good"]
+    (rejected,) = report["rejected"]
+    assert rejected["path"] == f"inbox/{kind}.md"
+    assert reason in rejected["reason"] and "\n" not in rejected["reason"]
+    assert f"inbox/{kind}.md: " in status_in_a_child(tmp_path)
+
+
+def _sparse_state(path: Path) -> None:
+    path.write_text("{}")
+    os.truncate(path, MAX_STATE_BYTES + 1)
+
+
+BAD_STATE_FILES: dict[str, tuple[Any, str]] = {
+    "garbage": (lambda p: p.write_bytes(b"\x00\xff not json"), "invalid"),
+    "a-list": (lambda p: p.write_text("[1, 2, 3]"), "not a state record"),
+    "not-utf8": (lambda p: p.write_bytes(b'{"id": "not-utf8", "title": "caf\xe9"}'), "utf-8"),
+    "fifo": (os.mkfifo, "expected a regular state file; found a FIFO (named pipe)"),
+    "a-directory": (lambda p: p.mkdir(), "expected a regular state file; found a directory"),
+    "huge": (_sparse_state, "too large"),
+    "deep-json": (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), "recursion"),
+    "infinite": (
+        lambda p: p.write_text(
+            '{"id": "infinite", "status": "running", "usage": {"tokens_in": Infinity}}'
+        ),
+        "unexpected field value",
+    ),
+    "wrong-status": (lambda p: p.write_text('{"id": "wrong-status", "status": 7}'), "status"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_STATE_FILES))
+def test_a_bad_state_file_is_an_unreadable_row(tmp_path: Path, kind: str) -> None:
+    make, reason = BAD_STATE_FILES[kind]
+    save_state(tmp_path, RunState(id="fine", status="passed"))
+    make(state_path(tmp_path, kind))
+
+    report = json.loads(status_in_a_child(tmp_path, "--json"))
+
+    rows = {r["id"]: r for r in report["stories"]}
+    assert rows["fine"]["status"] == "passed"
+    assert rows[kind]["status"] == "unreadable"
+    assert rows[kind]["error"].startswith(f"runs/state/{kind}.json: ")
+    assert reason in rows[kind]["error"].lower() or reason in rows[kind]["error"]
+    assert "\n" not in rows[kind]["error"]
+    text = status_in_a_child(tmp_path)
+    assert f"error: runs/state/{kind}.json: " in text
 
 
 # --------------------------------------------------------------------------- queue

@@ -115,14 +115,15 @@ def test_valid_story_with_every_field(tmp_path: Path) -> None:
 
 
 def test_minimal_story_defaults(tmp_path: Path) -> None:
-    story = parse_story(write(tmp_path, "---\nid: s1\ntitle: T\n---\n"))
+    story = parse_story(write(tmp_path, "---\nid: s1\ntitle: T\n---\nDo it.\n"))
     assert story.priority == "normal"
     assert story.max_retries is None
     assert story.verify == ()
     assert story.scope == ()
     assert story.depends_on == ()
     assert story.base_ref is None
-    assert story.body == ""
+    assert story.allow_empty is False
+    assert story.body == "Do it."
     assert story.goal == ""
     assert story.acceptance_criteria == ()
     assert story.constraints == ""
@@ -309,12 +310,88 @@ def test_feedback_section_is_kept_out_of_body(tmp_path: Path) -> None:
         ("---\nid: s1\ntitle: T\nbase_ref: [main]\n---\n", "base_ref", "a list"),
         ("---\nid: s1\ntitle: T\nbase_ref: 3\n---\n", "base_ref", "the number 3"),
         ("---\nid: s1\ntitle: T\nprio: high\n---\n", "prio", "known fields: id, title"),
+        (
+            "---\nid: s1\ntitle: T\nallow_empty: yes please\n---\nx\n",
+            "allow_empty",
+            "true or false",
+        ),
+        ("---\nid: s1\ntitle: T\nallow_empty: 1\n---\nx\n", "allow_empty", "the number 1"),
+        ("---\nid: s1\ntitle: T\n---\n", "body", "found nothing"),
+        ("---\nid: s1\ntitle: T\n---\n  \n\t\n\n", "body", "found nothing"),
+        (
+            f"---\nid: s1\ntitle: T\n---\n\n{FEEDBACK_HEADING}\n\n### Round 1\n\nMore.\n",
+            "body",
+            "goal",
+        ),
     ],
 )
 def test_invalid_stories(tmp_path: Path, text: str, field: str, fragment: str) -> None:
     err = error_for(tmp_path, text)
     assert err.field == field
     assert fragment in err.message
+
+
+def test_deeply_nested_yaml_is_refused_in_one_line(tmp_path: Path) -> None:
+    # about 2 KB: a thousand levels of lists ended parsing (and `hero watch`) in RecursionError
+    nested = "[" * 1000 + "]" * 1000
+    path = write(tmp_path, story_with(f"id: s1\ntitle: T\nscope: {nested}\n"))
+    assert path.stat().st_size < 2100
+    with pytest.raises(StoryError) as info:
+        parse_story(path)
+    err = info.value
+    assert (err.path, err.field) == (path, "frontmatter")
+    assert "levels of nested lists and mappings" in err.message and "line 4" in err.message
+    assert "\n" not in str(err)
+    block = "".join("  " * i + "-\n" for i in range(1, 1000))  # block style, as deep
+    err = error_for(tmp_path, story_with(f"id: s1\ntitle: T\nscope:\n{block}"))
+    assert err.field == "frontmatter" and "levels of nested" in err.message
+    # what a person writes stays well within the limit
+    ok = parse_story(write(tmp_path, story_with("id: s1\ntitle: T\nverify: {unit: [a, b]}\n")))
+    assert ok.verify == (VerifyTier("unit", ("a", "b")),)
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
+    err = error_for(tmp_path, story_with("id: s1\ntitle: T\nscope: &a [x, *a]\n"))
+    assert err.field == "frontmatter" and "*a inside its own anchor" in err.message
+    shared = parse_story(write(tmp_path, story_with("id: s1\ntitle: T\nscope: &a [x]\n")))
+    assert shared.scope == ("x",)
+
+
+def test_recursion_error_is_a_story_error_as_a_last_resort(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hero import yamlio
+
+    monkeypatch.setattr(yamlio, "MAX_YAML_DEPTH", 10**9)  # as if the limit were not there
+    nested = "[" * 5000 + "]" * 5000
+    err = error_for(tmp_path, story_with(f"id: s1\ntitle: T\nscope: {nested}\n"))
+    assert err.field == "frontmatter" and "nested too deeply" in err.message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_special_files_are_refused_without_blocking(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "x.md"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    # in a child process, so that a reader that blocks fails the test instead of hanging it
+    code = (
+        "import sys\nfrom hero.story import parse_story, StoryError\n"
+        "try:\n    parse_story(sys.argv[1])\nexcept StoryError as e:\n    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    words = {
+        "fifo": "a FIFO (named pipe)",
+        "dev-zero": "a character device",
+        "directory": "a directory",
+    }
+    assert out.stdout == f"{path}: file: expected a regular markdown file; found {words[kind]}\n"
 
 
 def test_invalid_yaml_names_the_file_line(tmp_path: Path) -> None:
@@ -628,8 +705,13 @@ STORIES: list[tuple[dict[str, Any], str]] = [
         "## Goal\n```\n---\n```\n\n## Out of Scope\nnull\n",
     ),
     (
-        {"id": "multi", "title": "T", "verify": {"script": ["set -e\n---\necho ok\n"]}},
-        "",
+        {
+            "id": "multi",
+            "title": "T",
+            "verify": {"script": ["set -e\n---\necho ok\n"]},
+            "allow_empty": True,
+        },
+        "Check only.",
     ),
 ]
 
@@ -669,6 +751,7 @@ def test_written_story_reads_back_the_same(
     assert story.scope == ((scope,) if isinstance(scope, str) else tuple(scope))
     assert story.depends_on == tuple(metadata.get("depends_on", ()))
     assert story.base_ref == metadata.get("base_ref")
+    assert story.allow_empty is metadata.get("allow_empty", False)
     assert story.body == parse_story_text("---\nid: x\ntitle: x\n---\n" + body, path).body
 
     # the frontmatter keeps the caller's key order
@@ -686,7 +769,10 @@ def test_written_story_reads_back_the_same(
 
 
 def test_story_metadata_round_trips_a_parsed_story(tmp_path: Path) -> None:
-    original = parse_story(write(tmp_path, FULL))
+    original = parse_story(
+        write(tmp_path, FULL.replace("base_ref: main\n", "base_ref: main\nallow_empty: true\n"))
+    )
+    assert original.allow_empty is True
     meta = story_metadata(original)
     assert list(meta) == [
         "id",
@@ -697,17 +783,19 @@ def test_story_metadata_round_trips_a_parsed_story(tmp_path: Path) -> None:
         "scope",
         "depends_on",
         "base_ref",
+        "allow_empty",
     ]
     copy = write_story(tmp_path / "copy.md", meta, original.body)
     assert fields_of(copy) == fields_of(original)
     tiered = parse_story_text(
-        "---\nid: t\ntitle: T\nverify:\n  b: [x]\n  a: [y, z]\n---\n", tmp_path / "t.md"
+        "---\nid: t\ntitle: T\nverify:\n  b: [x]\n  a: [y, z]\n---\nGoal.\n", tmp_path / "t.md"
     )
-    again = write_story(tmp_path / "t2.md", story_metadata(tiered), "")
+    again = write_story(tmp_path / "t2.md", story_metadata(tiered), "Goal.")
     assert again.verify == tiered.verify
+    assert "allow_empty" not in story_metadata(tiered)  # the default is left out
     # Story.verify itself (tuples of VerifyTier) is accepted as a value
-    assert dumps_story({"id": "t", "title": "T", "verify": tiered.verify}, "") == dumps_story(
-        story_metadata(tiered), ""
+    assert dumps_story({"id": "t", "title": "T", "verify": tiered.verify}, "x") == dumps_story(
+        story_metadata(tiered), "x"
     )
 
 
@@ -747,14 +835,14 @@ def test_write_story_replaces_or_refuses_an_existing_file(tmp_path: Path) -> Non
     path = write(tmp_path, FULL)
     os.chmod(path, 0o600)
     with pytest.raises(FileExistsError):
-        write_story(path, {"id": "other", "title": "Other"}, "", exist_ok=False)
+        write_story(path, {"id": "other", "title": "Other"}, "Body.", exist_ok=False)
     assert path.read_text(encoding="utf-8") == FULL
     story = write_story(path, {"id": "other", "title": "Other"}, "New body.")
     assert (story.id, story.body) == ("other", "New body.")
     assert parse_story(path) == story
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # the file's permissions kept
     assert [p.name for p in tmp_path.iterdir()] == ["story.md"]
-    fresh = write_story(tmp_path / "fresh.md", {"id": "f", "title": "F"}, "", exist_ok=False)
+    fresh = write_story(tmp_path / "fresh.md", {"id": "f", "title": "F"}, "F.", exist_ok=False)
     assert fresh.id == "f"
 
 

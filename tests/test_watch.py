@@ -403,6 +403,53 @@ def test_priority_then_oldest_first(scripted, make_home, write_story, procs: Pro
     assert order == [(ev, sid) for sid in started for ev in ("started", "finished")]
 
 
+PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
+
+
+@pytest.mark.parametrize("max_parallel", [1, 2])
+def test_stories_dropped_at_once_start_by_priority_whatever_order_they_arrive(
+    scripted, make_home, write_story, procs: Procs, tmp_path: Path, max_parallel: int
+) -> None:
+    """Ten stories moved into the inbox of an idle daemon in one go, in a random order with
+    the low ones first: they are one batch, and start high, then normal, then low. The
+    daemon is stopped (SIGSTOP) while the files are moved, as a busy machine may leave it
+    unscheduled for those milliseconds: when it runs again every file is in the inbox and
+    none of its events has been handled yet, so the order it starts them in depends on its
+    rule only, never on timing."""
+    import random
+
+    model = scripted(Policy())
+    home = make_home(model, max_parallel=max_parallel)
+    priorities = ["low", "low", "low", "normal", "normal", "normal", "high", "high", "high", "low"]
+    drafts = tmp_path / "drafts"
+    stories = {f"b{n}": prio for n, prio in enumerate(priorities)}
+    for sid, prio in stories.items():
+        write_story(drafts, sid, verify=["true"], priority=prio)
+    for draft in (drafts / "inbox").iterdir():
+        set_age(draft, 60)  # prepared a while ago, moved in now
+    rng = random.Random(8)
+    lows = [sid for sid, prio in stories.items() if prio == "low"]
+    rest = [sid for sid in stories if sid not in lows]
+    rng.shuffle(lows)
+    rng.shuffle(rest)
+    order = lows + rest  # the worst order for a daemon that takes the first it sees
+
+    daemon = procs.start(home)
+    daemon.wait_event("watching")
+    for sid in order:
+        os.rename(drafts / "inbox" / f"{sid}.md", home / "inbox" / f"{sid}.md")
+        time.sleep(0.001)
+
+    daemon.wait_event("finished", count=len(stories))
+    started = [e["story"] for e in daemon.events("started")]
+    assert sorted(started) == sorted(stories)
+    ranks = [PRIORITY_RANK[stories[sid]] for sid in started]
+    assert ranks == sorted(ranks), [(sid, stories[sid]) for sid in started]
+    assert [e["status"] for e in daemon.events("finished")] == ["passed"] * len(stories)
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert daemon.wait_exit(STOP_SPEC_S) == 0
+
+
 # --------------------------------------------------------------------------- crash and stop
 
 

@@ -12,12 +12,30 @@ from hero.pipeline import Progress
 from hero.state import RunState
 
 
+class Refused(Exception):
+    """The story may not run from this file as it stands (say, its id already passed from
+    another file); the message is one line, for the user."""
+
+
 def run_with_config(
     story_path: Path, config: Config, *, progress: Progress | None = None
 ) -> RunState:
-    """Build the models from the config and run the story: the path `hero run` and the demo share."""
+    """Build the models from the config and run the story: the path `hero run` and the demo share.
+
+    Asks the queue's rule first (:func:`hero.daemon.queue.admit`, as `hero watch` does):
+    a story whose id already passed from another file is refused (:class:`Refused`), and
+    nothing is run. StoryError for an invalid story, StateError for an unreadable record.
+    """
+    from hero.daemon.queue import Admit, admit
     from hero.llm import LlmClient
     from hero.pipeline import run_story
+    from hero.state import Status
+    from hero.story import parse_story
+
+    decision = admit(config.home, parse_story(story_path), story_path)
+    state = decision.state
+    if decision.admit == Admit.REFUSE and state is not None and state.status == Status.PASSED:
+        raise Refused(f"{story_path}: {decision.reason}")
 
     def retry_note(msg: str) -> None:
         if progress:

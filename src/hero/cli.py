@@ -1,7 +1,8 @@
 """Command line: parse arguments, call one function, map the result to an exit code.
 
-Exit codes: 0 passed, 1 did not pass (gave_up or error), 2 usage or configuration error,
-130 interrupted.
+Exit codes: 0 passed, 1 did not pass (gave_up or error, including a story that could not
+start, e.g. its base_ref names no commit), 2 usage or configuration error, an invalid
+story, or a story id that already passed from another file; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hero.app import run_with_config
+    from hero.app import Refused, run_with_config
     from hero.config import ConfigError, load_config
     from hero.errors import Interrupted
     from hero.gitops import GitError
@@ -210,7 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     story_path = Path(args.story)
-    if not story_path.is_file():
+    if not story_path.exists():  # a directory or a FIFO: the story's reader says what it is
         print(f"hero: {story_path}: no such story file", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -225,6 +226,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         state = run_with_config(story_path.resolve(), config, progress=progress)
     except StoryError as exc:
         print(f"hero: invalid story: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Refused as exc:
+        print(f"hero: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (StateError, GitError) as exc:
         print(f"hero: {exc}", file=sys.stderr)
@@ -266,9 +270,10 @@ def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
 
 def _summary_line(result: dict[str, Any]) -> str:
     head = (result["head_sha"] or "")[:10]
+    where = f"branch {result['branch']} at {head}; " if result["branch"] and head else ""
     line = (
         f"{result['id']}: {result['status']} after {result['rounds']} round(s); "
-        f"branch {result['branch']} at {head}; state {result['state']}"
+        f"{where}state {result['state']}"
     )
     if result["error"]:
         line += f"\nerror: {result['error']}"

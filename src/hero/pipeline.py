@@ -23,8 +23,8 @@ from hero.errors import Interrupted
 from hero.gitops import (
     GitError,
     TargetRepo,
+    clear_stale_locks,
     commit_all,
-    current_branch,
     diff_since,
     git,
     head_sha,
@@ -34,6 +34,14 @@ from hero.llm import LlmError
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
 from hero.prompting import PromptError
+from hero.repoguard import (
+    Guard,
+    commit_of,
+    init_submodules,
+    leftovers,
+    push_refusals,
+    recover_branch,
+)
 from hero.roles.reviewer import APPROVED, Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.roles.worker import build_messages
@@ -43,6 +51,7 @@ from hero.state import (
     ReviewRecord,
     Round,
     RunState,
+    StateError,
     Status,
     WorkerOutcome,
     file_digest,
@@ -70,6 +79,10 @@ def run_story(
     story = parse_story(story_path)
     run = StoryRun(story, config, worker_model, reviewer_model, repo, progress, cancel)
     return run.run()
+
+
+class StartError(Exception):
+    """A story that cannot start as it stands (say, its base_ref names no commit)."""
 
 
 class StoryRun:
@@ -106,7 +119,9 @@ class StoryRun:
     # -- the loop ----------------------------------------------------------------------
 
     def run(self) -> RunState:
-        with _story_lock(self.home, self.story.id):
+        # The home's lock (one process per home), then the repository's (one home per
+        # repository): either refuses with StoryBusy, before anything is touched.
+        with _story_lock(self.home, self.story.id), self.repo.story_lock(self.story.id, self.home):
             return self._run()
 
     def force_interrupted(self) -> None:
@@ -119,7 +134,14 @@ class StoryRun:
             self._frozen = True
 
     def _run(self) -> RunState:
-        story, state = self.story, self._start()
+        story = self.story
+        try:
+            self._end_leftovers()  # before any git call on the story
+            state = self._start()
+        except (KeyboardInterrupt, Interrupted, StateError):
+            raise  # a run record hero cannot read is the user's to move aside: never overwritten
+        except Exception as exc:  # noqa: BLE001 - a story that cannot start ends in error, once
+            return self._start_failed(exc)
         max_rounds = state.max_rounds(story.max_retries or self.config.max_retries)
         tiers = self._tiers()
         try:
@@ -156,6 +178,56 @@ class StoryRun:
         self._save()
         return state
 
+    def _start_failed(self, exc: Exception) -> RunState:
+        """A story that cannot start ends in ``error`` with a one-line reason, its run record
+        (rounds, usage) kept: like any error it waits for an edit of its file or
+        `hero retry`, and is never tried again and again. Only an unexpected exception (a
+        bug) writes ``runs/<id>/error.log``."""
+        story = self.story
+        if isinstance(exc, StartError):
+            message = str(exc)
+        elif isinstance(exc, GitError):
+            message = f"git error: {exc}"
+        elif isinstance(exc, OSError):
+            message = f"could not start: {exc}"
+        else:
+            self._write_error_log()
+            message = (
+                f"internal error while starting: {type(exc).__name__}: {exc} "
+                f"(see runs/{story.id}/error.log)"
+            )
+        state = load_state(self.home, story.id) or RunState(id=story.id)
+        if state.status == Status.PASSED:
+            raise exc  # a story that passed stays passed
+        state.grant_fresh_budget()  # the start that failed was to give it new rounds
+        state.status = Status.ERROR
+        state.phase = ""
+        state.error = " ".join(message.split())
+        state.title = story.title
+        state.story_path = str(story.path)
+        state.finished_at = time.time()
+        state.story_digest = file_digest(story.path)
+        state.runs += 1
+        self.state = state
+        self._usage_base = dict(state.usage)
+        self._save()
+        self.say(f"{story.id}: error: {state.error}")
+        return state
+
+    def _base_sha(self, base_ref: str) -> str:
+        """The commit ``base_ref`` names; StartError naming the setting it came from if none."""
+        spec = f"{base_ref}^{{commit}}"
+        sha = git(self.repo.path, "rev-parse", "--verify", "--quiet", spec, check=False).strip()
+        if sha:
+            return sha
+        if self.story.base_ref:
+            where = "base_ref"
+        elif self.config.target_base_ref:
+            where = "target_base_ref (config/roles.yaml)"
+        else:
+            where = "the repository's current branch"
+        raise StartError(f"{where} '{base_ref}' is not a branch, tag or commit in {self.repo.path}")
+
     def _tiers(self) -> tuple[VerifyTier, ...]:
         """The story's verify tiers, else the config's default commands as one tier."""
         if self.story.verify:
@@ -164,21 +236,43 @@ class StoryRun:
             return (VerifyTier("default", self.config.default_verify),)
         return ()
 
+    def _end_leftovers(self) -> None:
+        """Before any git call on the story: end the processes an earlier run left running
+        (a run killed with SIGKILL cannot), then clear the git lock files left by a git that
+        died with it (waiting for any that a live process holds)."""
+        if kill_marked(self._marker()):
+            self.say(f"{self.story.id}: ended processes left running by an earlier run")
+        clear_stale_locks(self.repo, self.branch, self.worktree, self.say)
+
+    def _marker(self) -> str:
+        """The story's ``RUN_MARKER``: in the environment of every process run for it."""
+        return f"{self.home.resolve()}/{self.story.id}"
+
     def _prepare_worktree(self) -> dict[str, str]:
-        """Clean up after an earlier run, check the worktree out; returns the children's env."""
-        story_id = self.story.id
-        marker = f"{self.home.resolve()}/{story_id}"
-        if kill_marked(marker):
-            self.say(f"{story_id}: ended processes left running by an earlier run")
+        """Keep what an earlier run left, check the worktree out; returns the children's env."""
+        marker = self._marker()
         if (self.worktree / ".git").exists():  # a run that crashed: keep what it left
-            self._rescue(f"hero: keep uncommitted work found on resume ({story_id})")
-            self._back_to_branch()
+            self._keep_leftovers()
         self.repo.ensure_worktree(self.branch, self.worktree, self.state.base_sha)
+        init_submodules(self.worktree)
         return child_env(
             drop_names=self.config.key_env_names,
             secret_values=self.config.secrets,
             extra={**self.repo.identity_env(), RUN_MARKER: marker},
+            git_config=push_refusals(self.repo.path),
         )
+
+    def _keep_leftovers(self) -> None:
+        """After a run that crashed or was stopped: commit what it left (unless it holds
+        unresolved conflicts) and put the worktree back on the branch."""
+        story_id = self.story.id
+        guard = Guard(self.repo.path, self.worktree, self.branch, self.state.head_sha)
+        with self.repo.locked():
+            guard.before_rescue()
+            refused = self._rescue(f"hero: keep uncommitted work found on resume ({story_id})")
+            guard.after_rescue()
+        for line in (*guard.notes, *guard.problems, *refused):
+            self.say(f"{story_id}: {line}")
 
     def _pass(self, n: int) -> None:
         state = self.state
@@ -213,9 +307,10 @@ class StoryRun:
             trace.event(
                 "round_start", story=self.story.id, round=n, run=self.state.runs, branch=self.branch
             )
-            result = run_agent(self.worker_model, messages, ctx, self.config.worker_limits, trace)
-            strayed = self._rescue_round(n, result)
-            verify, verdict = self._check(n, result, strayed, tiers, env, trace)
+            guard = Guard(self.repo.path, self.worktree, self.branch, self._built_on())
+            result = self._work(messages, ctx, trace, guard)
+            problems = self._rescue_round(n, result, guard)
+            verify, verdict = self._check(n, result, problems, tiers, env, trace, guard)
             trace.event("verdict", **verdict.to_dict())
         self.say(f"round {n}: {verdict.verdict}: {verdict.summary}")
         self.state.head_sha = head_sha(self.worktree)
@@ -245,32 +340,90 @@ class StoryRun:
             cancel=self.cancel,
         )
 
-    def _rescue_round(self, n: int, result: AgentResult) -> str:
-        """Commit what the worker left and put it back on the branch; returns why the round
-        fails if the worker's commits could not be taken over, else ""."""
-        self._rescue(f"hero: commit work left uncommitted in round {n} ({self.story.id})")
-        strayed = self._back_to_branch()
+    def _built_on(self) -> str:
+        """The commit this round must build on: the previous round's head, else the base."""
+        rounds = self.state.rounds
+        return (rounds[-1].head_sha if rounds else "") or self.state.base_sha
+
+    def _work(
+        self, messages: list[dict[str, Any]], ctx: ToolContext, trace: Trace, guard: Guard
+    ) -> AgentResult:
+        """The worker's turn, watched by ``guard``. A turn stopped midway still has the
+        user's refs put back; the rest waits for the round to run again."""
+        guard.watch()
+        try:
+            return run_agent(self.worker_model, messages, ctx, self.config.worker_limits, trace)
+        except BaseException:
+            try:
+                with self.repo.locked():
+                    guard.before_rescue()
+                    guard.restore_refs()
+            except GitError as exc:
+                self.say(f"{self.story.id}: could not check the repository after the stop: {exc}")
+            for line in guard.problems:
+                self.say(f"{self.story.id}: {line}")
+            raise
+
+    def _rescue_round(self, n: int, result: AgentResult, guard: Guard) -> list[str]:
+        """Commit what the worker left, put the worktree back on the branch, and undo what
+        the worker did to history or to the user's refs; returns why the round fails (the
+        reviewer is not asked then), or nothing."""
+        with self.repo.locked():
+            guard.before_rescue()
+            refused = self._rescue(
+                f"hero: commit work left uncommitted in round {n} ({self.story.id})"
+            )
+            guard.after_rescue()
+        self.state.head_sha = head_sha(self.worktree)
+        for note in guard.notes:
+            self.say(f"round {n}: {note}")
         self.say(
             f"round {n}: worker {result.stop_reason}: {result.turns} turns, "
             f"{result.tool_calls} tool calls"
         )
-        return strayed
+        return [*guard.problems, *refused, *self._no_commit()]
+
+    def _no_commit(self) -> list[str]:
+        """Why the round fails if the branch holds no commit since the base (unless the
+        story allows that)."""
+        base = self.state.base_sha
+        if self.state.head_sha != base or self.story.allow_empty:
+            return []
+        return [
+            f"no commit was made: {self.branch} has no commit since the base ({base[:12]}), "
+            "and this story passes only with a change. Make the change and commit it."
+        ]
+
+    def _after_checks(self, n: int, guard: Guard) -> list[str]:
+        """Undo what the story's checks did to the branch or the user's refs; returns why
+        the round fails, or nothing."""
+        with self.repo.locked():
+            guard.before_rescue()
+            guard.after_rescue()
+        self.state.head_sha = head_sha(self.worktree)
+        for note in guard.notes:
+            self.say(f"round {n}: {note}")
+        return [f"while the checks ran: {p}" for p in guard.problems]
 
     def _check(
         self,
         n: int,
         result: AgentResult,
-        strayed: str,
+        problems: list[str],
         tiers: tuple[VerifyTier, ...],
         env: dict[str, str],
         trace: Trace,
+        guard: Guard,
     ) -> tuple[VerifyResult, Verdict]:
-        """Verify, then review. A stopped or strayed worker and a red verifier are answered
-        without asking the reviewer."""
-        if result.guardrail or strayed:
-            reason = f"the worker was stopped: {result.detail}" if result.guardrail else strayed
-            return VerifyResult(passed=False), short_circuit(reason)
+        """Verify, then review. A stopped worker, the ``problems`` found after its turn, a
+        red verifier and checks that changed the repository are answered without asking
+        the reviewer."""
+        if result.guardrail:
+            problems = [f"the worker was stopped: {result.detail}", *problems]
+        if problems:
+            return VerifyResult(passed=False), short_circuit(_reasons(problems))
         self._phase("verify", f"round {n}: verify")
+        guard.watch(self.state.head_sha)  # the checks may not move refs either
         verify = run_verify(
             tiers,
             self.worktree,
@@ -281,6 +434,9 @@ class StoryRun:
         )
         trace.event("verify", **verify.to_dict())
         self.say(f"round {n}: verify {'passed' if verify.passed else 'FAILED'}")
+        problems = self._after_checks(n, guard)
+        if problems:
+            return verify, short_circuit(_reasons(problems))
         if not verify.passed:
             failed = [c.command for c in verify.commands if c.exit_code != 0]
             return verify, short_circuit("verification failed: " + "; ".join(failed))
@@ -351,8 +507,8 @@ class StoryRun:
         resume = (
             old is not None
             and (old.status in RESUMABLE or old.status == Status.GAVE_UP)
-            and old.base_sha
-            and repo.branch_sha(self.branch) is not None
+            and bool(old.base_sha)
+            and (repo.branch_sha(self.branch) is not None or self._recover_branch(old))
         )
         if old is not None and old.status == Status.PASSED:
             finish_done_move(old, story.path)
@@ -367,7 +523,7 @@ class StoryRun:
                 self.say(f"{story.id}: resuming after round {len(state.rounds)} on {self.branch}")
         else:
             base_ref = story.base_ref or self.config.target_base_ref or repo.current_branch()
-            base_sha = repo.rev_parse(base_ref)
+            base_sha = self._base_sha(base_ref)
             if repo.branch_sha(self.branch) is not None:
                 if (self.worktree / ".git").exists():
                     commit_all(
@@ -375,7 +531,7 @@ class StoryRun:
                         f"hero: keep uncommitted work before a fresh start ({story.id})",
                         repo.identity_env(),
                     )
-                kept = repo.keep_branch_aside(self.branch)
+                kept = repo.keep_branch_aside(self.branch, self.worktree)
                 self.say(f"{story.id}: earlier branch kept as {kept}; starting afresh")
             state = RunState(
                 id=story.id,
@@ -441,40 +597,41 @@ class StoryRun:
             self.state.usage = usage
             save_state(self.home, self.state)
 
-    def _back_to_branch(self) -> str:
-        """Put the worktree back on the story's branch if the worker left it.
+    def _recover_branch(self, old: RunState) -> bool:
+        """Recreate a deleted story branch from the run record (see ``recover_branch``):
+        the story then resumes on it. False if the record's head is no commit here."""
+        if not old.head_sha or not commit_of(self.repo.path, old.head_sha):
+            return False
+        with self.repo.locked():
+            note = recover_branch(self.repo.path, self.worktree, self.branch, old.head_sha)
+        if note:
+            self.say(f"{self.story.id}: {note}")
+        return True
 
-        Commits made on another branch that build on the story's branch are taken over
-        (a fast-forward); anything else stays where the worker put it and fails the round,
-        so no commit is lost and nothing unreviewed lands on ``hero/<id>``.
-        """
-        current = current_branch(self.worktree)
-        if current == self.branch:
-            return ""
-        where = head_sha(self.worktree)
-        git(self.worktree, "checkout", "-q", "--force", self.branch)
-        git(self.worktree, "merge", "-q", "--ff-only", where, check=False)
+    def _rescue(self, message: str) -> list[str]:
+        """Commit what is left uncommitted in the worktree, unless it holds unresolved
+        conflicts (then nothing is committed); returns what was not committed and why.
+        Call it with the repository locked."""
+        if not (self.worktree / ".git").exists():
+            return []
+        left = leftovers(self.worktree, self.state.base_sha)
+        if left.committable and not left.conflicted:
+            commit_all(self.worktree, message, self.repo.identity_env())
         self.state.head_sha = head_sha(self.worktree)
-        if self.state.head_sha == where:
-            self.say(f"the worker switched to {current}; its commits are now on {self.branch}")
-            return ""
-        return (
-            f"the worker left {self.branch} for {current} and its commits there do not build on "
-            f"{self.branch}; hero switched back, and those commits are still on {current} "
-            f"({where[:12]}). Work on {self.branch} only."
-        )
-
-    def _rescue(self, message: str) -> None:
-        if (self.worktree / ".git").exists():
-            with self.repo.locked():  # a ref update on the shared repository
-                commit_all(self.worktree, message, self.repo.identity_env())
-            self.state.head_sha = head_sha(self.worktree)
+        return left.problems()
 
     def _write_error_log(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / "error.log", "a", encoding="utf-8") as fh:
             fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n")
             fh.write(traceback.format_exc())
+
+
+def _reasons(problems: list[str]) -> str:
+    """Why a round fails, as one verdict summary."""
+    if len(problems) == 1:
+        return problems[0]
+    return "the round failed for these reasons:\n" + "\n".join(f"- {p}" for p in problems)
 
 
 def _feedback_text(verdict: Verdict, verify: VerifyResult) -> str:

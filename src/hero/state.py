@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from hero.fsio import atomic_write
+from hero.story import MAX_STORY_BYTES
+from hero.yamlio import ValueProblem, read_file
 
 
 class Status(StrEnum):
@@ -39,6 +41,10 @@ STATUSES = tuple(s.value for s in Status)
 RESUMABLE = frozenset({Status.QUEUED, Status.RUNNING, Status.INTERRUPTED, Status.ERROR})
 #: Statuses in which a story has ended.
 TERMINAL = frozenset({Status.PASSED, Status.GAVE_UP, Status.ERROR, Status.SKIPPED})
+
+
+#: A run record is a few KB per round; a file far larger than any could be is not one.
+MAX_STATE_BYTES = 64 * 1024 * 1024
 
 
 class StateError(Exception):
@@ -170,12 +176,16 @@ class RunState:
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file's bytes, or "" if it cannot be read."""
+    """sha256 of a story file's bytes, or "" if it cannot be read as one.
+
+    Read as every story file is (:func:`hero.yamlio.read_file`): a regular file of at most
+    ``MAX_STORY_BYTES``, never blocking on a FIFO nor reading a device without end.
+    """
     import hashlib
 
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+        return hashlib.sha256(read_file(path, limit=MAX_STORY_BYTES)).hexdigest()
+    except (OSError, ValueProblem):
         return ""
 
 
@@ -190,14 +200,20 @@ def state_path(home: Path, story_id: str) -> Path:
 def load_state(home: Path, story_id: str) -> RunState | None:
     path = state_path(home, story_id)
     try:
-        text = path.read_text(encoding="utf-8")
+        # a regular file of bounded size: a FIFO or a device put here must not hang hero
+        text = read_file(path, limit=MAX_STATE_BYTES, what="state file").decode("utf-8")
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("id") != story_id:
             raise ValueError("not a state record for this story")
         return RunState.from_dict(data)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+    except ValueProblem as exc:
+        raise StateError(
+            f"{path}: unreadable state ({exc.message}); move it aside to start the story afresh"
+        ) from exc
+    except (OSError, ValueError, TypeError, RecursionError) as exc:  # a UnicodeDecodeError
+        # is a ValueError; RecursionError: JSON nested thousands of levels deep
         raise StateError(
             f"{path}: unreadable state ({exc}); move it aside to start the story afresh"
         ) from exc

@@ -37,9 +37,7 @@ keeping the user's bytes); that section is kept out of :attr:`Story.body` and ex
 from __future__ import annotations
 
 import functools
-import os
 import re
-import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +51,7 @@ from hero.yamlio import (
     did_you_mean,
     load_yaml,
     quote,
+    read_file,
     string_list,
 )
 
@@ -75,6 +74,7 @@ KNOWN_FIELDS = (
     "scope",
     "depends_on",
     "base_ref",
+    "allow_empty",
 )
 FLAT_VERIFY_TIER = "verify"
 
@@ -119,6 +119,7 @@ class Story:
     scope: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
     base_ref: str | None = None
+    allow_empty: bool = False  # may pass without a commit of its own
     body: str = ""
     goal: str = ""
     acceptance_criteria: tuple[str, ...] = ()
@@ -133,7 +134,11 @@ class Story:
 def parse_story(path: Path) -> Story:
     """Read and validate the story file at ``path``."""
     path = Path(path)
-    return parse_story_text(_decode(_read_bytes(path), path), path)
+    text = _decode(_read_bytes(path), path)
+    try:
+        return parse_story_text(text, path)
+    except RecursionError:  # a last resort: hero's YAML loader limits nesting first
+        raise StoryError(path, "frontmatter", "nested too deeply to be read") from None
 
 
 def parse_story_text(text: str, path: Path) -> Story:
@@ -142,6 +147,13 @@ def parse_story_text(text: str, path: Path) -> Story:
     post = _load_post(text, path)
     fields = _validate_fields(post.metadata, path)
     sections = _split_body(post.content)
+    if not sections["body"].strip():
+        raise StoryError(
+            path,
+            "body",
+            "expected the story's text after the frontmatter (its goal: what to change); "
+            "found nothing",
+        )
     ac_text = sections.get("acceptance_criteria", "")
     return Story(
         path=path,
@@ -156,38 +168,15 @@ def parse_story_text(text: str, path: Path) -> Story:
 
 
 def _read_bytes(path: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_STORY_BYTES, read with that limit."""
+    """The bytes of a regular file of at most MAX_STORY_BYTES, read with that limit and
+    without ever blocking on a FIFO (:func:`hero.yamlio.read_file`)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the daemon
-    except IsADirectoryError:
-        raise StoryError(path, "file", "expected a markdown file; found a directory") from None
+        return read_file(path, limit=MAX_STORY_BYTES, what="markdown file")
+    except ValueProblem as exc:
+        raise StoryError(path, "file", exc.message) from None
     except OSError as exc:
         reason = exc.strerror or exc.__class__.__name__
         raise StoryError(path, "file", f"cannot read the file: {reason}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise StoryError(path, "file", "expected a markdown file; found a directory")
-        if not stat.S_ISREG(info.st_mode):
-            raise StoryError(path, "file", "expected a regular markdown file; found a special file")
-        if info.st_size > MAX_STORY_BYTES:
-            raise StoryError(
-                path,
-                "file",
-                f"too large: expected at most {MAX_STORY_BYTES} bytes; found {info.st_size}",
-            )
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(MAX_STORY_BYTES + 1)
-    except OSError as exc:
-        reason = exc.strerror or exc.__class__.__name__
-        raise StoryError(path, "file", f"cannot read the file: {reason}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_STORY_BYTES:  # it grew while being read
-        raise StoryError(
-            path, "file", f"too large: expected at most {MAX_STORY_BYTES} bytes; found more"
-        )
-    return data
 
 
 def _load_post(text: str, path: Path) -> frontmatter.Post:
@@ -414,6 +403,8 @@ def story_metadata(story: Story) -> dict[str, Any]:
         meta["depends_on"] = list(story.depends_on)
     if story.base_ref is not None:
         meta["base_ref"] = story.base_ref
+    if story.allow_empty:
+        meta["allow_empty"] = True
     return meta
 
 
@@ -537,6 +528,12 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
             f"expected a git ref as a string (e.g. main); found {describe(base_ref)}",
         )
 
+    allow_empty = meta.get("allow_empty")
+    if allow_empty is not None and not isinstance(allow_empty, bool):
+        raise StoryError(
+            path, "allow_empty", f"expected true or false; found {describe(allow_empty)}"
+        )
+
     return {
         "id": story_id,
         "title": title,
@@ -546,6 +543,7 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
         "scope": _str_list(meta.get("scope"), "scope", path),
         "depends_on": depends_on,
         "base_ref": base_ref.strip() if isinstance(base_ref, str) else None,
+        "allow_empty": bool(allow_empty),
     }
 
 

@@ -1,17 +1,27 @@
-"""Reading YAML written by people: one home for the rules every hero file shares.
+"""Reading files and YAML written by people: one home for the rules every hero file shares.
 
-Duplicate keys are refused, tags beyond plain YAML are refused (a SafeLoader), errors name
-the line and describe values. Functions here raise :class:`ValueProblem`, a message without
-file or field: the caller (config, story) adds those and raises its own error type.
+Files are read by :func:`read_file`: a regular file only, with a size limit enforced while
+reading, opened so that a FIFO never blocks. Duplicate keys are refused, tags beyond plain
+YAML are refused (a SafeLoader), nesting deeper than :data:`MAX_YAML_DEPTH` and aliases
+that contain themselves are refused, errors name the line and describe values. Functions
+here raise :class:`ValueProblem`, a message without file or field: the caller (config,
+story) adds those and raises its own error type.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import os
 import re
+import stat
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+#: Levels of nested lists and mappings a YAML text may have: far more than any hero file
+#: needs, far fewer than would exhaust Python's stack (a few frames per level).
+MAX_YAML_DEPTH = 64
 
 
 class ValueProblem(Exception):
@@ -26,12 +36,96 @@ class ValueProblem(Exception):
         super().__init__(self.message)
 
 
+def read_file(path: Path, *, limit: int, what: str = "file") -> bytes:
+    """The bytes of the regular file at ``path`` (a symlink is followed), at most ``limit``.
+
+    ValueProblem for anything that is not a regular file (a directory, a FIFO, a device, a
+    socket) and for a file over ``limit`` bytes, checked before reading and while reading
+    (a file that grows meanwhile, or says it is smaller than it is). The kind of file is
+    checked before it is opened and again, on the open descriptor, after: nothing swapped in
+    between is read. It is opened non-blocking, so a FIFO never blocks the caller. OSError
+    (FileNotFoundError, PermissionError, ...) reaches the caller as it is.
+    """
+    _check_kind(os.stat(path).st_mode, what)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        _check_kind(info.st_mode, what)
+        if info.st_size > limit:
+            raise ValueProblem(f"too large: expected at most {limit} bytes; found {info.st_size}")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(limit + 1 - size, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ValueProblem(f"too large: expected at most {limit} bytes; found more")
+    return b"".join(chunks)
+
+
+def _check_kind(mode: int, what: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        kind = "a directory"
+    elif stat.S_ISFIFO(mode):
+        kind = "a FIFO (named pipe)"
+    elif stat.S_ISCHR(mode):
+        kind = "a character device"
+    elif stat.S_ISBLK(mode):
+        kind = "a block device"
+    elif stat.S_ISSOCK(mode):
+        kind = "a socket"
+    else:
+        kind = "a special file"
+    raise ValueProblem(f"expected a regular {what}; found {kind}")
+
+
 @functools.cache
 def strict_loader() -> type:
-    """A yaml SafeLoader that refuses duplicate mapping keys (the later one would win silently)."""
+    """A yaml SafeLoader that refuses duplicate mapping keys (the later one would win
+    silently), nesting deeper than MAX_YAML_DEPTH and aliases that contain themselves."""
     import yaml
 
     class StrictLoader(yaml.SafeLoader):
+        def __init__(self, stream: Any) -> None:
+            super().__init__(stream)
+            self._depth = 0
+            self._open_anchors: set[str] = set()
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            # PyYAML composes (and later constructs) nested nodes by recursion: a text of
+            # a few KB nested a thousand levels deep would end in RecursionError.
+            event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+            mark: Any = event.start_mark
+            if isinstance(event, yaml.AliasEvent) and event.anchor in self._open_anchors:
+                raise yaml.composer.ComposerError(
+                    None, None, f"found an alias *{event.anchor} inside its own anchor", mark
+                )
+            if self._depth >= MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"expected at most {MAX_YAML_DEPTH} levels of nested lists and mappings; "
+                    "found more",
+                    mark,
+                )
+            anchor = None if isinstance(event, yaml.AliasEvent) else event.anchor
+            if anchor is not None:
+                self._open_anchors.add(anchor)
+            self._depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+                if anchor is not None:
+                    self._open_anchors.discard(anchor)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
             for key_node, _ in node.value:
@@ -88,6 +182,8 @@ def load_yaml(text: str, *, first_line: int = 1, secret: bool = False) -> Any:
         raise ValueProblem(f"invalid YAML{where}: {problem}") from None
     except yaml.YAMLError as exc:
         raise ValueProblem("invalid YAML" if secret else f"invalid YAML: {exc}") from None
+    except RecursionError:  # a last resort: the depth limit should have stopped it first
+        raise ValueProblem("invalid YAML: nested too deeply to be read") from None
 
 
 def string_list(value: Any, *, noun: str = "strings", item: str = "item") -> tuple[str, ...]:

@@ -7,12 +7,19 @@ anything, so a restart takes the stories in the same order a fresh start would. 
 not run rounds itself: each story runs in a thread through ``pipeline.StoryRun``, which
 saves its state after every step. That state is what makes a restart after ``kill -9``
 safe: a story found ``running`` or ``interrupted`` is resumed from its last finished round.
+
+No input stops the daemon. Whatever goes wrong with one file or one story (it cannot be
+read, it is no story, it cannot start, its run raises) ends with that file refused or that
+story in ``error``, logged in one line; it is not tried again until its file changes or
+``hero retry``. Only an unexpected exception (a bug) also writes a traceback, once, to
+``runs/<id>/error.log`` (or ``runs/rejected/<file>.error.log`` when there is no id).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +87,7 @@ class Dispatcher:
         self._stopping = threading.Event()
         # sha256 of every story file as hero last left it (runs/state/*.json story_digest)
         self._hero_digests: set[str] = set()
+        self._busy_elsewhere: set[str] = set()  # ids another hero home runs right now
         self._digests_lock = threading.Lock()
 
     # -- the loop ----------------------------------------------------------------------
@@ -99,7 +107,7 @@ class Dispatcher:
             while not self._stopping.is_set():
                 ready, next_due = self.inbox.due()
                 for path in ready:
-                    self._consider(path)
+                    self._consider_safely(path)
                 now = time.monotonic()
                 if hold_until is not None and (now >= hold_until or not self.inbox.settling()):
                     hold_until = None
@@ -174,6 +182,14 @@ class Dispatcher:
 
     # -- deciding ----------------------------------------------------------------------
 
+    def _consider_safely(self, path: Path) -> None:
+        """``_consider``, and whatever it raises refuses that one file, never the daemon."""
+        try:
+            self._consider(path)
+        except Exception as exc:  # noqa: BLE001 - one file must not stop the daemon
+            self._ready.pop(path, None)
+            self._refuse_after_bug(path, exc, "while reading it")
+
     def _consider(self, path: Path) -> None:
         """A settled inbox file: queue it, or refuse it with a reason, or leave it be."""
         with self._lock:
@@ -189,6 +205,9 @@ class Dispatcher:
             story = parse_story(path)
         except StoryError as exc:
             self._refuse(path, sig, str(exc))
+            return
+        except (OSError, MemoryError, RecursionError) as exc:
+            self._refuse(path, sig, f"{path}: file: cannot read the file: {_one_line(exc)}")
             return
         entry = Entry(story, path, sig[0] / 1e9)
         problem = self._eligibility(entry)
@@ -222,6 +241,14 @@ class Dispatcher:
                 )
         decision = admit(self.home, story, path)
         if decision.admit == Admit.RUN:
+            elsewhere = self.repo.story_busy(story.id)  # another home runs it on the repo
+            if elsewhere:
+                if story.id not in self._busy_elsewhere:  # said once, not every rescan
+                    self._busy_elsewhere.add(story.id)
+                    self.log.warning("busy", story=story.id, reason=elsewhere)
+                self.inbox.forget(path)  # the next rescan looks again
+                return ""
+            self._busy_elsewhere.discard(story.id)
             return None
         if decision.admit == Admit.BUSY:
             self.log.info("busy", story=story.id, reason=decision.reason)
@@ -237,24 +264,42 @@ class Dispatcher:
                 return ""
         return decision.reason
 
-    def _refuse(self, path: Path, sig: Signature, reason: str) -> None:
-        self._ready.pop(path, None)
-        self._rejected[path] = sig
-        self.rejected_dir.mkdir(parents=True, exist_ok=True)
+    def _refuse(self, path: Path, sig: Signature | None, reason: str) -> None:
+        """Refuse ``path`` as it is now (``sig``): a note in runs/rejected/, one log line.
+        It is looked at again only once it changes. Writing the note may fail (a full
+        disk): the refusal stands, and the log line says so."""
+        reason = " ".join(reason.split())
+        with self._lock:
+            self._ready.pop(path, None)
+            self._rejected[path] = sig if sig is not None else (0, 0)
         note = self.rejected_dir / f"{path.name}.error.txt"
-        note.write_text(
-            f"{path}\nrefused at {time.strftime('%Y-%m-%d %H:%M:%S')}:\n{reason}\n"
-            "Edit the file to have it considered again.\n",
-            encoding="utf-8",
-        )
+        try:
+            self.rejected_dir.mkdir(parents=True, exist_ok=True)
+            note.write_text(
+                f"{path}\nrefused at {time.strftime('%Y-%m-%d %H:%M:%S')}:\n{reason}\n"
+                "Edit the file to have it considered again.\n",
+                encoding="utf-8",
+            )
+        except OSError as exc:
+            self.log.warning("rejected", file=path.name, reason=reason, note_error=_one_line(exc))
+            return
         self.log.warning("rejected", file=path.name, reason=reason, note=str(note))
+
+    def _refuse_after_bug(self, path: Path, exc: BaseException, doing: str) -> None:
+        """An unexpected exception over one file: its traceback to an error log, once; the
+        file refused in one line, until it changes."""
+        log_file = self.rejected_dir / f"{path.name}.error.log"
+        where = _write_traceback(log_file)
+        reason = f"{path}: internal error {doing}: {type(exc).__name__}: {_one_line(exc)}{where}"
+        self._refuse(path, signature(path), reason)
 
     def _clear_refusal(self, path: Path) -> None:
         self._rejected.pop(path, None)
-        try:
-            (self.rejected_dir / f"{path.name}.error.txt").unlink()
-        except FileNotFoundError:
-            pass
+        for suffix in (".error.txt", ".error.log"):
+            try:
+                (self.rejected_dir / f"{path.name}{suffix}").unlink()
+            except OSError:  # none there, or a name too long to have one
+                pass
 
     # -- running -----------------------------------------------------------------------
 
@@ -265,31 +310,40 @@ class Dispatcher:
                     return
                 entry = min(self._ready.values(), key=lambda e: e.key)
                 del self._ready[entry.path]
-                story, path = entry.story, entry.path
-                if not path.exists():
-                    continue
-                cancel = threading.Event()
-                worker, reviewer = self.make_models(cancel)
-                log = self.log.bind(story=story.id)
+            try:
+                self._launch_one(entry)
+            except Exception as exc:  # noqa: BLE001 - one story must not stop the daemon
+                with self._lock:
+                    self._running.pop(entry.story.id, None)
+                self._refuse_after_bug(entry.path, exc, "while starting it")
 
-                def progress(msg: str, log: Any = log) -> None:
-                    log.info(msg)
+    def _launch_one(self, entry: Entry) -> None:
+        story, path = entry.story, entry.path
+        with self._lock:
+            if not path.exists():
+                return
+            cancel = threading.Event()
+            worker, reviewer = self.make_models(cancel)
+            log = self.log.bind(story=story.id)
 
-                run = StoryRun(
-                    story,
-                    self.config,
-                    worker,
-                    reviewer,
-                    self.repo,
-                    progress=progress,
-                    cancel=cancel,
-                )
-                thread = threading.Thread(
-                    target=self._run_one, args=(story.id,), name=f"story-{story.id}", daemon=True
-                )
-                self._running[story.id] = _Running(story, path, run, cancel, thread)
-            log.info("started", file=path.name)
-            thread.start()
+            def progress(msg: str, log: Any = log) -> None:
+                log.info(msg)
+
+            run = StoryRun(
+                story,
+                self.config,
+                worker,
+                reviewer,
+                self.repo,
+                progress=progress,
+                cancel=cancel,
+            )
+            thread = threading.Thread(
+                target=self._run_one, args=(story.id,), name=f"story-{story.id}", daemon=True
+            )
+            self._running[story.id] = _Running(story, path, run, cancel, thread)
+        log.info("started", file=path.name)
+        thread.start()
 
     def _run_one(self, story_id: str) -> None:
         running = self._running[story_id]
@@ -302,9 +356,19 @@ class Dispatcher:
         except (Interrupted, KeyboardInterrupt):
             log.info("interrupted")
         except StoryBusy as exc:
-            log.warning("busy", reason=str(exc))
-        except Exception:  # one story's failure must not stop the daemon
-            log.exception("crashed")
+            log.warning("busy", reason=_one_line(exc))
+        except StateError as exc:  # the run record cannot be read: the user moves it aside
+            self._refuse(running.path, signature(running.path), str(exc))
+        except Exception as exc:  # noqa: BLE001 - one story's failure must not stop the daemon
+            # The pipeline records what it can foresee as `error`; this is what it could not
+            # (a bug, or its state could not even be saved). Not run again until an edit.
+            log_file = self.home / "runs" / story_id / "error.log"
+            where = _write_traceback(log_file)
+            self._refuse(
+                running.path,
+                signature(running.path),
+                f"story '{story_id}' crashed: {type(exc).__name__}: {_one_line(exc)}{where}",
+            )
         finally:
             self._remember_digest(story_id)  # before its file is looked at again
             with self._lock:
@@ -325,3 +389,19 @@ class Dispatcher:
                 r.run.force_interrupted()
                 kill_marked(f"{self.home.resolve()}/{r.story.id}")
                 self.log.info("interrupted", story=r.story.id, note="model call abandoned")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _write_traceback(path: Path) -> str:
+    """Append the exception being handled, with its traceback, to ``path``; returns
+    `` (see PATH)``, or "" when it cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')}\n{traceback.format_exc()}")
+    except OSError:
+        return ""
+    return f" (see {path})"

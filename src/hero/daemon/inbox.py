@@ -8,8 +8,12 @@ reviewer's feedback appended to a story) is complete too: hero's own writes neve
 story wait. A periodic rescan catches what the event stream lost (an inotify queue
 overflow, a network filesystem).
 
-The files of one scan that are due at all are due at one moment, so the dispatcher sees
-them in one batch and orders them by priority, whatever order they were listed in.
+Stories arrive in bursts (``mv *.md inbox/``), and the files of one burst are handed out
+together, so the dispatcher sees them in one batch and orders them by priority, whatever
+order they arrived or were listed in: after an event nothing is handed out until the inbox
+has been quiet for ``gather_s`` (at most ``GATHER_MAX_S`` after the burst began), and
+then the folder is scanned once more for files whose events are still on their way. The
+files of one scan that are due at all are due at one moment, too.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ from typing import Any
 
 #: A renamed-in file is looked at without delay.
 IMMEDIATE = 0.0
+#: Seconds of quiet after an inbox event before files are handed out: one burst of arrivals
+#: (files moved in one go arrive microseconds to milliseconds apart) is one batch.
+#: Kept well under the 300 ms inbox-latency target that bench/daemon.py measures.
+GATHER_S = 0.1
+#: A burst that goes on (a writer that never stops) holds files back at most this long.
+GATHER_MAX_S = 2.0
 
 #: ``(st_mtime_ns, st_size)``: a file changed when this did.
 Signature = tuple[int, int]
@@ -53,7 +63,8 @@ class Inbox:
     """Tracks inbox files and when each becomes due for a look.
 
     ``complete(path)`` tells whether a file is known to be whole as it is (hero wrote it
-    last): such a file is due at once, without the settle wait.
+    last): such a file is due at once, without the settle wait. ``gather_s``: the quiet
+    after an event before anything is handed out (0: none).
     """
 
     def __init__(
@@ -62,13 +73,16 @@ class Inbox:
         *,
         settle_s: float = 1.0,
         complete: Callable[[Path], bool] | None = None,
+        gather_s: float = GATHER_S,
     ) -> None:
         self.directory = directory
         self.settle_s = settle_s
+        self.gather_s = gather_s
         self._complete = complete
         self._lock = threading.Lock()
         self._pending: dict[Path, _Pending] = {}
         self._seen: dict[Path, Signature] = {}
+        self._burst: tuple[float, float] | None = None  # (began, quiet until), monotonic
         self.wake = threading.Event()
 
     # -- events in ---------------------------------------------------------------------
@@ -79,7 +93,12 @@ class Inbox:
             return
         if delay > 0 and self._known_complete(path):
             delay = IMMEDIATE
-        self._add({path: time.monotonic() + delay})
+        now = time.monotonic()
+        if self.gather_s > 0:
+            with self._lock:
+                began = now if self._burst is None else self._burst[0]
+                self._burst = (began, min(now + self.gather_s, began + GATHER_MAX_S))
+        self._add({path: now + delay})
 
     def rescan(self) -> None:
         """Notice every story file that is new or changed since it was last handed out.
@@ -88,7 +107,7 @@ class Inbox:
         Every file of the scan gets one of those two moments."""
         try:
             names = os.listdir(self.directory)
-        except FileNotFoundError:
+        except OSError:  # gone, or not a folder now: nothing to hand out
             return
         wall, now = time.time(), time.monotonic()
         found: dict[Path, float] = {}
@@ -127,6 +146,15 @@ class Inbox:
     def due(self) -> tuple[list[Path], float | None]:
         """Files ready to be read now, and the seconds until the next one may be."""
         now = time.monotonic()
+        with self._lock:
+            burst = self._burst
+            if burst is not None and now >= burst[1]:
+                self._burst = None
+        if burst is not None:
+            if now < burst[1]:  # a burst of arrivals is still going on
+                return [], burst[1] - now
+            self.rescan()  # files of the burst whose events have not been handled yet
+            now = time.monotonic()
         ready: list[Path] = []
         next_due: float | None = None
         with self._lock:

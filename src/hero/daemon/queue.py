@@ -9,7 +9,9 @@ queue by it, so what status says would run next is what runs next.
   the other is refused.
 - A story may run unless its run record says otherwise (:func:`admit`): another process is
   running it, it passed, or it ended (gave up, error, skipped) and its file is unchanged
-  since (an edit or ``hero retry`` makes it eligible again).
+  since (an edit or ``hero retry`` makes it eligible again). A story id that passed is
+  refused from any file but the one it passed with: ``hero watch`` and ``hero run`` both
+  ask :func:`admit`.
 """
 
 from __future__ import annotations
@@ -103,12 +105,25 @@ def admit(home: Path, story: Story, path: Path) -> Decision:
         return Decision(Admit.BUSY, reason, state)
     unchanged = bool(state.story_digest) and state.story_digest == file_digest(path)
     if status == Status.PASSED:
+        where = f" on branch {state.branch}" if state.branch else ""
+        its_file = f" from {state.story_path}" if state.story_path else ""
         reason = (
-            f"story '{story.id}' already passed (runs/state/{story.id}.json); "
-            "give it a new id to run it again"
+            f"story id '{story.id}' already passed{where}{its_file} "
+            f"(runs/state/{story.id}.json); give this story a new id to run it"
         )
-        # the file it passed with, still here: a crash between recording and moving it
-        return Decision(Admit.DONE if unchanged else Admit.REFUSE, reason, state)
+        # the file it passed with: where it was moved to (done/), or still here with the
+        # same content after a crash between recording the pass and moving the file
+        same_file = unchanged or _same_path(path, state.story_path)
+        return Decision(Admit.DONE if same_file else Admit.REFUSE, reason, state)
     if status in TERMINAL and unchanged:
         return Decision(Admit.WAIT, f"edit the story or run `hero retry {story.id}`", state)
     return Decision(Admit.RUN, "", state)
+
+
+def _same_path(path: Path, recorded: str) -> bool:
+    if not recorded:
+        return False
+    try:
+        return path.resolve() == Path(recorded).resolve()
+    except OSError:  # a symlink loop
+        return False

@@ -2,7 +2,10 @@
 
 Read-only: it reads ``runs/state/*.json``, ``inbox/*.md`` and ``runs/watch.lock`` and
 creates, changes or keeps locked nothing. A home without ``runs/`` or ``inbox/`` just has
-empty lists; a state file that cannot be read is a row with status ``unreadable``.
+empty lists; a state file that cannot be read is a row with status ``unreadable``. No file
+makes it fail or hang: files are read as the daemon reads them (regular files only, with a
+size limit, never blocking on a FIFO), and whatever one file raises makes that file a row
+of its own (``unreadable``, or ``rejected`` in the inbox) with the reason.
 
 Rows are ordered running first, then by last update (newest first). The queue is what
 ``hero watch`` would run, in the order it would take it, by the one rule in
@@ -72,8 +75,11 @@ def _story_rows(home: Path, now: float) -> list[dict[str, Any]]:
             rows.append(row)
         except StateError as exc:
             rows.append(_unreadable(story_id, path, str(exc.__cause__ or exc), home))
-        except (TypeError, ValueError, AttributeError) as exc:  # fields of the wrong type
+        except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:  # wrong types
             rows.append(_unreadable(story_id, path, f"unexpected field value: {exc}", home))
+        except Exception as exc:  # noqa: BLE001 - one bad file must not stop `hero status`
+            reason = f"cannot be shown: {type(exc).__name__}: {exc}"
+            rows.append(_unreadable(story_id, path, reason, home))
     running = [r for r in rows if r["status"] == Status.RUNNING]
     rest = [r for r in rows if r["status"] != Status.RUNNING]
     rest.sort(key=lambda r: (-(r["updated_at"] or 0.0), r["id"]))
@@ -149,25 +155,13 @@ def _inbox(
     rejected: list[dict[str, Any]] = []
     for path in paths:
         try:
-            if not path.is_file():
-                continue
-            mtime_ns = path.stat().st_mtime_ns
-            story = parse_story(path)
-        except FileNotFoundError:  # taken away (run, moved to done/) since the listing
-            continue
-        except StoryError as exc:
-            if not path.exists():
-                continue
-            rejected.append({"path": _rel(path, home), "reason": f"{exc.field}: {exc.message}"})
-            continue
-        except OSError as exc:
-            rejected.append({"path": _rel(path, home), "reason": f"file: {exc.strerror or exc}"})
-            continue
-        decision = admit(home, story, path)
-        if decision.admit == Admit.REFUSE:
-            rejected.append({"path": _rel(path, home), "reason": " ".join(decision.reason.split())})
-        elif decision.admit == Admit.RUN:
-            entries.append(Entry(story, path, mtime_ns / 1e9))
+            entry, reason = _inbox_file(home, path)
+        except Exception as exc:  # noqa: BLE001 - one bad file must not stop `hero status`
+            entry, reason = None, f"file: cannot be read: {type(exc).__name__}: {exc}"
+        if entry is not None:
+            entries.append(entry)
+        elif reason:
+            rejected.append({"path": _rel(path, home), "reason": " ".join(reason.split())})
     queue, refused = arrange(entries)
     for entry, keeper in refused:  # a second file with one id, as `hero watch` refuses it
         reason = duplicate_reason(entry.story.id, _rel(keeper.path, home))
@@ -188,6 +182,30 @@ def _inbox(
             }
         )
     return items, rejected
+
+
+def _inbox_file(home: Path, path: Path) -> tuple[Entry | None, str]:
+    """An inbox file as the queue would take it, or the reason it would be refused ("":
+    neither, e.g. it went away since the listing or waits for an edit)."""
+    try:
+        if path.is_dir():  # a folder named like a story: not a file the inbox looks at
+            return None, ""
+        mtime_ns = path.stat().st_mtime_ns
+        story = parse_story(path)  # a FIFO, a device, a huge file: refused, never read whole
+    except FileNotFoundError:  # taken away (run, moved to done/) since the listing
+        return None, ""
+    except StoryError as exc:
+        if not path.exists() and not path.is_symlink():
+            return None, ""
+        return None, f"{exc.field}: {exc.message}"
+    except OSError as exc:
+        return None, f"file: {exc.strerror or exc}"
+    decision = admit(home, story, path)
+    if decision.admit == Admit.REFUSE:
+        return None, decision.reason
+    if decision.admit == Admit.RUN:
+        return Entry(story, path, mtime_ns / 1e9), ""
+    return None, ""
 
 
 def _rel(path: Path, home: Path) -> str:
