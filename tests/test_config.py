@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hero.config import (
+    MAX_CONFIG_BYTES,
     Config,
     ConfigError,
     LlmSettings,
@@ -476,6 +479,65 @@ def test_missing_home_and_missing_roles_file(tmp_path: Path) -> None:
     assert err.file == "config/roles.yaml"
     assert "hero init" in err.message and "--home" in err.message
     assert "no config/ directory" in err.message
+
+
+def _hero_run(home: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`hero run` as a real process: a config file that blocks would hang it, not a test."""
+    story = tmp_path / "story.md"
+    story.write_text("---\nid: s1\n---\nDo a thing.\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "HERO_HOME"}
+    return subprocess.run(
+        [sys.executable, "-m", "hero", "run", str(story), "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+
+
+def test_fifo_as_roles_file_is_refused_at_once(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    roles = home / "config" / "roles.yaml"
+    roles.unlink()
+    os.mkfifo(roles)
+    proc = _hero_run(home, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "config/roles.yaml: file: expected a regular YAML file; found a FIFO" in proc.stderr
+    err = config_error(home)
+    assert (err.file, err.key) == ("config/roles.yaml", "file")
+
+
+def test_device_as_local_file_is_refused(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    (home / "config.local.yaml").symlink_to("/dev/zero")
+    proc = _hero_run(home, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        "config.local.yaml: file: expected a regular YAML file; found a character device"
+        in proc.stderr
+    )
+
+
+def test_special_and_huge_config_files_are_refused(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    provider = home / "config" / "providers" / "local.yaml"
+    provider.unlink()
+    os.mkfifo(provider)
+    err = config_error(home, (), env=KEY_ENV)
+    assert (err.file, err.key) == ("config/providers/local.yaml", "file")
+    assert "found a FIFO" in err.message
+    provider.unlink()
+    provider.mkdir()
+    assert "found a directory" in config_error(home, (), env=KEY_ENV).message
+    provider.rmdir()
+    provider.write_text(LOCAL + "#" * MAX_CONFIG_BYTES + "\n", encoding="utf-8")
+    err = config_error(home, (), env=KEY_ENV)
+    assert (err.file, err.key) == ("config/providers/local.yaml", "file")
+    assert f"too large: expected at most {MAX_CONFIG_BYTES} bytes" in err.message
+    provider.write_text(LOCAL, encoding="utf-8")
+    (home / "config.local.yaml").symlink_to("nowhere.yaml")  # dangling: no local file
+    assert load_config(home, (), env=KEY_ENV).roles == {}
 
 
 def test_empty_roles_file_needs_target_repo(tmp_path: Path) -> None:

@@ -448,6 +448,75 @@ def test_read_file_and_ls_never_follow_a_directory_symlink_swapped_in(
     assert any("harmless" in r for r in results)
 
 
+@pytest.mark.parametrize("repo", ["git", "plain"])
+def test_grep_and_find_never_follow_a_symlink_swapped_in(
+    tmp_path: Path, outside: Path, repo: str
+) -> None:
+    """A directory and a file swapped for symlinks out of the worktree while grep (both
+    engines) and find run: at the search root, on the way to it, and while rg or git walk
+    below it. Nothing from outside is shown: no secret line, no count or file name for a
+    pattern only the outside holds, no outside file name."""
+    root = tmp_path / repo
+    root.mkdir()
+    if repo == "git":  # git ls-files lists; without a repository, the walk does
+        _git(root, "init", "-q")
+    write(root, "d/secret.txt", "harmless needle\n")
+    write(root, "d/sub/deep.txt", "harmless needle\n")
+    write(root, "race.txt", "harmless needle\n")
+    write(outside, "OUTSIDE-ONLY.txt", "TOPSECRET needle\n")
+    write(outside, "sub/OUTSIDE-DEEP.txt", "TOPSECRET needle\n")
+    engines = [make_ctx(root, use_ripgrep=True), make_ctx(root, use_ripgrep=False)]
+    calls = [
+        ("grep", {"pattern": "needle"}),
+        ("grep", {"pattern": "needle", "path": "d"}),
+        ("grep", {"pattern": "needle", "path": "d/sub"}),
+        ("grep", {"pattern": "needle", "path": "d/secret.txt"}),
+        ("grep", {"pattern": "needle", "path": "race.txt"}),
+        ("grep", {"pattern": "TOPSECRET", "output_mode": "count"}),
+        ("grep", {"pattern": "TOPSECRET", "path": "d", "output_mode": "files_with_matches"}),
+        ("find", {"pattern": "*"}),
+        ("find", {"pattern": "*", "path": "d"}),
+        ("find", {"pattern": "*", "path": "d/sub"}),
+    ]
+    results: list[tuple[str, dict, ToolOutcome]] = []
+    with _Swapper(root / "d", outside), _Swapper(root / "race.txt", outside / "secret.txt"):
+        for i in range(RACE_READS):
+            name, args = calls[i % len(calls)]
+            ctx = engines[(i // len(calls)) % 2]
+            results.append((name, args, call(ctx, name, args)))
+    leaked = [
+        (name, args, out.content)
+        for name, args, out in results
+        if "TOPSECRET" in out.content
+        or "OUTSIDE" in out.content
+        or (args["pattern"] == "TOPSECRET" and not out.is_error and out.content != "no matches")
+    ]
+    assert not leaked, f"{len(leaked)} of {RACE_READS} searches showed the outside: {leaked[:3]}"
+    assert any("harmless" in out.content for _, _, out in results)
+    assert any("d/sub/deep.txt" in out.content for name, _, out in results if name == "find")
+
+
+def test_search_special_files_and_symlinked_dirs(
+    ctx: ToolContext, root: Path, outside: Path
+) -> None:
+    os.mkfifo(root / "pipe")
+    write(root, "a.txt", "needle\n")
+    for use_rg in (True, False):
+        gctx = make_ctx(root, use_ripgrep=use_rg)
+        assert err(gctx, "grep", {"pattern": "x", "path": "pipe"}) == "'pipe' is not a regular file"
+        assert ok(gctx, "grep", {"pattern": "needle"}) == "a.txt:1:needle"
+    assert err(ctx, "find", {"pattern": "*", "path": "pipe"}) == "'pipe' is not a directory"
+    # Without a repository the walk lists a symlinked directory as an entry, never its files.
+    plain = root.parent / "plain"
+    write(plain, "a/b.txt", "needle\n")
+    write(outside, "OUTSIDE-ONLY.txt", "TOPSECRET needle\n")
+    (plain / "a" / "out").symlink_to(outside, target_is_directory=True)
+    (plain / "c.txt").symlink_to(outside / "secret.txt")
+    pctx = make_ctx(plain, use_ripgrep=False)
+    assert ok(pctx, "find", {"pattern": "*"}).splitlines() == ["a/b.txt", "a/out", "c.txt"]
+    assert ok(pctx, "grep", {"pattern": "needle"}) == "a/b.txt:1:needle"
+
+
 def test_symlinked_intermediate_directory_refused(
     ctx: ToolContext, root: Path, outside: Path
 ) -> None:

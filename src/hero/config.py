@@ -26,6 +26,7 @@ from hero.yamlio import (
     describe,
     did_you_mean,
     load_yaml,
+    read_file,
     string_list,
     type_name,
 )
@@ -34,6 +35,8 @@ ROLE_NAMES = ("worker", "reviewer", "planner")
 ROLES_FILE = "config/roles.yaml"
 PROVIDERS_DIR = "config/providers"
 LOCAL_FILE = "config.local.yaml"
+#: The largest config file hero reads: far more than any hand-written config needs.
+MAX_CONFIG_BYTES = 1 << 20
 
 ROLE_KEYS = ("provider", "model", "reasoning_effort")
 PROVIDER_KEYS = (
@@ -210,8 +213,7 @@ def _load(
             "expected a hero home directory; found nothing there. Run `hero init` to create "
             "one, or pass --home DIR / set HERO_HOME",
         )
-    roles_path = home / ROLES_FILE
-    if not roles_path.is_file():
+    if not (home / ROLES_FILE).exists():  # a FIFO or a directory: its reader says what it is
         where = "this home has no config/ directory" if not (home / "config").is_dir() else ""
         raise ConfigError(
             ROLES_FILE,
@@ -412,7 +414,7 @@ def _api_key(
 
 
 def _read_local_keys(home: Path) -> dict[str, str]:
-    if not (home / LOCAL_FILE).is_file():
+    if not (home / LOCAL_FILE).exists():
         return {}
     data = _read_mapping(home, LOCAL_FILE, secret=True)
     _check_keys(data, LOCAL_KEYS, LOCAL_FILE, "key")
@@ -454,7 +456,7 @@ def _read_providers(home: Path) -> dict[str, Provider]:
         return {}
     providers: dict[str, Provider] = {}
     for path in sorted(directory.glob("*.yaml")):
-        if path.is_file():
+        if path.exists():  # a FIFO or a device is refused by the reader, a dangling link skipped
             provider = _read_provider(home, path.stem)
             providers[provider.name] = provider
     return providers
@@ -571,12 +573,16 @@ def _looks_like_secret(name: str) -> bool:
 
 
 def _read_mapping(home: Path, rel: str, *, secret: bool = False) -> dict[Any, Any]:
-    """Parse a YAML file that must hold a mapping (an empty file is an empty mapping)."""
-    path = home / rel
+    """Parse a YAML file that must hold a mapping (an empty file is an empty mapping).
+
+    Read by :func:`hero.yamlio.read_file`: a regular file of at most MAX_CONFIG_BYTES,
+    opened so that a FIFO never blocks start-up."""
     try:
-        data = path.read_bytes()
+        data = read_file(home / rel, limit=MAX_CONFIG_BYTES, what="YAML file")
     except OSError as exc:
         raise ConfigError(rel, "file", f"cannot read: {exc.strerror or exc}") from None
+    except ValueProblem as exc:
+        raise ConfigError(rel, "file", exc.message) from None
     try:
         text = decode_text(data, what="YAML file", secret=secret)
     except ValueProblem as exc:

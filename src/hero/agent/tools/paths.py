@@ -7,6 +7,11 @@ never followed by the kernel; hero reads it and, when its target stays inside th
 walks the target the same way. A regular file with more than one hard link may be the same
 file as one outside the worktree, so the file tools refuse it (git never makes hard links in
 a worktree).
+
+The search tools hand paths to git and ripgrep, which open them by name. What those report
+is checked afterwards with :class:`TreeWalk`: each reported path is walked the same way, and
+a path whose directories changed while the search ran is searched again through the
+descriptor the walk opened (see ``search``).
 """
 
 from __future__ import annotations
@@ -34,8 +39,15 @@ _WRITE_FLAGS = os.O_RDWR | os.O_NONBLOCK | _NOFOLLOW | _CLOEXEC
 # some kernels, EMLINK on the BSDs. Which it was is asked of readlink.
 _MAYBE_SYMLINK = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})
 
-Purpose = Literal["read", "write", "list"]
-_VERB = {"read": "read", "write": "write", "list": "list"}
+#: Flags of the walk: a directory (never through a symlink), a file to read (a FIFO never
+#: blocks the open).
+DIR_FLAGS = _DIR_FLAGS
+READ_FLAGS = _READ_FLAGS
+
+#: read: a regular file; write: a regular file, created if missing; list: a directory;
+#: search: whatever is there (a directory, a file, or something else for the caller to refuse).
+Purpose = Literal["read", "write", "list", "search"]
+_VERB = {"read": "read", "write": "write", "list": "list", "search": "search"}
 
 
 def resolve_path(ctx: ToolContext, rel_path: str) -> Path:
@@ -92,7 +104,7 @@ def _hard_link(rel_path: str) -> ToolError:
 
 
 def _not_found(rel_path: str, purpose: Purpose) -> ToolError:
-    if purpose == "list":
+    if purpose in ("list", "search"):
         return ToolError(f"path not found: '{rel_path}'")
     return ToolError(f"file not found: '{rel_path}' (use find or ls to locate files)")
 
@@ -129,6 +141,7 @@ def open_in_worktree(ctx: ToolContext, rel_path: str, purpose: Purpose) -> Opene
     """Open ``rel_path`` inside the worktree without following a symlink out of it.
 
     ``read``: an existing regular file, read-only. ``list``: an existing directory.
+    ``search``: an existing entry of any kind, read-only (a FIFO does not block the open).
     ``write``: a regular file opened read-write, created (with its missing parent
     directories) when absent, never inside .git. A regular file with several hard links is
     refused for ``read`` and ``write``. Every problem is a ToolError for the model."""
@@ -151,7 +164,7 @@ def open_in_worktree(ctx: ToolContext, rel_path: str, purpose: Purpose) -> Opene
             if not todo:  # the path names a directory: the root, or one ending in ".."
                 if missing:
                     raise _not_found(rel_path, purpose)
-                if purpose != "list":
+                if purpose not in ("list", "search"):
                     if purpose == "write":
                         raise ToolError(f"path '{rel_path}' is a directory")
                     raise ToolError(f"'{rel_path}' is a directory; use ls to list it")
@@ -282,7 +295,12 @@ def _open_last(
 ) -> Opened:
     """Open the last component in ``dir_fd``; raises _Symlink or _Missing for the walk."""
     created = False
-    flags = {"read": _READ_FLAGS, "write": _WRITE_FLAGS, "list": _DIR_FLAGS}[purpose]
+    flags = {
+        "read": _READ_FLAGS,
+        "write": _WRITE_FLAGS,
+        "list": _DIR_FLAGS,
+        "search": _READ_FLAGS,
+    }[purpose]
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError as exc:
@@ -308,7 +326,7 @@ def _open_last(
         else:
             raise ToolError(f"cannot {_VERB[purpose]} '{rel_path}': {os_reason(exc)}") from None
     try:
-        if purpose != "list":
+        if purpose in ("read", "write"):
             _check_file(fd, purpose, rel_path)
     except BaseException:
         os.close(fd)
@@ -326,6 +344,88 @@ def _check_file(fd: int, purpose: Purpose, rel_path: str) -> None:
         raise ToolError(f"'{rel_path}' is not a regular file")
     if st.st_nlink > 1:
         raise _hard_link(rel_path)
+
+
+class TreeWalk:
+    """Root-relative paths (as git and ripgrep print them) walked from the worktree's
+    descriptor one component at a time, never following a symlink.
+
+    The directories of the last path stay open, so paths sorted by directory cost one
+    ``open`` per directory and one ``stat`` per entry. With ``since_ns``, :meth:`lookup`
+    also says whether a directory on the way changed (its ctime) at or after that time: a
+    path whose directories did not change since a program started names, for that program,
+    the very file this walk reaches. Close it (or use it as a context manager)."""
+
+    def __init__(self, ctx: ToolContext, since_ns: int | None = None) -> None:
+        self._since = since_ns
+        self._root = os.open(ctx.root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+        # The open chain of directories below the root: names, descriptors, and whether
+        # one of them (or the root) changed; _fds[0] and _changed_so_far[0] are the root's.
+        self._names: list[str] = []
+        self._fds = [self._root]
+        try:
+            self._changed_so_far = [self._changed(self._root)]
+        except BaseException:
+            os.close(self._root)
+            raise
+
+    def __enter__(self) -> TreeWalk:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+        self._names.clear()
+
+    def _changed(self, fd: int) -> bool:
+        if self._since is None:
+            return False
+        ctime = os.fstat(fd).st_ctime_ns
+        # A file system that keeps whole seconds rounds a change down to its second.
+        grain = 1_000_000_000 if ctime % 1_000_000_000 == 0 else 0
+        return ctime >= self._since - grain
+
+    def lookup(self, rel_path: str) -> tuple[int, str, os.stat_result, bool] | None:
+        """(its directory's descriptor, its name, its lstat, whether a directory on the way
+        changed), or None when a component is missing, not a directory, or a symlink. The
+        descriptor belongs to the walk and stays open until the next lookup."""
+        dirs = rel_path.split("/")
+        name = dirs.pop()
+        if name in _NOT_NAMES or "" in dirs or "." in dirs or ".." in dirs:
+            return None
+        if dirs != self._names:  # another directory than the last path's
+            names, fds, changed = self._names, self._fds, self._changed_so_far
+            keep = 0
+            while keep < min(len(names), len(dirs)) and names[keep] == dirs[keep]:
+                keep += 1
+            while len(names) > keep:
+                names.pop()
+                changed.pop()
+                os.close(fds.pop())
+            for part in dirs[keep:]:
+                try:
+                    fd = os.open(part, _DIR_FLAGS, dir_fd=fds[-1])
+                except OSError:
+                    return None
+                try:
+                    changed.append(changed[-1] or self._changed(fd))
+                except OSError:
+                    os.close(fd)
+                    return None
+                names.append(part)
+                fds.append(fd)
+        try:
+            st = os.stat(name, dir_fd=self._fds[-1], follow_symlinks=False)
+        except OSError:
+            return None
+        return self._fds[-1], name, st, self._changed_so_far[-1]
+
+
+_NOT_NAMES = frozenset({"", ".", ".."})
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,16 @@
-"""The search tools grep and find: the glob compiler, the rg engine and its pure-Python fallback."""
+"""The search tools grep and find: the glob compiler, the rg engine and its pure-Python fallback.
+
+Confinement. The path the model gives is opened with the file tools' walk (from the
+worktree's descriptor, never following a symlink out). git and ripgrep then open what they
+list by name, and a symlink swapped in meanwhile (for the search root, a directory on the
+way, or a file while ripgrep walks) would be followed. So nothing they report is shown
+unchecked: every reported path is walked again from the worktree's descriptor
+(:class:`~hero.agent.tools.paths.TreeWalk`) and dropped when it is not there (an outside
+name). For grep with ripgrep, a file whose directories changed while rg ran (their ctime)
+may have been read through a swapped symlink: it is searched again through the descriptor
+the walk opened (``/proc/self/fd/N``), so its lines are the worktree's. The pure-Python
+grep reads every file through that walk itself.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +18,27 @@ import functools
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from hero.agent.tools.context import ToolContext, ToolError, ToolOutcome
-from hero.agent.tools.paths import in_git_dir, rel, resolve_path
+from hero.agent.tools.context import ToolContext, ToolError, ToolOutcome, os_reason
+from hero.agent.tools.paths import DIR_FLAGS, READ_FLAGS, TreeWalk, open_in_worktree, rel
 from hero.agent.tools.text import BINARY_SNIFF_BYTES, LINE_MAX_CHARS, cut_line, is_binary
 
 GREP_MAX_LINES = 200
 GREP_TIMEOUT_S = 60.0
 GREP_MAX_FILE_BYTES = 20_000_000
 FIND_MAX_PATHS = 200
+
+#: How far a file's ctime may lag the clock: the kernel stamps files from a clock that is
+#: updated once a tick (at most 10 ms at HZ=100).
+_CLOCK_SLACK_NS = 50_000_000
+#: Files searched again per rg run (each is an open descriptor handed to rg).
+_RECHECK_BATCH = 200
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,20 +130,24 @@ def _subprocess_env(ctx: ToolContext) -> dict[str, str]:
     return env
 
 
-def _is_file_entry(path: Path) -> bool:
-    """A regular file or a symlink (never followed), as git and ripgrep list them."""
-    return path.is_symlink() or path.is_file()
-
-
 def _path_key(rel_path: str) -> list[str]:
     """Sort component by component, as ripgrep's --sort=path does."""
     return rel_path.split("/")
 
 
-def _list_files(ctx: ToolContext, base: Path) -> list[str]:
-    """Root-relative posix paths of non-directory entries under ``base``: git's tracked and
-    untracked-not-ignored files, else a walk that skips .git. Sorted."""
-    rel_base = rel(ctx, base)
+def _in_git_dir(rel_path: str) -> bool:
+    return any(part.lower() == ".git" for part in rel_path.split("/"))
+
+
+def _join(rel_dir: str, name: str) -> str:
+    return name if rel_dir == "." else f"{rel_dir}/{name}"
+
+
+def _list_files(ctx: ToolContext, base_fd: int, rel_base: str) -> list[str]:
+    """Root-relative posix paths of non-directory entries under the directory ``rel_base``
+    (open as ``base_fd``): git's tracked and untracked-not-ignored files that are in the
+    worktree now (a regular file or a symlink, never followed), else a walk of ``base_fd``
+    that skips .git. Sorted."""
     try:
         proc = subprocess.run(
             [
@@ -146,17 +170,66 @@ def _list_files(ctx: ToolContext, base: Path) -> list[str]:
         proc = None
     if proc is not None and proc.returncode == 0:
         names = {n for n in proc.stdout.decode("utf-8", "surrogateescape").split("\0") if n}
-        files = [n for n in names if _is_file_entry(ctx.root / n)]
-        files = [f for f in files if not in_git_dir(ctx, ctx.root / f)]
+        files = []
+        # git read the directories by name: a name it listed from a directory swapped for a
+        # symlink meanwhile is not in the worktree's directory, and is dropped here.
+        with TreeWalk(ctx) as walk:
+            for name in sorted(names, key=_path_key):
+                if _in_git_dir(name):
+                    continue
+                found = walk.lookup(name)
+                if found and (stat.S_ISREG(found[2].st_mode) or stat.S_ISLNK(found[2].st_mode)):
+                    files.append(name)
         # An explicitly named ignored directory is still listed (as ripgrep searches it).
-        if files or base == ctx.root:
-            return sorted(files, key=_path_key)
-    files = []
-    for dirpath, dirnames, filenames in os.walk(base):
-        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
-        dirnames[:] = [d for d in dirnames if d != ".git" and d not in links]
-        files.extend(rel(ctx, Path(dirpath, f)) for f in [*filenames, *links] if f != ".git")
-    return sorted(files, key=_path_key)
+        if files or rel_base == ".":
+            return files
+    return sorted(_walk_files(base_fd, rel_base), key=_path_key)
+
+
+def _walk_files(top_fd: int, rel_top: str) -> list[str]:
+    """Non-directory entries under the directory ``top_fd`` (symlinks listed, never
+    followed; ``.git`` skipped), each directory opened from its parent's descriptor with
+    O_NOFOLLOW. Unreadable directories are skipped. Open descriptors: one per level."""
+    files: list[str] = []
+    stack: list[tuple[int, str, Iterator[str]]] = []
+
+    def enter(fd: int, rel_dir: str) -> None:
+        subdirs = []
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.name == ".git":
+                        continue
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False
+                    if is_dir:
+                        subdirs.append(entry.name)
+                    else:
+                        files.append(_join(rel_dir, entry.name))
+        except OSError:
+            os.close(fd)
+            return
+        stack.append((fd, rel_dir, iter(subdirs)))
+
+    try:
+        enter(os.dup(top_fd), rel_top)
+        while stack:
+            fd, rel_dir, subdirs = stack[-1]
+            name = next(subdirs, None)
+            if name is None:
+                os.close(stack.pop()[0])
+                continue
+            try:
+                child = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue
+            enter(child, _join(rel_dir, name))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+    return files
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,127 +253,283 @@ def find_rg() -> str | None:
     return shutil.which("rg", path=os.pathsep.join(d for d in dirs if d)) or shutil.which("rg")
 
 
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit and (chunk := os.read(fd, min(limit + 1 - size, 1 << 20))):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def _grep_records(
-    ctx: ToolContext, pattern: str, base: Path, glob: str | None, ignore_case: bool, mode: str
-) -> list[str]:
-    if base.is_file():
-        with open(base, "rb") as f:
-            if is_binary(f.read(BINARY_SNIFF_BYTES)):
-                raise ToolError(f"'{rel(ctx, base)}' is a binary file; grep searches text")
-    rg = None if ctx.use_ripgrep is False else find_rg()
-    if ctx.use_ripgrep is True and not rg:
-        raise ToolError("ripgrep (rg) was requested but is not installed")
-    if rg:
-        return _grep_rg(ctx, rg, pattern, base, glob, ignore_case, mode)
-    return _grep_py(ctx, pattern, base, glob, ignore_case, mode)
-
-
-def _grep_rg(
     ctx: ToolContext,
-    rg: str,
     pattern: str,
-    base: Path,
+    base_fd: int,
+    rel_base: str,
+    is_dir: bool,
     glob: str | None,
     ignore_case: bool,
     mode: str,
 ) -> list[str]:
-    cmd = [
-        rg,
+    if not is_dir and is_binary(os.pread(base_fd, BINARY_SNIFF_BYTES, 0)):
+        raise ToolError(f"'{rel_base}' is a binary file; grep searches text")
+    rg = None if ctx.use_ripgrep is False else find_rg()
+    if ctx.use_ripgrep is True and not rg:
+        raise ToolError("ripgrep (rg) was requested but is not installed")
+    if rg:
+        return _grep_rg(ctx, rg, pattern, rel_base, glob, ignore_case, mode)
+    return _grep_py(ctx, pattern, base_fd, rel_base, is_dir, glob, ignore_case, mode)
+
+
+def _rg_flags(ignore_case: bool, mode: str, globs: tuple[str, ...] = ()) -> list[str]:
+    flags = [
         "--no-config",
         "--hidden",
         "--null",
         "--color=never",
         "--sort=path",
         "--with-filename",
-        "--glob",
-        "!.git",
     ]
+    for glob in globs:  # in order: a later glob wins
+        flags += ["--glob", glob]
     if ignore_case:
-        cmd.append("--ignore-case")
-    if glob:
-        cmd += ["--glob", glob]
+        flags.append("--ignore-case")
     if mode == "files_with_matches":
-        cmd.append("--files-with-matches")
+        flags.append("--files-with-matches")
     elif mode == "count":
-        cmd.append("--count")
+        flags.append("--count")
     else:
-        cmd += ["--line-number", "--no-heading"]
-    cmd += ["-e", pattern, "--"]
-    if base != ctx.root:
-        cmd.append(rel(ctx, base))
+        flags += ["--line-number", "--no-heading"]
+    return flags
+
+
+def _run_rg(
+    ctx: ToolContext, cmd: list[str], pass_fds: tuple[int, ...] = ()
+) -> subprocess.CompletedProcess[bytes]:
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             cmd,
             cwd=ctx.root,
             env=_subprocess_env(ctx),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=GREP_TIMEOUT_S,
+            pass_fds=pass_fds,
         )
     except subprocess.TimeoutExpired:
         raise ToolError(f"grep timed out after {GREP_TIMEOUT_S:g} s; narrow path or glob") from None
-    if proc.returncode == 2 and not proc.stdout:
-        err = proc.stderr.decode("utf-8", "replace").strip()
-        if "regex" in err:
-            raise ToolError(f"invalid regex {pattern!r}: {err}")
-        raise ToolError(f"grep failed: {err}")
-    out = proc.stdout.decode("utf-8", "replace")
+
+
+#: One grep result: the path as rg printed it, and what follows it (None for a path alone).
+_Record = tuple[bytes, str | None]
+
+
+def _rg_records(out: bytes, mode: str, *, strict: bool = False) -> list[_Record]:
+    """rg's --null output as records; ``strict`` drops lines without a path (rg's notes
+    about binary files it was given by name)."""
     if mode == "files_with_matches":
-        return [p for p in out.split("\0") if p.strip("\n")]
-    records = []
-    for line in out.split("\n"):
+        return [(p, None) for p in out.split(b"\0") if p.strip(b"\n")]
+    records: list[_Record] = []
+    for line in out.split(b"\n"):
         if not line:
             continue
-        path, _, rest = line.partition("\0")
-        records.append(f"{path}:{rest.removesuffix(chr(13))}")
+        path, sep, rest = line.partition(b"\0")
+        if strict and not sep:
+            continue
+        records.append((path, rest.decode("utf-8", "replace").removesuffix("\r")))
     return records
 
 
+def _show(path: bytes, rest: str | None) -> str:
+    shown = path.decode("utf-8", "replace")
+    return shown if rest is None else f"{shown}:{rest}"
+
+
+def _grep_rg(
+    ctx: ToolContext,
+    rg: str,
+    pattern: str,
+    rel_base: str,
+    glob: str | None,
+    ignore_case: bool,
+    mode: str,
+) -> list[str]:
+    globs = ("!.git", glob) if glob else ("!.git",)
+    args = [rg, *_rg_flags(ignore_case, mode, globs), "-e", pattern, "--"]
+    started = time.time_ns()
+    proc = _run_rg(ctx, [*args, rel_base] if rel_base != "." else args)
+    if proc.returncode == 2 and not proc.stdout:
+        # rg's complaint may name files it listed through a symlink swapped in: it is shown
+        # only when it is about the pattern or the glob, which rg then repeats with no file
+        # of the worktree to read. Otherwise some files could not be read, none matched.
+        probe = _run_rg(ctx, [*args, os.devnull])
+        if probe.returncode == 2:
+            err = probe.stderr.decode("utf-8", "replace").strip()
+            if "regex" in err:
+                raise ToolError(f"invalid regex {pattern!r}: {err}")
+            raise ToolError(f"grep failed: {err}")
+        err = proc.stderr.decode("utf-8", "replace")
+        if (note := err.find("rg: No files were searched")) >= 0:  # rg's last words: a filter
+            raise ToolError(f"grep failed: {err[note:].strip()}")
+    records = _rg_records(proc.stdout, mode)
+    return _checked(ctx, rg, pattern, ignore_case, mode, records, started - _CLOCK_SLACK_NS)
+
+
+def _checked(
+    ctx: ToolContext,
+    rg: str,
+    pattern: str,
+    ignore_case: bool,
+    mode: str,
+    records: list[_Record],
+    since_ns: int,
+) -> list[str]:
+    """rg's records for what the worktree holds: rg opened each file by name, so each is
+    walked again from the worktree's descriptor. Not there (an outside name, a symlink
+    now): dropped. A directory on its way changed since rg started, so rg may have read it
+    through a symlink swapped in and back: searched again through the walk's descriptor."""
+    if not records:
+        return []
+    gone: set[bytes] = set()
+    again: dict[bytes, int] = {}  # path -> descriptor, to search again
+    try:
+        with TreeWalk(ctx, since_ns) as walk:
+            for path in dict.fromkeys(p for p, _ in records):
+                found = walk.lookup(os.fsdecode(path))
+                if found is None or not stat.S_ISREG(found[2].st_mode):
+                    gone.add(path)
+                elif found[3]:
+                    dir_fd, name = found[0], found[1]
+                    try:
+                        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+                    except OSError:
+                        gone.add(path)
+                        continue
+                    again[path] = fd
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        gone.add(path)
+        redone = _search_fds(ctx, rg, pattern, ignore_case, mode, again, gone) if again else {}
+    finally:
+        for fd in again.values():
+            os.close(fd)
+    out: list[str] = []
+    for path, rest in records:
+        if path in gone:
+            continue
+        if path in redone:
+            out.extend(redone.pop(path))
+        elif path not in again:
+            out.append(_show(path, rest))
+    return out
+
+
+@functools.cache
+def _fd_dir() -> str | None:
+    """Where a process names its own open descriptors (/proc/self/fd, /dev/fd), if anywhere."""
+    for fd_dir in ("/proc/self/fd", "/dev/fd"):
+        if os.path.isdir(fd_dir):
+            return fd_dir
+    return None
+
+
+def _search_fds(
+    ctx: ToolContext,
+    rg: str,
+    pattern: str,
+    ignore_case: bool,
+    mode: str,
+    files: dict[bytes, int],
+    skip: set[bytes],
+) -> dict[bytes, list[str]]:
+    """rg's records for already open files (path -> descriptor), searched as
+    ``<fd dir>/<fd>``: the very files, whatever their names point to now. Binary files (as
+    rg's own walk would skip them) and those in ``skip`` give none."""
+    fd_dir = _fd_dir()
+    todo = [(p, fd) for p, fd in files.items() if p not in skip]
+    if fd_dir is None:  # nowhere to name a descriptor: leave the files out
+        skip.update(p for p, _ in todo)
+        return {}
+    todo = [(p, fd) for p, fd in todo if not is_binary(os.pread(fd, BINARY_SNIFF_BYTES, 0))]
+    redone: dict[bytes, list[str]] = {}
+    for start in range(0, len(todo), _RECHECK_BATCH):
+        batch = todo[start : start + _RECHECK_BATCH]
+        by_arg = {os.fsencode(f"{fd_dir}/{fd}"): p for p, fd in batch}
+        cmd = [rg, *_rg_flags(ignore_case, mode), "-e", pattern, "--"]
+        proc = _run_rg(ctx, cmd + [os.fsdecode(a) for a in by_arg], tuple(fd for _, fd in batch))
+        for arg, rest in _rg_records(proc.stdout, mode, strict=True):
+            path = by_arg.get(arg)
+            if path is not None:
+                redone.setdefault(path, []).append(_show(path, rest))
+    return redone
+
+
 def _grep_py(
-    ctx: ToolContext, pattern: str, base: Path, glob: str | None, ignore_case: bool, mode: str
+    ctx: ToolContext,
+    pattern: str,
+    base_fd: int,
+    rel_base: str,
+    is_dir: bool,
+    glob: str | None,
+    ignore_case: bool,
+    mode: str,
 ) -> list[str]:
     """The fallback where the ripgrep wheel cannot install: same records for what grep promises
-    (Python ``re`` syntax instead of rg's; .gitignore through git ls-files)."""
+    (Python ``re`` syntax instead of rg's; .gitignore through git ls-files). Every file is
+    read through a descriptor the walk from the worktree's descriptor opened."""
     try:
         rx = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except (re.error, RecursionError, OverflowError) as exc:
         raise ToolError(f"invalid regex {pattern!r}: {exc}") from None
-    if base.is_file():
-        candidates = [rel(ctx, base)]
-    else:
-        match = _glob_matcher(glob) if glob else None
-        candidates = [
-            f
-            for f in _list_files(ctx, base)
-            if (match is None or match(f)) and not os.path.islink(ctx.root / f)
-        ]
     records: list[str] = []
-    for rel_path in candidates:
-        try:
-            with open(ctx.root / rel_path, "rb") as f:
-                data = f.read(GREP_MAX_FILE_BYTES + 1)
-        except OSError:
-            continue
-        if len(data) > GREP_MAX_FILE_BYTES or is_binary(data):
-            continue
-        count = 0
-        lines = data.decode("utf-8", "replace").split("\n")
-        if lines[-1] == "":
-            lines.pop()  # text after the last newline only
-        for n, line in enumerate(lines, 1):
-            line = line.removesuffix("\r")
-            if rx.search(line) is None:
+    if not is_dir:
+        _search_text(rx, rel_base, _read_at_most(base_fd, GREP_MAX_FILE_BYTES), mode, records)
+        return records
+    match = _glob_matcher(glob) if glob else None
+    candidates = [f for f in _list_files(ctx, base_fd, rel_base) if match is None or match(f)]
+    with TreeWalk(ctx) as walk:
+        for rel_path in candidates:
+            found = walk.lookup(rel_path)
+            if found is None or not stat.S_ISREG(found[2].st_mode):
+                continue  # a symlink (never followed), or gone
+            try:
+                fd = os.open(found[1], READ_FLAGS, dir_fd=found[0])
+            except OSError:
                 continue
-            count += 1
-            if mode == "content":
-                records.append(f"{rel_path}:{n}:{line}")
-            elif mode == "files_with_matches":
-                break
-        if count and mode == "files_with_matches":
-            records.append(rel_path)
-        elif count and mode == "count":
-            records.append(f"{rel_path}:{count}")
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                data = _read_at_most(fd, GREP_MAX_FILE_BYTES)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            _search_text(rx, rel_path, data, mode, records)
     return records
+
+
+def _search_text(
+    rx: re.Pattern[str], rel_path: str, data: bytes, mode: str, records: list[str]
+) -> None:
+    if len(data) > GREP_MAX_FILE_BYTES or is_binary(data):
+        return
+    count = 0
+    lines = data.decode("utf-8", "replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # text after the last newline only
+    for n, line in enumerate(lines, 1):
+        line = line.removesuffix("\r")
+        if rx.search(line) is None:
+            continue
+        count += 1
+        if mode == "content":
+            records.append(f"{rel_path}:{n}:{line}")
+        elif mode == "files_with_matches":
+            break
+    if count and mode == "files_with_matches":
+        records.append(rel_path)
+    elif count and mode == "count":
+        records.append(f"{rel_path}:{count}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,10 +546,25 @@ def tool_grep(
 ) -> ToolOutcome:
     if not pattern:
         raise ToolError("tool 'grep': pattern must not be empty")
-    base = resolve_path(ctx, path)
-    if not base.exists():
-        raise ToolError(f"path not found: '{path}'")
-    records = _grep_records(ctx, pattern, base, glob, ignore_case, output_mode)
+    opened = open_in_worktree(ctx, path, "search")
+    try:
+        kind = os.fstat(opened.fd).st_mode
+        if not stat.S_ISDIR(kind) and not stat.S_ISREG(kind):
+            raise ToolError(f"'{path}' is not a regular file")
+        records = _grep_records(
+            ctx,
+            pattern,
+            opened.fd,
+            rel(ctx, opened.path),
+            stat.S_ISDIR(kind),
+            glob,
+            ignore_case,
+            output_mode,
+        )
+    except OSError as exc:
+        raise ToolError(f"cannot search '{path}': {os_reason(exc)}") from None
+    finally:
+        os.close(opened.fd)
     if not records:
         return ToolOutcome("no matches", is_error=False)
     shown = [cut_line(r, LINE_MAX_CHARS) for r in records[:GREP_MAX_LINES]]
@@ -335,18 +579,21 @@ def tool_grep(
 def tool_find(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutcome:
     if not pattern.strip():
         raise ToolError("tool 'find': pattern must not be empty")
-    base = resolve_path(ctx, path)
-    if not base.is_dir():
-        raise ToolError(
-            f"'{path}' is not a directory" if base.exists() else f"path not found: '{path}'"
-        )
+    opened = open_in_worktree(ctx, path, "search")
+    try:
+        if not stat.S_ISDIR(os.fstat(opened.fd).st_mode):
+            raise ToolError(f"'{path}' is not a directory")
+        rel_base = rel(ctx, opened.path)
+        files = _list_files(ctx, opened.fd, rel_base)
+    except OSError as exc:
+        raise ToolError(f"cannot search '{path}': {os_reason(exc)}") from None
+    finally:
+        os.close(opened.fd)
     match = _glob_matcher(pattern)
-    prefix = "" if base == ctx.root else rel(ctx, base) + "/"
-    found = [
-        f for f in _list_files(ctx, base) if match(f.removeprefix(prefix)) or (prefix and match(f))
-    ]
+    prefix = "" if rel_base == "." else rel_base + "/"
+    found = [f for f in files if match(f.removeprefix(prefix)) or (prefix and match(f))]
     if not found:
-        return ToolOutcome(f"no files match '{pattern}' under '{rel(ctx, base)}'", False)
+        return ToolOutcome(f"no files match '{pattern}' under '{rel_base}'", False)
     shown = found[:FIND_MAX_PATHS]
     if len(found) > FIND_MAX_PATHS:
         shown.append(f"(showing first {FIND_MAX_PATHS} of {len(found)} paths; narrow the pattern)")
