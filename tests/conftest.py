@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import textwrap
 from collections.abc import Callable, Iterator
@@ -36,9 +37,18 @@ def _no_global_git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def target_repo(tmp_path: Path) -> Path:
-    """A small Python project with a passing unittest suite, committed on `main`."""
+def target_repo(tmp_path: Path, target_repo_template: Path) -> Path:
+    """A small Python project with a passing unittest suite, committed on `main`: the
+    test's own copy of ``target_repo_template``."""
     repo = tmp_path / "repo"
+    shutil.copytree(target_repo_template, repo, symlinks=True)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def target_repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``target_repo`` as it starts, built once per session; tests use copies, never this."""
+    repo = tmp_path_factory.mktemp("template") / "repo"
     (repo / "calc").mkdir(parents=True)
     (repo / "tests").mkdir()
     (repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")

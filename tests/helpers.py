@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,60 @@ def wait_dead(pid: int, timeout: float = 20.0) -> bool:
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     return not alive(pid)
+
+
+#: The inbox rescan interval of a daemon started with ``watch_command(..., rescan_s=...)``.
+FAST_RESCAN_S = 0.1
+
+#: Prepended to a ``python -c`` daemon: it rescans its inbox every ``sys.argv[1]`` seconds
+#: (popped) instead of every RESCAN_S (10 s: hero has no setting for it), and logs each
+#: rescan as a "rescanned" event, so a test waits for rescans, not for a clock.
+RESCAN_PROBE = """
+import sys
+
+import structlog
+
+import hero.daemon.dispatcher
+
+hero.daemon.dispatcher.RESCAN_S = float(sys.argv.pop(1))
+real_rescan = hero.daemon.dispatcher.Inbox.rescan
+
+
+def rescan(self):
+    real_rescan(self)
+    structlog.get_logger("hero").info("rescanned")
+
+
+hero.daemon.dispatcher.Inbox.rescan = rescan
+"""
+
+
+def watch_command(*args: str, rescan_s: float | None = None) -> list[str]:
+    """`python -m hero watch ARGS`; with ``rescan_s``, hero's own CLI behind ``RESCAN_PROBE``."""
+    if rescan_s is None:
+        return [sys.executable, "-m", "hero", "watch", *args]
+    main = "from hero.cli import main\n\nsys.exit(main(sys.argv[1:]))\n"
+    return [sys.executable, "-c", RESCAN_PROBE + main, str(rescan_s), "watch", *args]
+
+
+def rescans_done(count_now: int, n: int) -> int:
+    """How many "rescanned" events to wait for so that ``n`` rescans after the
+    ``count_now``-th have been handled, whatever they found. A rescan's files are
+    considered (queued, refused, started) by the main loop before the one after next is
+    logged: one more may come first (the burst rescan in ``Inbox.due``). That holds for
+    files older than the settle delay (see ``backlog``): a fresh one is due only later."""
+    return count_now + n + 2
+
+
+def backlog(*paths: Path) -> Path:
+    """Make story files look written a minute ago, long before the daemon starts: due at
+    start-up at once, without the settle wait (1 s) that a fresh file gets, which tests not
+    about it need not sit out (test_watch's duplicate-ids-in-the-backlog test keeps its
+    files fresh). Returns the first path."""
+    t = time.time() - 60
+    for path in paths:
+        os.utime(path, (t, t))
+    return paths[0]
 
 
 def load_state(home: Path, story_id: str = "s1") -> dict[str, Any]:

@@ -29,19 +29,22 @@ from typing import Any
 import pytest
 from conftest import git
 from helpers import (
+    FAST_RESCAN_S,
     alive,
+    backlog,
     commit_once,
     is_review,
     load_state,
+    rescans_done,
     review_round,
     sha_of,
     step_of,
     verdict,
+    watch_command,
     worker_round,
 )
 
 from hero.cli import main
-from hero.daemon.dispatcher import RESCAN_S
 from hero.testing.scripted import ScriptedModel, call, text
 
 START_TIMEOUT_S = 60.0  # generous "did not hang" bounds, not speed checks
@@ -95,6 +98,15 @@ def heroes() -> Iterator[list[Hero]]:
         if hero.proc.poll() is None:
             hero.proc.kill()
             hero.proc.wait()
+
+
+@pytest.fixture
+def release(tmp_path: Path) -> Iterator[Path]:
+    """A file whose existence ends the workers' busy loops: touched at the end whatever
+    happens, so that a failing test leaves no loop behind."""
+    path = tmp_path / "release"
+    yield path
+    path.touch()
 
 
 def start(heroes: list[Hero], home: Path, story: Path, log_dir: Path, name: str) -> Hero:
@@ -354,8 +366,8 @@ def test_a_second_home_on_the_same_repo_refuses_the_running_story_and_touches_no
     target_repo: Path,
     tmp_path: Path,
     heroes: list[Hero],
+    release: Path,
 ) -> None:
-    release = tmp_path / "release"
     busy = (
         "echo precious > uncommitted-a.txt; touch started; "
         f"while [ ! -f {release} ]; do sleep 0.05; done"
@@ -417,10 +429,11 @@ def test_a_daemon_of_another_home_says_busy_once_and_waits(
     target_repo: Path,
     tmp_path: Path,
     heroes: list[Hero],
+    release: Path,
 ) -> None:
     """`hero watch` in home B, while home A runs the story: B logs that it is busy once,
-    starts nothing, and looks again at its rescans without a word (one rescan waited out)."""
-    release = tmp_path / "release"
+    starts nothing, and looks again at its rescans without a word (two rescans waited out,
+    made frequent and logged by ``RESCAN_PROBE``)."""
     busy = (
         "echo precious > uncommitted-a.txt; touch started; "
         f"while [ ! -f {release} ]; do sleep 0.05; done"
@@ -429,7 +442,7 @@ def test_a_daemon_of_another_home_says_busy_once_and_waits(
     home_a = make_home(model)
     home_b = other_home(home_a, "home-b")
     story_a = write_story(home_a, "s1", verify=["true"])
-    write_story(home_b, "s1", verify=["true"])
+    backlog(write_story(home_b, "s1", verify=["true"]))  # settled: each rescan looks at it
     worktree_a = home_a / "worktrees" / "s1"
     a = start(heroes, home_a, story_a, tmp_path, "home-a")
     a.wait_until(lambda: (worktree_a / "started").exists(), "home A's worker at work")
@@ -447,19 +460,23 @@ def test_a_daemon_of_another_home_says_busy_once_and_waits(
                 found.append(event)
         return found
 
+    def wait_until(cond: Callable[[], Any]) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not cond() and time.monotonic() < deadline and daemon.poll() is None:
+            time.sleep(0.05)
+        assert cond(), log_path.read_text()
+
     with open(log_path, "wb") as log:
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "hero", "watch", "--home", str(home_b), "--log-format", "json"],
+            watch_command("--home", str(home_b), "--log-format", "json", rescan_s=FAST_RESCAN_S),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not events("busy") and time.monotonic() < deadline and daemon.poll() is None:
-            time.sleep(0.05)
-        assert events("busy"), log_path.read_text()
-        time.sleep(RESCAN_S + 1.5)  # the inbox rescan has looked at the file again
+        wait_until(lambda: events("busy"))
+        rescans = rescans_done(len(events("rescanned")), 2)  # rescans looked at the file again
+        wait_until(lambda: len(events("rescanned")) >= rescans)
         assert daemon.poll() is None, log_path.read_text()
         busy_events = events("busy")
         assert len(busy_events) == 1, log_path.read_text()
@@ -572,8 +589,10 @@ def test_parallel_stories_in_one_daemon_leave_each_others_processes_alone(
 
     model = scripted(handler)
     home = make_home(model, max_parallel=2)
-    write_story(home, "a", verify=["test -f a-work.txt"])
-    write_story(home, "b", verify=["test -f b-work.txt"])
+    backlog(
+        write_story(home, "a", verify=["test -f a-work.txt"]),
+        write_story(home, "b", verify=["test -f b-work.txt"]),
+    )
     with open(tmp_path / "watch.log", "wb") as log:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "hero", "watch", "--home", str(home), "--exit-when-idle"],

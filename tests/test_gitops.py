@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -555,6 +556,10 @@ def test_git_killed_mid_commit_leaves_locks_that_are_waited_on_then_cleared(
     with pytest.raises(GitError, match="File exists"):
         commit_all(story_wt, "hero: rescue", DEFAULT_IDENTITY)  # stuck, as the issue says
 
+    # as the next run finds them, a while after the crash: past the grace a lock file no
+    # process has open gets (LOCK_GRACE_S, sat out by test_e2e_stuck's kill -9 test)
+    age(head_lock)
+    age(ref_lock)
     notes = []
     clear_stale_locks(repo, "hero/x", story_wt, notes.append)
 
@@ -604,8 +609,13 @@ def test_a_lock_a_live_process_holds_is_waited_on_never_removed(
         assert len(notes) == 1  # said once, not at every look
         assert notes[0].startswith(f"waiting for git lock {lock}, held by pid {holder.pid} (")
         # the holder finishes while hero waits: hero goes on, nothing removed by hero
-        threading.Timer(0.5, lambda: holder.communicate("")).start()
-        clear_stale_locks(repo, "hero/x", story_wt, notes.append, wait_s=30)
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(
+                clear_stale_locks, repo, "hero/x", story_wt, notes.append, wait_s=30
+            )
+            assert _wait_until(lambda: len(notes) == 2, within_s=30)  # it found it held
+            holder.communicate("")
+            waiting.result(timeout=60)
         assert not lock.exists()
         assert not any(n.startswith("removed") for n in notes)
     finally:

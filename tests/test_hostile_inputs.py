@@ -14,18 +14,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import git
-from helpers import load_state
+from helpers import FAST_RESCAN_S, RESCAN_PROBE, backlog, load_state, rescans_done
 from test_watch import STOP_SPEC_S, Daemon, Policy, Procs, set_age, wait_for
 
 from hero.cli import main
-from hero.daemon.dispatcher import RESCAN_S
 
 NESTED = "[" * 1000 + "]" * 1000  # about 2 KB of YAML that ended in RecursionError
 MAX_DAEMON_RSS_KB = 400_000  # the daemon never holds anything near this; /dev/zero would
@@ -93,6 +91,7 @@ def test_deeply_nested_yaml_is_refused_and_the_daemon_carries_on(
     nested = write_story(home, "nested", verify=["true"], scope="PLACEHOLDER")
     nested.write_text(nested.read_text().replace("PLACEHOLDER", NESTED))
     assert nested.stat().st_size < 2500
+    backlog(nested)
 
     for attempt in (1, 2):  # a restart finds it again, and refuses it again
         daemon = procs.start(home)
@@ -122,6 +121,7 @@ def test_file_names_too_long_for_a_refusal_note_do_not_stop_the_daemon(
     write_story(home, "bad", verify=["true"], priority="urgent").rename(bad)
     good = inbox / ("g" * 250 + ".md")
     write_story(home, "long-name", verify=["true"]).rename(good)
+    backlog(bad, good)
 
     daemon = procs.start(home)
     event = daemon.wait_event("rejected", file=bad.name)
@@ -146,7 +146,7 @@ def test_fifos_and_a_symlink_to_dev_zero_are_refused_and_never_block(
     checking whether hero had written the file itself (which needs a story run before)."""
     model = scripted(Policy())
     home = make_home(model)
-    write_story(home, "first", verify=["true"])
+    backlog(write_story(home, "first", verify=["true"]))
     first = procs.start(home, "--exit-when-idle", name="first")
     assert first.wait_exit() == 0, first.output()
     assert load_state(home, "first")["story_digest"]  # hero now compares files it sees
@@ -197,17 +197,16 @@ def test_story_that_cannot_start_ends_in_error_and_is_tried_once(
     until the file is edited or `hero retry`."""
     model = scripted(Policy())
     home = make_home(model)
-    daemon = procs.start(home)
+    daemon = procs.start(home, rescan_s=FAST_RESCAN_S)
     daemon.wait_event("watching")
     drop_story(home, "bad-base", base_ref="no-such-branch")
     finished = daemon.wait_event("finished", story="bad-base")
     reason = f"base_ref 'no-such-branch' is not a branch, tag or commit in {target_repo}"
     assert (finished["status"], finished["error"]) == ("error", reason)
-    first_try = time.monotonic()
 
     drop_story(home, "good")  # the daemon goes on
     assert daemon.wait_event("finished", story="good")["status"] == "passed"
-    time.sleep(max(0.0, first_try + 3 * RESCAN_S + 2 - time.monotonic()))  # 3 rescans
+    daemon.wait_rescans(3)
 
     assert len(daemon.events("started", story="bad-base")) == 1
     state = load_state(home, "bad-base")
@@ -262,11 +261,11 @@ def test_an_internal_bug_writes_its_traceback_once_and_is_not_retried(
     model = scripted(Policy())
     home = make_home(model)
     for sid in ("bug-in-start", "bug-in-run"):
-        write_story(home, sid, verify=["true"])
+        backlog(write_story(home, sid, verify=["true"]))
     err = tmp_path / "bug.err"
     with open(err, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-c", INTERNAL_BUG, str(home)],
+            [sys.executable, "-c", RESCAN_PROBE + INTERNAL_BUG, str(FAST_RESCAN_S), str(home)],
             stdin=subprocess.DEVNULL,
             stdout=fh,
             stderr=fh,
@@ -284,10 +283,10 @@ def test_an_internal_bug_writes_its_traceback_once_and_is_not_retried(
             return "bug-in-start" in finished and "bug-in-run.md" in refused
 
         assert wait_for(both_ended), err.read_text()
-        ended = time.monotonic()
+        rescans = rescans_done(len(events("rescanned")), 1)  # a rescan after both ended
         drop_story(home, "good")
         assert wait_for(lambda: any(e["story"] == "good" for e in events("finished")))
-        time.sleep(max(0.0, ended + RESCAN_S + 2 - time.monotonic()))  # a rescan went by
+        assert wait_for(lambda: len(events("rescanned")) >= rescans), err.read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(STOP_SPEC_S) == 0
     finally:
@@ -323,11 +322,12 @@ def test_an_internal_bug_writes_its_traceback_once_and_is_not_retried(
 
 @pytest.fixture
 def drop_story(tmp_path: Path, write_story):
-    """drop_story(home, id, **frontmatter) -> inbox/<id>.md, written elsewhere, renamed in."""
+    """drop_story(home, id, **frontmatter) -> inbox/<id>.md, written a while ago elsewhere
+    (so that a rescan finds it settled), renamed in."""
     drafts = tmp_path / "drafts"
 
     def dropper(home: Path, sid: str, **front: Any) -> Path:
-        draft = write_story(drafts, sid, verify=["true"], **front)
+        draft = backlog(write_story(drafts, sid, verify=["true"], **front))
         dest = home / "inbox" / f"{sid}.md"
         os.rename(draft, dest)
         return dest

@@ -181,12 +181,13 @@ def test_delay_is_honoured_and_reported(inbox_dir: Path) -> None:
 
 
 def test_rescan_picks_up_files_present_at_start(inbox_dir: Path) -> None:
-    settle = 1.0
+    settle = 0.2
     old = inbox_dir / "old.md"
     old.write_text(STORY)
     age(old, 60)
     fresh = inbox_dir / "fresh.md"
     fresh.write_text(STORY)
+    age(fresh, -60)  # "written" a minute from now: fresh however slowly the test runs
     (inbox_dir / ".tmp.md").write_text(STORY)
     (inbox_dir / "notes.txt").write_text("hello")
 

@@ -99,8 +99,17 @@ def test_a_detached_process_ends_when_its_command_returns(tmp_path: Path) -> Non
 def test_a_detached_process_ends_with_a_command_that_is_stopped(tmp_path: Path, how: str) -> None:
     pid_file = tmp_path / "detached.pid"
     cancel = threading.Event()
-    if how == "cancel":
-        threading.Timer(1.0, cancel.set).start()
+    if how == "cancel":  # once the detached process is there, while the command goes on
+
+        def cancel_once_detached() -> None:
+            deadline = time.monotonic() + 30
+            while not pid_file.exists() or not pid_file.read_text().strip():
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            cancel.set()
+
+        threading.Thread(target=cancel_once_detached, daemon=True).start()
     try:
         result = run_command(
             detach(pid_file) + "sleep 60",

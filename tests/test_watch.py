@@ -27,17 +27,20 @@ import pytest
 from conftest import git
 from helpers import (
     alive,
+    backlog,
     commit_once,
     is_ancestor,
     is_review,
     load_state,
     long_command,
+    rescans_done,
     review_round,
     sha_of,
     step_of,
     task_text,
     verdict,
     wait_dead,
+    watch_command,
     worker_round,
 )
 
@@ -130,15 +133,19 @@ def subjects(repo: Path, ref: str) -> list[str]:
 
 
 class Daemon:
-    """`python -m hero watch --home HOME --log-format json [ARGS]` with its output in files."""
+    """`python -m hero watch --home HOME --log-format json [ARGS]` with its output in files
+    (with ``rescan_s``: hero's CLI behind ``helpers.RESCAN_PROBE``)."""
 
-    def __init__(self, home: Path, log_dir: Path, name: str, *args: str) -> None:
+    def __init__(
+        self, home: Path, log_dir: Path, name: str, *args: str, rescan_s: float | None = None
+    ) -> None:
         self.out = log_dir / f"{name}.out"
         self.err = log_dir / f"{name}.err"
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hero", "watch", "--home", str(home)]
-                + ["--log-format", "json", *args],
+                watch_command(
+                    "--home", str(home), "--log-format", "json", *args, rescan_s=rescan_s
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -192,6 +199,11 @@ class Daemon:
             pytest.fail(f"no {count}x {name} {match} within {timeout} s:\n{self.output()}")
         return events[count - 1]
 
+    def wait_rescans(self, n: int) -> None:
+        """Until ``n`` more inbox rescans (started with ``rescan_s``) have been handled."""
+        now = len(self.events("rescanned"))
+        self.wait_event("rescanned", count=rescans_done(now, n))
+
     def wait_exit(self, timeout: float = RUN_TIMEOUT_S) -> int:
         try:
             return self.proc.wait(timeout=timeout)
@@ -221,8 +233,11 @@ class Procs:
     daemons: list[Daemon] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
 
-    def start(self, home: Path, *args: str, name: str = "") -> Daemon:
-        d = Daemon(home, self.log_dir, name or f"watch-{len(self.daemons) + 1}", *args)
+    def start(
+        self, home: Path, *args: str, name: str = "", rescan_s: float | None = None
+    ) -> Daemon:
+        name = name or f"watch-{len(self.daemons) + 1}"
+        d = Daemon(home, self.log_dir, name, *args, rescan_s=rescan_s)
         self.daemons.append(d)
         return d
 
@@ -347,7 +362,7 @@ def test_three_stories_run_in_parallel_on_their_own_branches(
     home = make_home(model, max_parallel=3)
     ids = ["p1", "p2", "p3"]
     for sid in ids:
-        write_story(home, sid, verify=[f"test -f {sid}-r1.txt"])
+        backlog(write_story(home, sid, verify=[f"test -f {sid}-r1.txt"]))
     main_sha = git(target_repo, "rev-parse", "main").strip()
 
     daemon = procs.start(home, "--exit-when-idle")
@@ -478,7 +493,7 @@ def test_kill_9_mid_round_then_restart_resumes(
     pid_file = tmp_path / "child.pid"
     model = scripted(two_round_policy("s1", pid_file))
     home = make_home(model)
-    story = write_story(home, "s1", verify=["test -f round-1.txt"], max_retries=3)
+    story = backlog(write_story(home, "s1", verify=["test -f round-1.txt"], max_retries=3))
 
     first = procs.start(home)
     child = first.wait_file(pid_file)
@@ -523,8 +538,10 @@ def test_sigterm_stops_cleanly_then_restart_resumes(
     pid_file = tmp_path / "child.pid"
     model = scripted(two_round_policy("s1", pid_file))
     home = make_home(model, max_parallel=1)
-    write_story(home, "s1", verify=["test -f round-1.txt"], max_retries=3, priority="high")
-    write_story(home, "s2", verify=["true"], priority="low")  # waits its turn
+    backlog(
+        write_story(home, "s1", verify=["test -f round-1.txt"], max_retries=3, priority="high"),
+        write_story(home, "s2", verify=["true"], priority="low"),  # waits its turn
+    )
 
     first = procs.start(home)
     child = first.wait_file(pid_file)
@@ -696,7 +713,7 @@ def test_sigterm_while_a_story_is_being_launched_stops_cleanly(
     daemon, with the signal timed to arrive from inside the launch."""
     model = scripted(Policy())
     home = make_home(model)
-    write_story(home, "s1", verify=["true"])
+    backlog(write_story(home, "s1", verify=["true"]))
     err = tmp_path / "watch.err"
     with open(err, "wb") as fh:
         proc = subprocess.Popen(
@@ -727,7 +744,7 @@ def test_sigterm_with_a_model_call_in_flight_exits_within_10_s(
     gate = threading.Event()
     model = scripted(Policy(gates={"s1": gate}))
     home = make_home(model)
-    write_story(home, "s1", verify=["true"])
+    backlog(write_story(home, "s1", verify=["true"]))
     try:
         first = procs.start(home)
         assert wait_for(lambda: worker_rounds(model, "s1") or first.proc.poll() is not None)
@@ -779,7 +796,7 @@ def test_kill_9_around_moving_a_passed_story_to_done_is_recovered(
     of the inbox (the real daemon, the SIGKILL timed by a wrapper around the move)."""
     model = scripted(Policy())
     home = make_home(model)
-    write_story(home, "s1", verify=["true"])
+    backlog(write_story(home, "s1", verify=["true"]))
     crashed = subprocess.run(
         [sys.executable, "-c", KILL_AROUND_MOVE, str(home), when],
         stdin=subprocess.DEVNULL,
@@ -811,7 +828,7 @@ def test_second_signal_while_stopping_exits_at_once(
     gate = threading.Event()  # holds the worker's model call: the clean stop has to wait
     model = scripted(Policy(gates={"s1": gate}))
     home = make_home(model)
-    write_story(home, "s1", verify=["true"])
+    backlog(write_story(home, "s1", verify=["true"]))
     try:
         daemon = procs.start(home)
         assert wait_for(lambda: worker_rounds(model, "s1") or daemon.proc.poll() is not None)
@@ -876,6 +893,7 @@ def test_bad_stories_are_refused_and_the_daemon_carries_on(
     (inbox / "garbage.md").write_bytes(bytes(range(256)) * 64)
     huge_body = "## Goal\nA lot.\n\n" + ("x" * 99 + "\n") * (2 * 1024 * 1024 // 100)
     write_story(home, "huge", verify=["true"], body=huge_body)
+    backlog(*inbox.iterdir())
     assert (inbox / "huge.md").stat().st_size > 2 * 1024 * 1024 - 1000
     expected = {
         "bad-field.md": "priority",
@@ -917,7 +935,7 @@ def test_duplicate_and_already_passed_ids_are_refused(
     gate = threading.Event()
     model = scripted(Policy(gates={"dup": gate}))
     home = make_home(model)
-    write_story(home, "dup", verify=["true"])  # inbox/dup.md
+    backlog(write_story(home, "dup", verify=["true"]))  # inbox/dup.md
     try:
         daemon = procs.start(home)
         daemon.wait_event("started", story="dup")
@@ -989,7 +1007,7 @@ def test_gave_up_story_waits_for_an_edit_or_a_retry(
 ) -> None:
     model = scripted(Policy(reviews={"g": lambda n: CHANGES if n < 3 else APPROVED}))
     home = make_home(model)
-    story = write_story(home, "g", verify=["true"], max_retries=1)
+    story = backlog(write_story(home, "g", verify=["true"], max_retries=1))
 
     daemon = procs.start(home)
     assert daemon.wait_event("finished", story="g")["status"] == "gave_up"
