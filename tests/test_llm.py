@@ -407,6 +407,9 @@ class _RawServer:
                 self.send_response(200)
                 self.send_header("Content-Type", raw.content_type)
                 self.send_header("Content-Length", str(len(payload)))
+                # No keep-alive: no connection thread outlives the test that made it.
+                self.send_header("Connection", "close")
+                self.close_connection = True
                 self.end_headers()
                 self.wfile.write(payload)
 

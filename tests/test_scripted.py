@@ -459,24 +459,29 @@ def test_stop_without_start_is_fine() -> None:
     ScriptedModel([]).stop()
 
 
-def _request_threads() -> int:
-    return sum("process_request_thread" in t.name for t in threading.enumerate())
+def _request_threads(exclude: frozenset[threading.Thread] = frozenset()) -> int:
+    return sum(
+        "process_request_thread" in t.name and t not in exclude for t in threading.enumerate()
+    )
 
 
-def _wait_for_request_threads(count: int) -> int:
+def _wait_for_request_threads(
+    count: int, exclude: frozenset[threading.Thread] = frozenset()
+) -> int:
     deadline = time.monotonic() + 10
-    while _request_threads() != count and time.monotonic() < deadline:
+    while _request_threads(exclude) != count and time.monotonic() < deadline:
         time.sleep(0.01)
-    return _request_threads()
+    return _request_threads(exclude)
 
 
 def test_stop_closes_keep_alive_connections() -> None:
-    assert _wait_for_request_threads(0) == 0  # earlier tests' connection threads have ended
+    # Count only this test's connection threads: another test's server may still hold one.
+    others = frozenset(t for t in threading.enumerate() if "process_request_thread" in t.name)
     with ScriptedModel([text("a"), text("b")]) as m:
         c = client(m)
         c.chat.completions.create(model="m", messages=MESSAGES)  # leaves a pooled connection
-        assert _request_threads() == 1  # one thread per open connection
-    assert _wait_for_request_threads(0) == 0  # stop() closed the idle keep-alive connection
+        assert _request_threads(others) == 1  # one thread per open connection
+    assert _wait_for_request_threads(0, others) == 0  # stop() closed the idle connection
     with pytest.raises(openai.APIConnectionError):
         c.chat.completions.create(model="m", messages=MESSAGES)
 
