@@ -395,7 +395,7 @@ def one_turn_run(server: ServerProcess, profiler: cProfile.Profile | None = None
 def _worker_system() -> str:
     from hero.prompting import load_template
 
-    return load_template("worker_system.md")
+    return load_template("worker_system.md").text
 
 
 def bench_turns(report: Report, runs: int, profile: bool, per_turn: bool = False) -> None:
