@@ -8,9 +8,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import git
 
 from hero.testing.scripted import Reply, text
@@ -147,3 +149,63 @@ def sha_of(repo: Path, subject: str, ref: str = "hero/s1") -> str:
         if subj == subject:
             return sha
     raise AssertionError(f"no commit '{subject}' on {ref}")
+
+
+# --------------------------------------------------------------------------- hero run as a child
+
+HERO_START_TIMEOUT_S = 60.0  # generous "did not hang" bounds, not speed checks
+HERO_RUN_TIMEOUT_S = 120.0
+
+
+class Hero:
+    """`python -m hero run STORY --home HOME -v` as a child process, output to files."""
+
+    def __init__(self, home: Path, story: Path, log_dir: Path, name: str) -> None:
+        self.out = log_dir / f"{name}.out"
+        self.err = log_dir / f"{name}.err"
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hero", "run", str(story), "--home", str(home), "-v"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=log_dir,
+            )
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
+
+    def wait(self, timeout_s: float = HERO_RUN_TIMEOUT_S) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"hero did not finish within {timeout_s} s:\n{self.output()}")
+
+    def wait_for_file(self, path: Path) -> int:
+        """Wait until ``path`` holds a pid; fail early if hero exits first."""
+        deadline = time.monotonic() + HERO_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if path.is_file():
+                content = path.read_text().strip()
+                if content.isdigit():
+                    return int(content)
+            if self.proc.poll() is not None:
+                pytest.fail(f"hero exited {self.proc.returncode} early:\n{self.output()}")
+            time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait()
+        pytest.fail(f"{path} never appeared:\n{self.output()}")
+
+    def wait_until(self, cond: Callable[[], Any], what: str) -> Any:
+        """Poll ``cond`` until truthy; fail if hero exits first or it never comes."""
+        deadline = time.monotonic() + HERO_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            value = cond()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                pytest.fail(f"hero exited {self.proc.returncode} before {what}:\n{self.output()}")
+            time.sleep(0.05)
+        pytest.fail(f"never saw {what}:\n{self.output()}")

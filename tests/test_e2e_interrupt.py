@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 from conftest import git
 from helpers import (
+    Hero,
     alive,
     commit_once,
     is_ancestor,
@@ -44,48 +44,6 @@ RUN_TIMEOUT_S = 120.0
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class Hero:
-    """`python -m hero run STORY --home HOME -v` as a child process, output to files."""
-
-    def __init__(self, home: Path, story: Path, log_dir: Path, name: str) -> None:
-        self.out = log_dir / f"{name}.out"
-        self.err = log_dir / f"{name}.err"
-        with open(self.out, "wb") as out, open(self.err, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hero", "run", str(story), "--home", str(home), "-v"],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                cwd=log_dir,
-            )
-
-    def output(self) -> str:
-        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
-
-    def wait(self, timeout_s: float = RUN_TIMEOUT_S) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            pytest.fail(f"hero did not finish within {timeout_s} s:\n{self.output()}")
-
-    def wait_for_file(self, path: Path) -> int:
-        """Wait until ``path`` holds a pid; fail early if hero exits first."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if path.is_file():
-                content = path.read_text().strip()
-                if content.isdigit():
-                    return int(content)
-            if self.proc.poll() is not None:
-                pytest.fail(f"hero exited {self.proc.returncode} early:\n{self.output()}")
-            time.sleep(0.05)
-        self.proc.kill()
-        self.proc.wait()
-        pytest.fail(f"{path} never appeared:\n{self.output()}")
 
 
 @pytest.fixture
