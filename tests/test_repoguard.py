@@ -177,6 +177,29 @@ def test_a_rewritten_branch_is_put_back_and_the_rewrite_kept(story: tuple[Path, 
     assert "history was rewritten" in guard.problems[0]
 
 
+def test_uncommitted_work_is_stashed_before_a_rewrite_is_undone(
+    story: tuple[Path, Path, str],
+) -> None:
+    """A reset --hard to undo a rewrite must not take the files the rescue left uncommitted."""
+    repo, worktree, base = story
+    reviewed = commit(worktree, "reviewed.txt")
+    guard = Guard(repo, worktree, "hero/s1", reviewed)
+    guard.watch()
+    git(worktree, "commit", "-q", "--amend", "-m", "amended")
+    (worktree / "conflicted.txt").write_text("<<<<<<< ours\na\n=======\nb\n>>>>>>> theirs\n")
+    (worktree / "reviewed.txt").write_text("edited, not committed\n")
+    guard.keep_history()
+    assert git(repo, "rev-parse", "hero/s1").strip() == reviewed
+    stash = git(worktree, "stash", "list")
+    assert "uncommitted work kept by hero" in stash
+    kept = git(worktree, "diff", "--name-only", "stash@{0}^1", "stash@{0}")
+    assert "conflicted.txt" in kept and "reviewed.txt" in kept
+    assert any("git stash" in p for p in guard.problems)
+    git(worktree, "stash", "pop", "-q")
+    assert (worktree / "reviewed.txt").read_text() == "edited, not committed\n"
+    assert (worktree / "conflicted.txt").read_text().startswith("<<<<<<< ours")
+
+
 def test_commits_on_top_of_the_start_are_fine(story: tuple[Path, Path, str]) -> None:
     repo, worktree, base = story
     guard = Guard(repo, worktree, "hero/s1", base)

@@ -271,6 +271,7 @@ class StoryRun:
             guard.before_rescue()
             refused = self._rescue(f"hero: keep uncommitted work found on resume ({story_id})")
             guard.after_rescue()
+        self.state.head_sha = head_sha(self.worktree)  # where the guard left the branch
         for line in (*guard.notes, *guard.problems, *refused):
             self.say(f"{story_id}: {line}")
 
@@ -617,7 +618,6 @@ class StoryRun:
         left = leftovers(self.worktree, self.state.base_sha)
         if left.committable and not left.conflicted:
             commit_all(self.worktree, message, self.repo.identity_env())
-        self.state.head_sha = head_sha(self.worktree)
         return left.problems()
 
     def _write_error_log(self) -> None:

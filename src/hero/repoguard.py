@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hero.gitops import WORKTREE_TIMEOUT_S, current_branch, git, head_sha
+from hero.gitops import DEFAULT_IDENTITY, WORKTREE_TIMEOUT_S, current_branch, git, git_env, head_sha
 from hero.runner import PUSH_REFUSED_URL
 
 #: Refs hero owns: any story's branches and hero's own refs.
@@ -195,6 +195,7 @@ class Guard:
             git(self.worktree, "symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
             return
         kept = self.strays.keep(where)
+        self.save_uncommitted(f"switching back to {self.branch}")
         git(self.worktree, "checkout", "-q", "--force", self.branch)
         self.problems.append(
             f"the worker left {self.branch} for {left} and its commits there ({where[:12]}) do "
@@ -209,6 +210,7 @@ class Guard:
         tip = branch_tip(self.repo, self.branch)
         if not self.start or is_ancestor(self.repo, self.start, tip):
             return
+        self.save_uncommitted(f"putting {self.branch} back")
         git(self.worktree, "reset", "-q", "--hard", self.start)
         kept = self.strays.keep(tip)  # after the reset: the branch no longer holds the tip
         self.problems.append(
@@ -218,6 +220,22 @@ class Guard:
             + (f" and kept the rewritten commits on the branch {kept}" if kept else "")
             + ". Add new commits on top (undo a change with `git revert`); never reset, amend "
             "or rebase commits that are already on the branch."
+        )
+
+    def save_uncommitted(self, why: str) -> None:
+        """Before hero overwrites the worktree's files: what the rescue commit left there
+        (files it refused to commit, such as conflict markers) goes into ``git stash``, so a
+        forced checkout or a hard reset loses nothing."""
+        if not git(self.worktree, "status", "--porcelain").strip():
+            return
+        message = f"{self.branch}: uncommitted work kept by hero before {why}"
+        env = git_env({**DEFAULT_IDENTITY})
+        git(self.worktree, "add", "-A", env=env)  # unmerged paths too: stash cannot take them
+        git(self.worktree, "stash", "push", "-q", "-m", message, env=env)
+        self.problems.append(
+            f"the worktree held uncommitted changes; hero saved them with `git stash` "
+            f"('{message}') before {why}: `git stash list` shows them, `git stash pop` brings "
+            "them back"
         )
 
     def restore_refs(self) -> None:
