@@ -1244,6 +1244,17 @@ def test_ls_sorted_dirs_marked_git_skipped(ctx: ToolContext, root: Path) -> None
     assert ok(ctx, "ls", {"path": "a"}) == "x.txt"
 
 
+def test_ls_never_stats_through_a_symlink_and_skips_any_git_case(
+    ctx: ToolContext, root: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside-dir"
+    outside.mkdir(exist_ok=True)
+    (root / "link").symlink_to(outside)
+    (root / ".GIT").mkdir()
+    write(root, "a/x.txt", "")
+    assert ok(ctx, "ls", {}).splitlines() == ["a/", "link"]
+
+
 def test_ls_empty_and_errors(ctx: ToolContext, root: Path) -> None:
     (root / "empty").mkdir()
     write(root, "f.txt", "")

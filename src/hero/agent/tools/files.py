@@ -151,10 +151,10 @@ def tool_ls(ctx: ToolContext, path: str = ".") -> ToolOutcome:
         # is still open (an entry's stat is relative to it).
         with os.scandir(opened.fd) as it:
             for e in sorted(it, key=lambda e: e.name):
-                if e.name == ".git":
+                if e.name.lower() == ".git":
                     continue
                 try:
-                    is_dir = e.is_dir()
+                    is_dir = e.is_dir(follow_symlinks=False)  # never stat outside
                 except OSError:
                     is_dir = False
                 names.append(e.name + "/" if is_dir else e.name)

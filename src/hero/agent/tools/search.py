@@ -198,7 +198,7 @@ def _walk_files(top_fd: int, rel_top: str) -> list[str]:
         try:
             with os.scandir(fd) as entries:
                 for entry in entries:
-                    if entry.name == ".git":
+                    if entry.name.lower() == ".git":
                         continue
                     try:
                         is_dir = entry.is_dir(follow_symlinks=False)
