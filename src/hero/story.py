@@ -821,8 +821,9 @@ def _rewrite_body(path: Path, raw: bytes, new_body: str) -> None:
     if not new_body.startswith(old_body):
         raise ValueError("the new body must start with the story's current body")
     appended = raw + encode(new_body[len(old_body) :])
-    if data is None or data != appended:
-        data = appended  # rendering would have changed what the user wrote: keep it
+    uniform = encode(normalized) == raw.removeprefix(b"\xef\xbb\xbf")  # one kind of line end
+    if data is None or not uniform:
+        data = appended  # rendering would change what the user wrote: keep their bytes
     atomic_write(path, data)
 
 
