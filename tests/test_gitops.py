@@ -448,6 +448,8 @@ def test_git_environment_has_no_secrets_and_no_prompts(
     monkeypatch.setenv("GIT_DIR", "/nonexistent/.git")  # would point git elsewhere
     monkeypatch.setenv("GIT_EXTERNAL_DIFF", "false")  # would change the diff hero reads
     monkeypatch.setenv("GIT_TERMINAL_PROMPT", "1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # a submodule clone needs it
+    monkeypatch.setenv("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
     out = git_call(target_repo, "-c", "alias.showenv=!env", "showenv")
     env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     assert secret not in out and "HERO_TEST_API_KEY" not in env
@@ -456,6 +458,8 @@ def test_git_environment_has_no_secrets_and_no_prompts(
     assert (env["GIT_EDITOR"], env["GIT_PAGER"], env["LC_ALL"]) == ("true", "cat", "C")
     # what git needs is still there: where its config lives, where its programs are
     assert env["GIT_CONFIG_GLOBAL"] == "/dev/null" and env["PATH"]
+    assert env["HTTPS_PROXY"] == "http://proxy.invalid:3128"
+    assert env["GIT_SSH_COMMAND"] == "ssh -o BatchMode=yes"
 
 
 def test_hero_git_runs_no_hooks(repo: TargetRepo, base: str, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def retry(home: Path, story_id: str) -> int:
     state.error = ""
     save_state(home, state)
     story = Path(state.story_path)
-    if story.exists():
+    if state.story_path and story.is_file():
         os.utime(story)  # the watching daemon notices the touch and takes the story again
         print(f"{story_id}: queued again; `hero watch` picks it up, or run `hero run {story}`")
     else:
