@@ -25,16 +25,6 @@ class Status(StrEnum):
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
 
-    @property
-    def terminal(self) -> bool:
-        """The story has ended; nothing more happens until a person acts (edit, retry)."""
-        return self in TERMINAL
-
-    @property
-    def resumable(self) -> bool:
-        """The next run continues the same branch and round count."""
-        return self in RESUMABLE
-
 
 STATUSES = tuple(s.value for s in Status)
 #: Statuses from which the next run continues the same branch and round count.

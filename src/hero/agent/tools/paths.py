@@ -74,10 +74,6 @@ def rel(ctx: ToolContext, path: Path) -> str:
     return rel_path if rel_path else "."
 
 
-def in_git_dir(ctx: ToolContext, path: Path) -> bool:
-    return _has_git_part(path.relative_to(ctx.root).parts)
-
-
 def _has_git_part(parts: tuple[str, ...] | list[str]) -> bool:
     return any(part.lower() == ".git" for part in parts)
 
