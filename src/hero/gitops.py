@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hero.locks import repo_story_busy, repo_story_lock
+from hero.names import StoryRef
 from hero.runner import child_env, run_process
 
 #: Used for hero's commits (and the worker's) where git has no identity configured.
@@ -184,13 +185,13 @@ class TargetRepo:
                     fcntl.flock(fh, fcntl.LOCK_UN)
 
     @contextmanager
-    def story_lock(self, story_id: str, home: Path) -> Iterator[None]:
+    def story_lock(self, story_id: StoryRef | str, home: Path) -> Iterator[None]:
         """Hold the story's lock in this repository (see ``hero.locks.repo_story_lock``):
         ``StoryBusy``, naming the other home, while another hero runs the story here."""
         with repo_story_lock(self.common_dir(), story_id, home):
             yield
 
-    def story_busy(self, story_id: str) -> str | None:
+    def story_busy(self, story_id: StoryRef | str) -> str | None:
         """Why another hero process (of any home) keeps the story from running on this
         repository now, or None; None too when the repository cannot be read (the run
         itself then says why)."""
@@ -591,3 +592,165 @@ def _bound(text: str, max_chars: int) -> Bounded:
     if len(text) <= max_chars:
         return Bounded(text)
     return Bounded(text[:max_chars], len(text) - max_chars)
+
+
+# ------------------------------------------------------------ merging without a worktree
+
+
+class MergeConflict(GitError):
+    """Branches git cannot merge on its own: their changes to ``files`` conflict.
+
+    ``branches`` are the branches of the merge that failed, in order: all but the last had
+    been merged already (the left side), the last is the one that conflicted with them.
+    ``files`` is empty where git reports a conflict of whole directories (one renamed to
+    different places) that no single file shows."""
+
+    files: tuple[str, ...]
+    branches: tuple[str, ...]
+
+    def __init__(self, branches: Sequence[str], files: Sequence[str]) -> None:
+        self.branches = tuple(branches)
+        self.files = tuple(files)
+        *merged, right = self.branches or ("?",)
+        left = merged[0] if len(merged) == 1 else f"the merge of {', '.join(merged)}"
+        if self.files:
+            shown = ", ".join(self.files[:_CONFLICTS_SHOWN])
+            more = len(self.files) - _CONFLICTS_SHOWN
+            where = f"in: {shown}" + (f", and {more} more" if more > 0 else "")
+        else:
+            where = (
+                "(git names no conflicted file: a conflict of whole directories, such as one "
+                "renamed to different places on each side)"
+            )
+        super().__init__(f"merge conflict between {left} and {right} {where}")
+
+
+#: Conflicted files named in a MergeConflict's message (all are in ``files``).
+_CONFLICTS_SHOWN = 20
+
+
+def merge_heads(
+    repo: Path, heads: Sequence[tuple[str, str]], message: str, identity: Mapping[str, str]
+) -> str:
+    """The sha of a commit that holds every head; ``heads`` are ``(label, sha)`` pairs, the
+    label (a branch name) only for messages.
+
+    Duplicates and heads that are ancestors of another head are dropped; if one head is
+    left it is the answer, else the heads are merged pairwise, left to right, each merge a
+    new commit (``message``, by ``identity``) whose parents are the merge so far and the
+    next head. Only objects are written: no worktree, index or ref changes.
+
+    Raises MergeConflict when two sides conflict, and GitError when a sha is no commit here,
+    the histories are unrelated, or git is older than 2.38.
+    """
+    if not heads:
+        raise ValueError("merge_heads needs at least one head")
+    unique: dict[str, str] = {}  # sha -> label, in the order given
+    for label, sha in heads:
+        unique.setdefault(sha, label)
+    if len(unique) == 1:
+        return next(iter(unique))
+    kept = [
+        (label, sha)
+        for sha, label in unique.items()
+        if not any(other != sha and _is_ancestor(repo, sha, other) for other in unique)
+    ]
+    (first_label, merged_sha), *rest = kept
+    merged = [first_label]
+    for label, sha in rest:
+        tree, conflicts = _merge_tree(repo, merged_sha, sha)
+        if conflicts is not None:
+            raise MergeConflict((*merged, label), conflicts)
+        merged_sha = git(
+            repo, "commit-tree", tree, "-p", merged_sha, "-p", sha, "-m", message, env=identity
+        ).strip()
+        merged.append(label)
+    return merged_sha
+
+
+def set_branch(repo: Path, branch: str, sha: str) -> None:
+    """Point ``refs/heads/<branch>`` at ``sha``, creating the branch or moving it (hero owns
+    it). Refused with a GitError naming the worktree while the branch is checked out in
+    one, the main worktree included: its files and index would no longer match the branch.
+    A concurrent create or move makes this fail rather than be overwritten."""
+    ref = f"refs/heads/{branch}"
+    new = git(repo, "rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}", check=False).strip()
+    if not new:
+        raise GitError(f"cannot set branch '{branch}' to {sha}: not a commit in {repo}")
+    old = git(repo, "rev-parse", "--verify", "--quiet", ref, check=False).strip()
+    if old == new:
+        return
+    checkouts = _checkouts_of(repo, branch)
+    if checkouts:
+        path = checkouts[0]
+        raise GitError(
+            f"branch '{branch}' is checked out in {path}; hero does not move a branch under a "
+            "checkout, whose files and index would no longer match it. Switch that checkout "
+            "to another branch (or remove it, if it is a linked worktree: `git worktree "
+            f"remove {path}`), then run again"
+        )
+    # The old value makes git refuse if the branch moved (or, with "", appeared) meanwhile.
+    git(repo, "update-ref", "-m", f"hero: set {branch}", ref, new, old)
+
+
+def _checkouts_of(repo: Path, branch: str) -> list[Path]:
+    """The worktrees, the main one included, that have ``branch`` checked out; one whose
+    folder is gone holds no work and is left out (as in ``_remove_worktree_of``)."""
+    found: list[Path] = []
+    current: Path | None = None
+    for line in git(repo, "worktree", "list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            current = Path(line[len("worktree ") :])
+        elif line == f"branch refs/heads/{branch}" and current is not None and current.exists():
+            found.append(current)
+    return found
+
+
+def _is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
+    code, _, said = _git_answer(repo, "merge-base", "--is-ancestor", ancestor, descendant)
+    if code not in (0, 1):
+        raise GitError(
+            f"git merge-base --is-ancestor {ancestor} {descendant} (in {repo}) failed: {said}"
+        )
+    return code == 0
+
+
+def _merge_tree(repo: Path, left: str, right: str) -> tuple[str, tuple[str, ...] | None]:
+    """Merge two commits into a tree object: the tree's sha and, if they conflict, the
+    conflicted paths (None when clean). ``-z`` so a path comes back as it is, not quoted."""
+    args = ("merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", left, right)
+    code, out, said = _git_answer(repo, *args)
+    tree, *paths = out.split("\0")
+    # exit 1 is a conflict only with a tree on stdout: a bad commit exits 1 too, with none
+    if code in (0, 1) and _is_oid(tree):
+        return tree, None if code == 0 else tuple(dict.fromkeys(p for p in paths if p))
+    if code == 129:  # git before 2.38: merge-tree takes three trees, prints its usage
+        version = git(repo, "version", check=False).strip() or "this git"
+        raise GitError(
+            f"merging branches needs git >= 2.38 (`git merge-tree --write-tree`); {version} "
+            "does not have it. Install a newer git, then run again"
+        )
+    raise GitError(f"git {' '.join(args)} (in {repo}) failed: {said or out.strip()}")
+
+
+def _is_oid(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def _git_answer(cwd: Path, *args: str) -> tuple[int, str, str]:
+    """``git()`` (timeout, hooks off, safe environment) for the commands whose exit code is
+    part of the answer, which ``git()`` does not return: ``(exit code, stdout, stderr)``.
+    Raises GitError as ``git()`` does when git cannot start or times out."""
+    command = f"git {' '.join(args)}"
+    try:
+        result = run_process(
+            ["git", *_GIT_OPTIONS, *args], cwd, timeout_s=DEFAULT_TIMEOUT_S, env=git_env()
+        )
+    except OSError as exc:
+        raise GitError(f"{command} (in {cwd}) could not start: {exc.strerror or exc}") from None
+    if result.timed_out:
+        raise GitError(
+            f"{command} (in {cwd}) timed out after {DEFAULT_TIMEOUT_S:g} s and was ended with "
+            "its child processes"
+        )
+    return result.exit_code, result.stdout, result.stderr.strip()
