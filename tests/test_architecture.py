@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: and every module inside it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.cli", "hero.__main__"),  # 1  entry points: arguments, exit codes
-    ("hero.app", "hero.demo", "hero.scaffold"),  # 2  commands a user runs
+    ("hero.app", "hero.demo", "hero.scaffold", "hero.planning"),  # 2  commands a user runs
     ("hero.views.*",),  # 3  what `hero status` / `hero logs` show
     ("hero.daemon.*",),  # 4  scheduling, the inbox watcher
     ("hero.pipeline",),  # 5  the round loop for one story
@@ -34,8 +34,21 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.prompting",
         "hero.locks",
     ),
-    ("hero.config", "hero.story", "hero.state"),  # 9  the records hero reads and writes
-    ("hero.yamlio", "hero.fsio", "hero.errors", "hero", "hero.testing.*"),  # 10 foundations
+    (
+        "hero.config",
+        "hero.story",
+        "hero.state",
+        "hero.plan",
+    ),  # 9  the records hero reads and writes
+    (
+        "hero.names",
+        "hero.dag",
+        "hero.yamlio",
+        "hero.fsio",
+        "hero.errors",
+        "hero",
+        "hero.testing.*",
+    ),  # 10 foundations
 )
 
 Graph = Mapping[str, Mapping[str, int]]  # module -> {imported hero module: first line}

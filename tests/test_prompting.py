@@ -144,7 +144,21 @@ BUILT_IN = {
     "worker_task.md": ("worker", 1),
     "reviewer_system.md": ("reviewer", 0),
     "reviewer_task.md": ("reviewer", 1),
+    "planner_system.md": ("planner", 0),
+    "planner_task.md": ("planner", 1),
+    "planner_retry.md": ("planner", 2),
 }
+
+
+def planner_messages_for(story: Story, home: Path | None) -> list[str]:
+    """The planner's messages, the plan being the story's text; then its retry message."""
+    from hero.roles.planner import planner_messages
+
+    messages = planner_messages(
+        story.body, plan_file="PLAN.md", layout="calc/__init__.py", rules="", home=home
+    )
+    retry = render("planner_retry.md", home, errors="- {{sub}} is no story")
+    return [*(m["content"] for m in messages), retry]
 
 
 def test_every_built_in_template_is_checked_below() -> None:
@@ -158,6 +172,8 @@ def test_built_in_template_fits_the_values_its_role_passes(
     role, index = BUILT_IN[name]
     if role == "worker":
         sent = worker_messages(story, tmp_path, None)[index]
+    elif role == "planner":
+        sent = planner_messages_for(story, None)[index]
     else:
         sent = reviewer_messages(story, tmp_path, None, *reviewer_model)[index]
     built_in = load_template(name)
@@ -181,12 +197,17 @@ def test_override_with_a_typo_fails_in_its_role_naming_the_file(
     override.parent.mkdir(parents=True)
     built_in = load_template(name).text
     # A system template takes no values; a task template has one name misspelt.
-    typo = built_in + "{{verison}}\n" if "system" in name else built_in.replace("{{id}}", "{{ib}}")
+    name_kept = "{{errors}}" if name == "planner_retry.md" else "{{plan}}"
+    kept = name_kept if name.startswith("planner") else "{{id}}"
+    misspelt = kept.replace("}}", "x}}")
+    typo = built_in + "{{verison}}\n" if "system" in name else built_in.replace(kept, misspelt)
     override.write_text(typo)
     model, client = reviewer_model
     with pytest.raises(PromptError) as err:
         if name.startswith("worker"):
             worker_messages(story, tmp_path, home)
+        elif name.startswith("planner"):
+            planner_messages_for(story, home)
         else:
             reviewer_messages(story, tmp_path, home, model, client)
     message = str(err.value)
@@ -195,8 +216,8 @@ def test_override_with_a_typo_fails_in_its_role_naming_the_file(
         assert "unknown placeholder(s) {{verison}}" in message
         assert message.endswith("it must use no placeholders")
     else:
-        assert "unknown placeholder(s) {{ib}}, which hero gives no value" in message
-        assert "placeholder(s) {{id}} missing from the template" in message
+        assert f"unknown placeholder(s) {misspelt}, which hero gives no value" in message
+        assert f"placeholder(s) {kept} missing from the template" in message
     assert model.requests == []  # nothing was sent with a broken prompt
 
 

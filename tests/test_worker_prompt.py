@@ -205,7 +205,7 @@ def test_task_prompt_override_from_home(story: Story, worktree: Path, tmp_path: 
     (home / "prompts").mkdir(parents=True)
     (home / "prompts" / "worker_task.md").write_text(
         "Do {{id}} ({{ title }}) in round {{round}}/{{max_rounds}}.\n{{body}}\n{{scope}}\n"
-        "{{verify}}{{repo_rules}}{{feedback}}\n"
+        "{{verify}}{{builds_on}}{{repo_rules}}{{feedback}}\n"
     )
     system, task = build(story, worktree, round_no=2, feedback="x", home=home)
     assert task.startswith("Do add-sub (Add subtraction) in round 2/3.\n## Goal\n")
@@ -220,8 +220,8 @@ def test_task_prompt_override_with_a_typo_is_an_error(
     (home / "prompts").mkdir(parents=True)
     override = home / "prompts" / "worker_task.md"
     override.write_text(
-        "{{id}} {{title}} {{body}} {{scope}} {{verfiy}} {{repo_rules}} {{feedback}} "
-        "{{round}} {{max_rounds}}\n"
+        "{{id}} {{title}} {{body}} {{scope}} {{verfiy}} {{builds_on}} {{repo_rules}} "
+        "{{feedback}} {{round}} {{max_rounds}}\n"
     )
     with pytest.raises(PromptError) as err:
         build(story, worktree, home=home)
@@ -245,3 +245,15 @@ def test_story_text_with_braces_is_not_rendered_again(tmp_path: Path, worktree: 
     _, task = build(parse_story(path), worktree, round_no=2, feedback="see {{id}}")
     assert "Keep {{round}} literal." in task
     assert "see {{id}}" in task
+
+
+def test_builds_on_names_the_stories_a_story_starts_from(story: Story, worktree: Path) -> None:
+    tiers = (VerifyTier("tests", ("pytest -q",)),)
+    kwargs = {"round_no": 1, "max_rounds": 3, "feedback": "", "home": None}
+    plain = build_messages(story, tiers, worktree, **kwargs)[1]["content"]  # type: ignore[arg-type]
+    assert "## Builds on" not in plain
+    deps = "- p/a: Add a (branch hero/plans/p/a)\n- p/b: Add b (branch hero/plans/p/b)"
+    task = build_messages(story, tiers, worktree, builds_on=deps, **kwargs)[1]["content"]  # type: ignore[arg-type]
+    section = task.split("## Builds on", 1)[1]
+    assert "- p/a: Add a (branch hero/plans/p/a)" in section
+    assert "- p/b: Add b (branch hero/plans/p/b)" in section

@@ -26,16 +26,29 @@ def run_with_config(
     a story whose id already passed from another file is refused (:class:`Refused`), and
     nothing is run. StoryError for an invalid story, StateError for an unreadable record.
     """
+    from hero.daemon.deps import Gate, Rule
     from hero.daemon.queue import Admit, admit
     from hero.llm import LlmClient
+    from hero.names import MANIFEST
     from hero.pipeline import run_story
     from hero.state import Status
     from hero.story import parse_story
 
-    decision = admit(config.home, parse_story(story_path), story_path)
+    story = parse_story(story_path)
+    folder = story_path.parent
+    if (folder / MANIFEST).is_file():
+        raise Refused(
+            f"{story_path}: this story belongs to plan '{folder.name}' (its folder holds "
+            f"{MANIFEST}); run the plan with `hero run-plan {folder.name}` or `hero watch`"
+        )
+    decision = admit(config.home, story, story_path)
     state = decision.state
     if decision.admit == Admit.REFUSE and state is not None and state.status == Status.PASSED:
         raise Refused(f"{story_path}: {decision.reason}")
+    if story.depends_on and not (state is not None and state.status == Status.PASSED):
+        gate = Rule(config.home).gate(story)
+        if gate.gate != Gate.READY:
+            raise Refused(f"{story_path}: cannot run yet: {gate.reason}")
 
     def retry_note(msg: str) -> None:
         if progress:

@@ -64,10 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
         "logs",
         parents=[home],
         help="show a story's traces round by round",
-        description="Show a story's traces round by round. Exit 0; 2 for an unknown story or "
-        "round; with -f, 0 once the story has ended and 130 on Ctrl-C.",
+        description="Show a story's traces round by round (runs/ID/, or runs/plans/PLAN/ID/ "
+        "for a story of a plan). Exit 0; 2 for an unknown story or round; with -f, 0 once the "
+        "story has ended (passed, gave up, error or skipped) and 130 on Ctrl-C.",
     )
-    logs.add_argument("id", help="the story's id")
+    logs.add_argument("id", metavar="KEY", help="the story: its id, or PLAN/ID for a plan's")
     logs.add_argument(
         "-f",
         "--follow",
@@ -97,10 +98,62 @@ def build_parser() -> argparse.ArgumentParser:
         help="log format (default: console on a terminal, else json)",
     )
 
-    retry = sub.add_parser(
-        "retry", parents=[home], help="run a story that gave up or failed again, with new rounds"
+    plan = sub.add_parser(
+        "plan",
+        parents=[home],
+        help="split a markdown plan into a DAG of stories (inbox/<name>/), or show one",
+        usage="hero plan PLAN.md [--name NAME] [--force] [--dry-run]\n"
+        "       hero plan show NAME [--format text|mermaid|dot]",
+        description="`hero plan PLAN.md`: the planner turns the plan into stories with "
+        "dependencies and writes them to inbox/<name>/ with a _manifest.yaml, then draws the "
+        "DAG. `hero plan show NAME`: draw a plan's DAG with each story's status. Exit 0; 1 "
+        "when the planner's answer stays invalid (nothing is written); 2 for a usage or "
+        "configuration error, or a plan name that exists (see --force).",
     )
-    retry.add_argument("id", help="the story's id")
+    plan.add_argument("target", metavar="PLAN.md|show", help="the plan file, or `show`")
+    plan.add_argument("show_name", nargs="?", metavar="NAME", help="with `show`: the plan")
+    plan.add_argument("--name", help="the plan's name (default: the planner's, else the file's)")
+    plan.add_argument(
+        "--force",
+        action="store_true",
+        help="replace a plan of that name whose stories have not started",
+    )
+    plan.add_argument(
+        "--dry-run", action="store_true", help="print the stories and the DAG; write nothing"
+    )
+    plan.add_argument(
+        "--format",
+        choices=("text", "mermaid", "dot"),
+        default="text",
+        help="with `show`: how to draw the DAG (default: text)",
+    )
+
+    run_plan = sub.add_parser(
+        "run-plan",
+        parents=[home],
+        help="run a plan's stories in dependency order, code flowing along the DAG",
+        description="Run the stories of inbox/<NAME>/ in dependency order, independent ones "
+        "in parallel up to max_parallel. A story branches from its dependencies' branches "
+        "(merged when there are several); a failure skips its descendants. Running it again "
+        "continues. When every story passed, hero/plan/<NAME> holds the merge of the plan's "
+        "leaves. Exit 0 only if every story passed; 1 otherwise; 2 usage or configuration "
+        "error; 130 interrupted.",
+    )
+    run_plan.add_argument("name", help="the plan's name (its folder in inbox/)")
+    run_plan.add_argument(
+        "-v", "--verbose", action="store_true", help="show progress even off a terminal"
+    )
+
+    retry = sub.add_parser(
+        "retry",
+        parents=[home],
+        help="run a story that gave up or failed again, with new rounds",
+        description="Make a story that gave up, ended in error or was interrupted eligible "
+        "again, with a fresh budget of rounds. A skipped story is not retried: it runs by "
+        "itself once the story that failed above it passes; `hero retry` that one. Exit 0; 2 "
+        "for an unknown story or one that cannot be retried.",
+    )
+    retry.add_argument("id", metavar="KEY", help="the story: its id, or PLAN/ID for a plan's")
     return parser
 
 
@@ -128,6 +181,14 @@ def main(argv: list[str] | None = None) -> int:
 
             fmt = {"auto": None, "console": False, "json": True}[args.log_format]
             return watch(_home(args), exit_when_idle=args.exit_when_idle, json_logs=fmt)
+        if args.command == "plan":
+            from hero.planning import cmd_plan
+
+            return cmd_plan(args, _home(args))
+        if args.command == "run-plan":
+            from hero.daemon.runplan import cmd_run_plan
+
+            return cmd_run_plan(args, _home(args))
         if args.command == "retry":
             from hero.daemon.retry import retry
 
@@ -263,7 +324,7 @@ def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
         "usage": state.usage,
         "duration": round(duration_s, 3),  # seconds
         "error": state.error or None,
-        "state": str(home / "runs" / "state" / f"{state.id}.json"),
+        "state": str(state.ref.state_path(home)),
         "story": state.story_path,
     }
 

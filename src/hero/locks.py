@@ -7,6 +7,7 @@
   repository: held beside the story lock, so that two hero homes pointed at one repository
   never run the same story (and its branch ``hero/<id>``) at once. It holds a line of JSON,
   ``{"home": ..., "pid": ...}``, so the refusal can name the other home.
+- The plan lock, ``runs/locks/plans/<plan>.run.lock``: one ``hero run-plan`` per plan.
 - ``is_held(path)``: whether some process holds a lock, for ``hero status`` and the
   dispatcher. It never creates a file.
 
@@ -26,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from hero.names import StoryRef
+
 #: A probe (``is_held``) holds a shared lock for microseconds: a taker tries this often,
 #: ``_RETRY_S`` apart, before it believes the lock is really held.
 _ATTEMPTS = 5
@@ -40,8 +43,8 @@ class DaemonRunning(Exception):
     """Another `hero watch` holds this home."""
 
 
-def story_lock_path(home: Path, story_id: str) -> Path:
-    return Path(home) / "runs" / "locks" / f"{story_id}.lock"
+def story_lock_path(home: Path, story: StoryRef | str) -> Path:
+    return StoryRef.of(story).lock_path(home)
 
 
 def daemon_lock_path(home: Path) -> Path:
@@ -93,9 +96,10 @@ def _take(fh: IO[Any]) -> bool:
 
 
 @contextmanager
-def story_lock(home: Path, story_id: str) -> Iterator[None]:
+def story_lock(home: Path, story: StoryRef | str) -> Iterator[None]:
     """Hold the story's lock for the block; ``StoryBusy`` if another process runs it."""
-    path = story_lock_path(home, story_id)
+    story_id = StoryRef.of(story).key
+    path = story_lock_path(home, story)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         if not _take(fh):
@@ -106,8 +110,26 @@ def story_lock(home: Path, story_id: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def repo_story_lock_path(common_dir: Path, story_id: str) -> Path:
-    return Path(common_dir) / "hero" / "locks" / f"{story_id}.lock"
+class PlanBusy(Exception):
+    """Another ``hero run-plan`` runs this plan right now."""
+
+
+@contextmanager
+def plan_lock(home: Path, plan: str) -> Iterator[None]:
+    """Hold the plan's lock for the block; ``PlanBusy`` if another process runs the plan."""
+    path = Path(home) / "runs" / "locks" / "plans" / f"{plan}.run.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        if not _take(fh):
+            raise PlanBusy(f"plan '{plan}' is being run by another `hero run-plan`")
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def repo_story_lock_path(common_dir: Path, story: StoryRef | str) -> Path:
+    return Path(common_dir) / "hero" / "locks" / f"{StoryRef.of(story).rel}.lock"
 
 
 def read_holder(path: Path) -> dict[str, Any]:
@@ -119,17 +141,18 @@ def read_holder(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _busy_message(path: Path, story_id: str) -> str:
+def _busy_message(path: Path, story: StoryRef | str) -> str:
+    ref = StoryRef.of(story)
     holder = read_holder(path)
     other = holder.get("home") or "another hero home"
     pid = holder.get("pid") or "unknown"
     return (
-        f"story '{story_id}' is being run by {other} (pid {pid}) on the same repository; "
-        f"its branch hero/{story_id} and worktree belong to that run until it ends"
+        f"story '{ref.key}' is being run by {other} (pid {pid}) on the same repository; "
+        f"its branch {ref.branch} and worktree belong to that run until it ends"
     )
 
 
-def repo_story_busy(common_dir: Path, story_id: str) -> str | None:
+def repo_story_busy(common_dir: Path, story_id: StoryRef | str) -> str | None:
     """Why the story cannot run here now (another hero process holds its repository lock,
     the message naming its home), or None. A probe: it creates nothing."""
     path = repo_story_lock_path(common_dir, story_id)
@@ -137,7 +160,7 @@ def repo_story_busy(common_dir: Path, story_id: str) -> str | None:
 
 
 @contextmanager
-def repo_story_lock(common_dir: Path, story_id: str, home: Path) -> Iterator[None]:
+def repo_story_lock(common_dir: Path, story_id: StoryRef | str, home: Path) -> Iterator[None]:
     """Hold the story's lock in the target repository for the block; ``StoryBusy`` naming
     the other home (and its pid) if another hero process, of any home, runs the story."""
     path = repo_story_lock_path(common_dir, story_id)

@@ -22,6 +22,7 @@ from hero.config import Config
 from hero.errors import Interrupted
 from hero.gitops import (
     GitError,
+    MergeConflict,
     TargetRepo,
     clear_stale_locks,
     commit_all,
@@ -29,10 +30,12 @@ from hero.gitops import (
     git,
     head_sha,
     log_since,
+    merge_heads,
 )
 from hero.llm import LlmError
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
+from hero.names import StoryRef
 from hero.prompting import PromptError
 from hero.repoguard import (
     Guard,
@@ -108,10 +111,12 @@ class StoryRun:
         self.repo = repo or TargetRepo(config.target_repo)
         self.say = progress or (lambda _msg: None)
         self.cancel = cancel
-        self.branch = f"hero/{story.id}"
-        self.worktree = self.home / "worktrees" / story.id
-        self.run_dir = self.home / "runs" / story.id
-        self.state = RunState(id=story.id)
+        self.ref = story.ref
+        self.key = self.ref.key  # what the user reads: the id, or <plan>/<id>
+        self.branch = self.ref.branch
+        self.worktree = self.ref.worktree(self.home)
+        self.run_dir = self.ref.run_dir(self.home)
+        self.state = RunState(id=story.id, plan=story.plan)
         self._usage_base: dict[str, Any] = {}
         self._save_lock = threading.Lock()
         self._frozen = False
@@ -121,7 +126,7 @@ class StoryRun:
     def run(self) -> RunState:
         # The home's lock (one process per home), then the repository's (one home per
         # repository): either refuses with StoryBusy, before anything is touched.
-        with _story_lock(self.home, self.story.id), self.repo.story_lock(self.story.id, self.home):
+        with _story_lock(self.home, self.ref), self.repo.story_lock(self.ref, self.home):
             return self._run()
 
     def force_interrupted(self) -> None:
@@ -146,7 +151,7 @@ class StoryRun:
         tiers = self._tiers()
         try:
             if state.status == Status.PASSED:
-                self.say(f"{story.id}: already passed on {state.branch}; nothing to do")
+                self.say(f"{self.key}: already passed on {state.branch}; nothing to do")
                 return state
             env = self._prepare_worktree()
             while len(state.rounds) < max_rounds:
@@ -157,7 +162,7 @@ class StoryRun:
                     return state
                 self._leave_feedback(record)
             self._finish(Status.GAVE_UP)
-            self.say(f"{story.id}: gave up after {len(state.rounds)} round(s)")
+            self.say(f"{self.key}: gave up after {len(state.rounds)} round(s)")
         except LlmError as exc:
             self._fail(f"model error: {exc}")
         except GitError as exc:
@@ -168,12 +173,12 @@ class StoryRun:
             state.status = Status.INTERRUPTED
             state.phase = ""
             self._save()
-            self.say(f"{story.id}: interrupted in round {state.current_round}; run again to resume")
+            self.say(f"{self.key}: interrupted in round {state.current_round}; run again to resume")
             raise
         except Exception as exc:  # noqa: BLE001 - record, keep the trace, never lose state
             self._write_error_log()
             self._fail(
-                f"internal error: {type(exc).__name__}: {exc} (see runs/{story.id}/error.log)"
+                f"internal error: {type(exc).__name__}: {exc} (see runs/{self.ref.rel}/error.log)"
             )
         self._save()
         return state
@@ -194,9 +199,9 @@ class StoryRun:
             self._write_error_log()
             message = (
                 f"internal error while starting: {type(exc).__name__}: {exc} "
-                f"(see runs/{story.id}/error.log)"
+                f"(see runs/{self.ref.rel}/error.log)"
             )
-        state = load_state(self.home, story.id) or RunState(id=story.id)
+        state = load_state(self.home, self.ref) or RunState(id=story.id, plan=story.plan)
         if state.status == Status.PASSED:
             raise exc  # a story that passed stays passed
         state.grant_fresh_budget()  # the start that failed was to give it new rounds
@@ -211,7 +216,7 @@ class StoryRun:
         self.state = state
         self._usage_base = dict(state.usage)
         self._save()
-        self.say(f"{story.id}: error: {state.error}")
+        self.say(f"{self.key}: error: {state.error}")
         return state
 
     def _base_sha(self, base_ref: str) -> str:
@@ -228,6 +233,66 @@ class StoryRun:
             where = "the repository's current branch"
         raise StartError(f"{where} '{base_ref}' is not a branch, tag or commit in {self.repo.path}")
 
+    def _dependencies(self) -> list[StoryRef]:
+        return [StoryRef(self.story.plan, dep) for dep in self.story.depends_on]
+
+    def _dependency_base(self) -> tuple[str, str] | None:
+        """``(base_ref, base_sha)`` for a story with dependencies, else None: code flows along
+        the DAG's edges. One dependency: its branch's head. Several: a merge of their heads
+        (a new commit; no worktree or ref changes). StartError when a dependency has not
+        passed, its branch is gone, or the branches conflict (naming the files)."""
+        deps = self._dependencies()
+        if not deps:
+            return None
+        heads: list[tuple[str, str]] = []
+        for dep in deps:
+            try:
+                state = load_state(self.home, dep)
+            except StateError as exc:
+                raise StartError(
+                    f"depends on '{dep.key}', whose run record is unreadable: {exc}"
+                ) from exc
+            if state is None or state.status != Status.PASSED:
+                status = state.status if state is not None else "not run yet"
+                raise StartError(
+                    f"depends on '{dep.key}', which has not passed ({status}); "
+                    "it can start once every story it depends on has passed"
+                )
+            sha = self.repo.branch_sha(dep.branch)
+            if sha is None and state.head_sha and commit_of(self.repo.path, state.head_sha):
+                sha = state.head_sha
+            if sha is None:
+                raise StartError(
+                    f"depends on '{dep.key}', which passed, but its branch {dep.branch} is "
+                    "gone and its recorded head is no commit here"
+                )
+            heads.append((dep.branch, sha))
+        if len(heads) == 1:
+            return heads[0]
+        names = ", ".join(branch for branch, _ in heads)
+        try:
+            sha = merge_heads(
+                self.repo.path,
+                heads,
+                f"hero: merge {names} for {self.key}",
+                self.repo.identity_env(),
+            )
+        except MergeConflict as exc:
+            raise StartError(f"cannot start from its dependencies: {exc}") from exc
+        return f"merge of {names}", sha
+
+    def _builds_on(self) -> str:
+        """What the worker is told of the stories whose work its branch starts from."""
+        lines = []
+        for dep in self._dependencies():
+            try:
+                state = load_state(self.home, dep)
+            except StateError:
+                state = None
+            title = f": {state.title}" if state is not None and state.title else ""
+            lines.append(f"- {dep.key}{title} (branch {dep.branch})")
+        return "\n".join(lines)
+
     def _tiers(self) -> tuple[VerifyTier, ...]:
         """The story's verify tiers, else the config's default commands as one tier."""
         if self.story.verify:
@@ -241,12 +306,12 @@ class StoryRun:
         (a run killed with SIGKILL cannot), then clear the git lock files left by a git that
         died with it (waiting for any that a live process holds)."""
         if kill_marked(self._marker()):
-            self.say(f"{self.story.id}: ended processes left running by an earlier run")
+            self.say(f"{self.key}: ended processes left running by an earlier run")
         clear_stale_locks(self.repo, self.branch, self.worktree, self.say)
 
     def _marker(self) -> str:
         """The story's ``RUN_MARKER``: in the environment of every process run for it."""
-        return f"{self.home.resolve()}/{self.story.id}"
+        return self.ref.marker(self.home)
 
     def _prepare_worktree(self) -> dict[str, str]:
         """Keep what an earlier run left, check the worktree out; returns the children's env."""
@@ -265,7 +330,7 @@ class StoryRun:
     def _keep_leftovers(self) -> None:
         """After a run that crashed or was stopped: commit what it left (unless it holds
         unresolved conflicts) and put the worktree back on the branch."""
-        story_id = self.story.id
+        story_id = self.key
         guard = Guard(self.repo.path, self.worktree, self.branch, self.state.head_sha)
         with self.repo.locked():
             guard.before_rescue()
@@ -281,10 +346,10 @@ class StoryRun:
         # Record first, then move: a crash in between leaves a passed state whose file is
         # still in the inbox, which finish_done_move() completes.
         src = Path(state.story_path)
-        state.story_path = str(done_path_for(self.home, src))
+        state.story_path = str(done_path_for(self.home, src, self.ref))
         self._save()
         move_story_file(src, Path(state.story_path))
-        self.say(f"{self.story.id}: passed in round {n}; branch {self.branch}")
+        self.say(f"{self.key}: passed in round {n}; branch {self.branch}")
 
     def _leave_feedback(self, record: Round) -> None:
         """Append the round's feedback to the story file, for the user and the next round."""
@@ -306,7 +371,7 @@ class StoryRun:
         ctx = self._tool_context(env)
         with Trace(self.run_dir / f"round-{n}.jsonl") as trace:
             trace.event(
-                "round_start", story=self.story.id, round=n, run=self.state.runs, branch=self.branch
+                "round_start", story=self.key, round=n, run=self.state.runs, branch=self.branch
             )
             guard = Guard(self.repo.path, self.worktree, self.branch, self._built_on())
             result = self._work(messages, ctx, trace, guard)
@@ -329,6 +394,7 @@ class StoryRun:
             max_rounds=max_rounds,
             feedback=rounds[-1].feedback if rounds else "",
             home=self.home,
+            builds_on=self._builds_on(),
         )
 
     def _tool_context(self, env: dict[str, str]) -> ToolContext:
@@ -360,9 +426,9 @@ class StoryRun:
                     guard.before_rescue()
                     guard.restore_refs()
             except GitError as exc:
-                self.say(f"{self.story.id}: could not check the repository after the stop: {exc}")
+                self.say(f"{self.key}: could not check the repository after the stop: {exc}")
             for line in guard.problems:
-                self.say(f"{self.story.id}: {line}")
+                self.say(f"{self.key}: {line}")
             raise
 
     def _rescue_round(self, n: int, result: AgentResult, guard: Guard) -> list[str]:
@@ -371,9 +437,7 @@ class StoryRun:
         reviewer is not asked then), or nothing."""
         with self.repo.locked():
             guard.before_rescue()
-            refused = self._rescue(
-                f"hero: commit work left uncommitted in round {n} ({self.story.id})"
-            )
+            refused = self._rescue(f"hero: commit work left uncommitted in round {n} ({self.key})")
             guard.after_rescue()
         self.state.head_sha = head_sha(self.worktree)
         for note in guard.notes:
@@ -504,7 +568,7 @@ class StoryRun:
 
     def _start(self) -> RunState:
         story, repo = self.story, self.repo
-        old = load_state(self.home, story.id)
+        old = load_state(self.home, self.ref)
         resume = (
             old is not None
             and (old.status in RESUMABLE or old.status == Status.GAVE_UP)
@@ -519,23 +583,28 @@ class StoryRun:
             assert old is not None
             state = old
             if state.grant_fresh_budget():
-                self.say(f"{story.id}: gave up before; continuing {self.branch} with new rounds")
+                self.say(f"{self.key}: gave up before; continuing {self.branch} with new rounds")
             else:
-                self.say(f"{story.id}: resuming after round {len(state.rounds)} on {self.branch}")
+                self.say(f"{self.key}: resuming after round {len(state.rounds)} on {self.branch}")
         else:
-            base_ref = story.base_ref or self.config.target_base_ref or repo.current_branch()
-            base_sha = self._base_sha(base_ref)
+            built_on = self._dependency_base()
+            if built_on is not None:
+                base_ref, base_sha = built_on
+            else:
+                base_ref = story.base_ref or self.config.target_base_ref or repo.current_branch()
+                base_sha = self._base_sha(base_ref)
             if repo.branch_sha(self.branch) is not None:
                 if (self.worktree / ".git").exists():
                     commit_all(
                         self.worktree,
-                        f"hero: keep uncommitted work before a fresh start ({story.id})",
+                        f"hero: keep uncommitted work before a fresh start ({self.key})",
                         repo.identity_env(),
                     )
                 kept = repo.keep_branch_aside(self.branch, self.worktree)
-                self.say(f"{story.id}: earlier branch kept as {kept}; starting afresh")
+                self.say(f"{self.key}: earlier branch kept as {kept}; starting afresh")
             state = RunState(
                 id=story.id,
+                plan=story.plan,
                 base_ref=base_ref,
                 base_sha=base_sha,
                 head_sha=base_sha,
@@ -573,7 +642,7 @@ class StoryRun:
     def _fail(self, message: str) -> None:
         self._finish(Status.ERROR)
         self.state.error = message
-        self.say(f"{self.story.id}: error: {message}")
+        self.say(f"{self.key}: error: {message}")
 
     def _save(self) -> None:
         usage = dict(self._usage_base) or {
@@ -606,7 +675,7 @@ class StoryRun:
         with self.repo.locked():
             note = recover_branch(self.repo.path, self.worktree, self.branch, old.head_sha)
         if note:
-            self.say(f"{self.story.id}: {note}")
+            self.say(f"{self.key}: {note}")
         return True
 
     def _rescue(self, message: str) -> list[str]:
@@ -642,9 +711,10 @@ def _feedback_text(verdict: Verdict, verify: VerifyResult) -> str:
     return text
 
 
-def done_path_for(home: Path, src: Path) -> Path:
-    """Where a passed story's file goes: ``done/<name>``, numbered if the name is taken."""
-    done = home / "done"
+def done_path_for(home: Path, src: Path, ref: StoryRef | None = None) -> Path:
+    """Where a passed story's file goes: ``done/<name>`` (``done/<plan>/<name>`` for a
+    plan's story), numbered if the name is taken."""
+    done = ref.done_dir(home) if ref is not None else home / "done"
     if src.parent.resolve() == done.resolve():
         return src
     dest = done / src.name

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hero.fsio import atomic_write
+from hero.names import StoryRef
 from hero.story import MAX_STORY_BYTES
 from hero.yamlio import ValueProblem, read_file
 
@@ -134,6 +135,7 @@ class RunState:
     finished_at: float | None = None
     runs: int = 0
     story_digest: str = ""  # sha256 of the story file as hero last left it (edits show up)
+    plan: str = ""  # the plan the story belongs to; "" (and left out of the file) for none
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -154,9 +156,15 @@ class RunState:
         self.round_offset = len(self.rounds)
         return True
 
+    @property
+    def ref(self) -> StoryRef:
+        return StoryRef(self.plan, self.id)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        if not self.plan:
+            del data["plan"]  # a loose story's record is as it always was
         return data
 
     @classmethod
@@ -183,17 +191,24 @@ def state_dir(home: Path) -> Path:
     return home / "runs" / "state"
 
 
-def state_path(home: Path, story_id: str) -> Path:
-    return state_dir(home) / f"{story_id}.json"
+def state_path(home: Path, story: StoryRef | str) -> Path:
+    """``runs/state/<id>.json``, or ``runs/state/plans/<plan>/<id>.json`` for a plan's story."""
+    return StoryRef.of(story).state_path(home)
 
 
-def load_state(home: Path, story_id: str) -> RunState | None:
-    path = state_path(home, story_id)
+def load_state(home: Path, story: StoryRef | str) -> RunState | None:
+    """The run record of ``story`` (a ref, an id or ``"<plan>/<id>"``), None if there is none."""
+    ref = StoryRef.of(story)
+    path = ref.state_path(home)
     try:
         # a regular file of bounded size: a FIFO or a device put here must not hang hero
         text = read_file(path, limit=MAX_STATE_BYTES, what="state file").decode("utf-8")
         data = json.loads(text)
-        if not isinstance(data, dict) or data.get("id") != story_id:
+        if (
+            not isinstance(data, dict)
+            or data.get("id") != ref.id
+            or (data.get("plan") or "") != ref.plan
+        ):
             raise ValueError("not a state record for this story")
         return RunState.from_dict(data)
     except FileNotFoundError:
@@ -212,7 +227,7 @@ def load_state(home: Path, story_id: str) -> RunState | None:
 def save_state(home: Path, state: RunState) -> None:
     """Write the state atomically: a crash leaves the old file or the new one, never half."""
     state.updated_at = time.time()
-    directory = state_dir(home)
-    directory.mkdir(parents=True, exist_ok=True)
+    path = state.ref.state_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(state.to_dict(), indent=2, ensure_ascii=False)
-    atomic_write(state_path(home, state.id), data.encode("utf-8"))
+    atomic_write(path, data.encode("utf-8"))

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hero.fsio import atomic_write
+from hero.names import ID_RE, RESERVED_IDS, StoryRef
 from hero.yamlio import (
     ValueProblem,
     decode_text,
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     import frontmatter
     from frontmatter.default_handlers import YAMLHandler
 
-ID_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 PRIORITIES = ("low", "normal", "high")
 MAX_STORY_BYTES = 1_048_576
 
@@ -126,6 +126,12 @@ class Story:
     constraints: str = ""
     out_of_scope: str = ""
     feedback: str = ""
+    plan: str = ""  # the plan whose folder holds the file ("" for a loose story); not a field
+
+    @property
+    def ref(self) -> StoryRef:
+        """The story's name in the home: its plan and its id (see :mod:`hero.names`)."""
+        return StoryRef(self.plan, self.id)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -484,6 +490,13 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
             "id",
             "expected a name usable as a git branch (no '..', not ending in '.' or '.lock'); "
             f"found {quote(story_id)}",
+        )
+    if story_id in RESERVED_IDS:
+        raise StoryError(
+            path,
+            "id",
+            f"expected another name: {quote(story_id)} is reserved for hero's plans "
+            f"(branches hero/plan/<name>, hero/plans/...); reserved: {', '.join(RESERVED_IDS)}",
         )
     title = _required_str(meta, "title", path)
 

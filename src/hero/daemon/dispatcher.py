@@ -21,22 +21,25 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hero.agent.loop import Model
 from hero.config import Config
-from hero.daemon.inbox import Inbox, Signature, signature, start_watching
+from hero.daemon.deps import Gate, Rule
+from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watching
+from hero.daemon.plans import finish_plan, mark_skipped
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
 from hero.gitops import TargetRepo
 from hero.locks import DaemonLock as DaemonLock  # re-exported: `hero watch` and tests
 from hero.locks import DaemonRunning as DaemonRunning
 from hero.locks import StoryBusy
+from hero.names import StoryRef
 from hero.pipeline import StoryRun, finish_done_move
 from hero.runner import kill_marked
-from hero.state import StateError, file_digest, load_state, state_dir
+from hero.state import StateError, Status, file_digest, load_state, state_dir
 from hero.story import MAX_STORY_BYTES, Story, StoryError, parse_story
 
 #: Seconds a clean stop waits for running stories before recording them as interrupted.
@@ -68,6 +71,7 @@ class Dispatcher:
         *,
         log: Any,
         settle_s: float = 1.0,
+        only_plan: str | None = None,
     ) -> None:
         self.config = config
         self.home = config.home
@@ -75,7 +79,10 @@ class Dispatcher:
         self.log = log
         self.repo = TargetRepo(config.target_repo)
         self.inbox = Inbox(
-            (self.home / "inbox").resolve(), settle_s=settle_s, complete=self._written_by_hero
+            (self.home / "inbox").resolve(),
+            settle_s=settle_s,
+            complete=self._written_by_hero,
+            only_plan=only_plan,
         )
         self.rejected_dir = self.home / "runs" / "rejected"
         # Re-entrant: stop() runs in a signal handler, which may interrupt the main thread
@@ -87,8 +94,10 @@ class Dispatcher:
         self._stopping = threading.Event()
         # sha256 of every story file as hero last left it (runs/state/*.json story_digest)
         self._hero_digests: set[str] = set()
-        self._busy_elsewhere: set[str] = set()  # ids another hero home runs right now
+        self._busy_elsewhere: set[str] = set()  # keys another hero home runs right now
         self._digests_lock = threading.Lock()
+        self._said: dict[Path, str] = {}  # what was last logged of a story kept waiting
+        self._plans_lock = threading.Lock()  # one thread finishes a plan at a time
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -111,9 +120,8 @@ class Dispatcher:
                 now = time.monotonic()
                 if hold_until is not None and (now >= hold_until or not self.inbox.settling()):
                     hold_until = None
-                if hold_until is None:
-                    self._launch()
-                if exit_when_idle and self._idle() and next_due is None:
+                launchable = self._launch() if hold_until is None else 1
+                if exit_when_idle and self._idle(launchable) and next_due is None:
                     break
                 if time.monotonic() - last_rescan >= RESCAN_S:
                     self.inbox.rescan()
@@ -139,26 +147,30 @@ class Dispatcher:
         """A second signal: end every story's commands at once (the process exits next)."""
         for running in list(self._running.values()):
             running.run.force_interrupted()
-            kill_marked(f"{self.home.resolve()}/{running.story.id}")
+            kill_marked(running.story.ref.marker(self.home))
 
-    def _idle(self) -> bool:
+    def _idle(self, launchable: int) -> bool:
+        """Nothing runs, and nothing queued may run (what is left waits for a dependency
+        that will not pass without an edit or a retry, or is skipped)."""
         with self._lock:
-            return not self._running and not self._ready
+            return not self._running and launchable == 0
 
     # -- hero's own writes -------------------------------------------------------------
 
     def _load_hero_digests(self) -> None:
+        directory = state_dir(self.home)
         try:
-            names = [p.stem for p in state_dir(self.home).glob("*.json")]
+            refs = [StoryRef("", p.stem) for p in directory.glob("*.json")]
+            refs += [StoryRef(p.parent.name, p.stem) for p in directory.glob("plans/*/*.json")]
         except OSError:
             return
-        for story_id in names:
-            if not story_id.startswith("."):
-                self._remember_digest(story_id)
+        for ref in refs:
+            if not ref.id.startswith(".") and ref.valid():
+                self._remember_digest(ref)
 
-    def _remember_digest(self, story_id: str) -> None:
+    def _remember_digest(self, ref: StoryRef) -> None:
         try:
-            state = load_state(self.home, story_id)
+            state = load_state(self.home, ref)
         except StateError:
             return
         if state is not None and state.story_digest:
@@ -201,8 +213,12 @@ class Dispatcher:
             return
         if self._rejected.get(path) == sig:
             return
+        plan = plan_of(path, self.inbox.directory)
+        if plan is None:  # its plan folder has gone (or lost its manifest) meanwhile
+            self._ready.pop(path, None)
+            return
         try:
-            story = parse_story(path)
+            story = replace(parse_story(path), plan=plan)
         except StoryError as exc:
             self._refuse(path, sig, str(exc))
             return
@@ -214,7 +230,7 @@ class Dispatcher:
         if problem is None:
             self._clear_refusal(path)
             self._ready[path] = entry
-            self.log.info("queued", story=story.id, file=path.name, priority=story.priority)
+            self.log.info("queued", story=story.ref.key, file=path.name, priority=story.priority)
         elif problem:
             self._refuse(path, sig, problem)
         else:
@@ -223,44 +239,46 @@ class Dispatcher:
     def _eligibility(self, entry: Entry) -> str | None:
         """None: may run. "": not now, silently. Text: refused, for this reason."""
         story, path = entry.story, entry.path
+        key = story.ref.key
         with self._lock:
-            running = self._running.get(story.id)
+            running = self._running.get(key)
         if running is not None:
-            return f"story id '{story.id}' is already running from {running.path.name}"
+            return f"story id '{key}' is already running from {running.path.name}"
         for other in list(self._ready.values()):
-            if other.path == path or other.story.id != story.id:
+            if other.path == path or other.story.ref != story.ref:
                 continue
             if comes_first(other, entry):
-                return duplicate_reason(story.id, other.path.name)
+                return duplicate_reason(key, other.path.name)
             other_sig = signature(other.path)
             if other_sig is not None:
                 self._refuse(
                     other.path,
                     other_sig,
-                    f"story id '{story.id}' is also in {path.name}, which came first",
+                    f"story id '{key}' is also in {path.name}, which came first",
                 )
         decision = admit(self.home, story, path)
         if decision.admit == Admit.RUN:
-            elsewhere = self.repo.story_busy(story.id)  # another home runs it on the repo
+            elsewhere = self.repo.story_busy(story.ref)  # another home runs it on the repo
             if elsewhere:
-                if story.id not in self._busy_elsewhere:  # said once, not every rescan
-                    self._busy_elsewhere.add(story.id)
-                    self.log.warning("busy", story=story.id, reason=elsewhere)
+                if key not in self._busy_elsewhere:  # said once, not every rescan
+                    self._busy_elsewhere.add(key)
+                    self.log.warning("busy", story=key, reason=elsewhere)
                 self.inbox.forget(path)  # the next rescan looks again
                 return ""
-            self._busy_elsewhere.discard(story.id)
+            self._busy_elsewhere.discard(key)
             return None
         if decision.admit == Admit.BUSY:
-            self.log.info("busy", story=story.id, reason=decision.reason)
+            self.log.info("busy", story=key, reason=decision.reason)
             self.inbox.forget(path)  # the next rescan looks again
             return ""
         if decision.admit == Admit.WAIT:
             status = decision.state.status if decision.state else None
-            self.log.info("waiting", story=story.id, status=status, hint=decision.reason)
+            self.log.info("waiting", story=key, status=status, hint=decision.reason)
             return ""
         if decision.admit == Admit.DONE and decision.state is not None:
             if finish_done_move(decision.state, path):
-                self.log.info("moved to done", story=story.id, note="it had passed before a crash")
+                self.log.info("moved to done", story=key, note="it had passed before a crash")
+                self._finish_plan(story.plan)
                 return ""
         return decision.reason
 
@@ -272,9 +290,9 @@ class Dispatcher:
         with self._lock:
             self._ready.pop(path, None)
             self._rejected[path] = sig if sig is not None else (0, 0)
-        note = self.rejected_dir / f"{path.name}.error.txt"
+        note = self._rejected_note(path, ".error.txt")
         try:
-            self.rejected_dir.mkdir(parents=True, exist_ok=True)
+            note.parent.mkdir(parents=True, exist_ok=True)
             note.write_text(
                 f"{path}\nrefused at {time.strftime('%Y-%m-%d %H:%M:%S')}:\n{reason}\n"
                 "Edit the file to have it considered again.\n",
@@ -288,34 +306,83 @@ class Dispatcher:
     def _refuse_after_bug(self, path: Path, exc: BaseException, doing: str) -> None:
         """An unexpected exception over one file: its traceback to an error log, once; the
         file refused in one line, until it changes."""
-        log_file = self.rejected_dir / f"{path.name}.error.log"
+        log_file = self._rejected_note(path, ".error.log")
         where = _write_traceback(log_file)
         reason = f"{path}: internal error {doing}: {type(exc).__name__}: {_one_line(exc)}{where}"
         self._refuse(path, signature(path), reason)
+
+    def _rejected_note(self, path: Path, suffix: str) -> Path:
+        """``runs/rejected/<file><suffix>``; ``runs/rejected/plans/<plan>/...`` for a plan's."""
+        if path.parent == self.inbox.directory:
+            return self.rejected_dir / f"{path.name}{suffix}"
+        return self.rejected_dir / "plans" / path.parent.name / f"{path.name}{suffix}"
 
     def _clear_refusal(self, path: Path) -> None:
         self._rejected.pop(path, None)
         for suffix in (".error.txt", ".error.log"):
             try:
-                (self.rejected_dir / f"{path.name}{suffix}").unlink()
+                self._rejected_note(path, suffix).unlink()
             except OSError:  # none there, or a name too long to have one
                 pass
 
     # -- running -----------------------------------------------------------------------
 
-    def _launch(self) -> None:
+    def _launch(self) -> int:
+        """Start what may run now, best first, while there is room; returns how many queued
+        stories may run now but wait for room. A story whose dependencies have not passed
+        stays queued; one under a failed dependency is recorded as skipped."""
         while not self._stopping.is_set():
             with self._lock:
-                if len(self._running) >= self.config.max_parallel or not self._ready:
-                    return
-                entry = min(self._ready.values(), key=lambda e: e.key)
+                room = self.config.max_parallel - len(self._running)
+                entries = sorted(self._ready.values(), key=lambda e: e.key)
+            rule = self._rule(entries)
+            ready = [e for e in entries if self._gate(e, rule)]
+            if room <= 0 or not ready:
+                return len(ready)
+            entry = ready[0]
+            with self._lock:
+                if self._ready.get(entry.path) is not entry:
+                    continue  # changed meanwhile: look again
                 del self._ready[entry.path]
             try:
                 self._launch_one(entry)
             except Exception as exc:  # noqa: BLE001 - one story must not stop the daemon
                 with self._lock:
-                    self._running.pop(entry.story.id, None)
+                    self._running.pop(entry.story.ref.key, None)
                 self._refuse_after_bug(entry.path, exc, "while starting it")
+        return 0
+
+    def _rule(self, queued: list[Entry]) -> Rule:
+        """The dependency rule as things stand: what is queued or running is known."""
+        with self._lock:
+            running = [r.story for r in self._running.values()]
+        stories = {e.story.ref: e.story for e in queued}
+        stories.update((s.ref, s) for s in running)
+        return Rule(
+            self.home,
+            known=stories.keys(),
+            deps_of=lambda ref: stories[ref].depends_on if ref in stories else None,
+        )
+
+    def _gate(self, entry: Entry, rule: Rule) -> bool:
+        """Whether the dependency rule lets ``entry`` run now (:mod:`hero.daemon.deps`);
+        records a skip, and says once in the log what a story waits for."""
+        decision = rule.gate(entry.story)
+        if decision.gate == Gate.READY:
+            self._said.pop(entry.path, None)
+            return True
+        key = entry.story.ref.key
+        if decision.gate == Gate.SKIP:
+            if mark_skipped(self.home, entry.story, entry.path, decision.reason):
+                self.log.warning("skipped", story=key, reason=decision.reason)
+                self._remember_digest(entry.story.ref)
+        elif self._said.get(entry.path) != decision.reason:
+            if decision.gate == Gate.UNKNOWN:
+                self.log.warning("unknown dependency", story=key, reason=decision.reason)
+            else:
+                self.log.info("waiting", story=key, reason=decision.reason)
+        self._said[entry.path] = decision.reason
+        return False
 
     def _launch_one(self, entry: Entry) -> None:
         story, path = entry.story, entry.path
@@ -324,7 +391,7 @@ class Dispatcher:
                 return
             cancel = threading.Event()
             worker, reviewer = self.make_models(cancel)
-            log = self.log.bind(story=story.id)
+            log = self.log.bind(story=story.ref.key)
 
             def progress(msg: str, log: Any = log) -> None:
                 log.info(msg)
@@ -338,10 +405,11 @@ class Dispatcher:
                 progress=progress,
                 cancel=cancel,
             )
+            key = story.ref.key
             thread = threading.Thread(
-                target=self._run_one, args=(story.id,), name=f"story-{story.id}", daemon=True
+                target=self._run_one, args=(key,), name=f"story-{key}", daemon=True
             )
-            self._running[story.id] = _Running(story, path, run, cancel, thread)
+            self._running[key] = _Running(story, path, run, cancel, thread)
         log.info("started", file=path.name)
         thread.start()
 
@@ -353,6 +421,8 @@ class Dispatcher:
             log.info(
                 "finished", status=state.status, rounds=len(state.rounds), error=state.error or None
             )
+            if state.status == Status.PASSED:
+                self._finish_plan(running.story.plan)
         except (Interrupted, KeyboardInterrupt):
             log.info("interrupted")
         except StoryBusy as exc:
@@ -362,7 +432,7 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - one story's failure must not stop the daemon
             # The pipeline records what it can foresee as `error`; this is what it could not
             # (a bug, or its state could not even be saved). Not run again until an edit.
-            log_file = self.home / "runs" / story_id / "error.log"
+            log_file = running.story.ref.run_dir(self.home) / "error.log"
             where = _write_traceback(log_file)
             self._refuse(
                 running.path,
@@ -370,7 +440,7 @@ class Dispatcher:
                 f"story '{story_id}' crashed: {type(exc).__name__}: {_one_line(exc)}{where}",
             )
         finally:
-            self._remember_digest(story_id)  # before its file is looked at again
+            self._remember_digest(running.story.ref)  # before its file is looked at again
             with self._lock:
                 self._running.pop(story_id, None)
             self.inbox.forget(running.path)  # its file may have changed meanwhile
@@ -387,8 +457,30 @@ class Dispatcher:
         for r in running:
             if r.thread.is_alive():  # a model call still in flight: record it as interrupted
                 r.run.force_interrupted()
-                kill_marked(f"{self.home.resolve()}/{r.story.id}")
-                self.log.info("interrupted", story=r.story.id, note="model call abandoned")
+                kill_marked(r.story.ref.marker(self.home))
+                self.log.info("interrupted", story=r.story.ref.key, note="model call abandoned")
+
+    # -- plans -------------------------------------------------------------------------
+
+    def _finish_plan(self, plan: str) -> None:
+        """When the last story of ``plan`` has passed: its branch ``hero/plan/<plan>``, the
+        merge of its leaves (see ``hero.daemon.plans.finish_plan``). Never raises."""
+        if not plan:
+            return
+        try:
+            with self._plans_lock:
+                outcome = finish_plan(self.config, self.repo, plan)
+        except Exception as exc:  # noqa: BLE001 - a plan's ending must not stop the daemon
+            where = _write_traceback(self.home / "runs" / "plans" / f"{plan}.error.log")
+            self.log.error(
+                "plan", plan=plan, error=f"{type(exc).__name__}: {_one_line(exc)}{where}"
+            )
+            return
+        if outcome is not None:
+            if outcome.error:
+                self.log.error("plan", plan=plan, error=outcome.error)
+            else:
+                self.log.info("plan passed", plan=plan, branch=outcome.branch, note=outcome.note)
 
 
 def _one_line(exc: BaseException) -> str:

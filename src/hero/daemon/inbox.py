@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hero.names import MANIFEST, plan_name_problem
+
 #: A renamed-in file is looked at without delay.
 IMMEDIATE = 0.0
 #: Seconds of quiet after an inbox event before files are handed out: one burst of arrivals
@@ -42,6 +44,27 @@ Signature = tuple[int, int]
 def is_story_name(name: str) -> bool:
     """Stories are visible ``*.md`` files; dot-files are a writer's temporary files."""
     return name.endswith(".md") and not name.startswith(".")
+
+
+def is_plan_dir(path: Path) -> bool:
+    """A folder of the inbox that holds a plan: a plan's name, and a ``_manifest.yaml``
+    (written before the folder is renamed in, so a half-written plan is never one)."""
+    if plan_name_problem(path.name) is not None:
+        return False
+    try:
+        return (path / MANIFEST).is_file() and not path.is_symlink()
+    except OSError:
+        return False
+
+
+def plan_of(path: Path, inbox: Path) -> str | None:
+    """The plan a story file in ``inbox`` belongs to: "" for a loose story (straight in the
+    inbox), the folder's name for a plan's story, None for a file that is neither."""
+    if path.parent == inbox:
+        return ""
+    if path.parent.parent == inbox and is_plan_dir(path.parent):
+        return path.parent.name
+    return None
 
 
 def signature(path: Path) -> Signature | None:
@@ -74,8 +97,11 @@ class Inbox:
         settle_s: float = 1.0,
         complete: Callable[[Path], bool] | None = None,
         gather_s: float = GATHER_S,
+        only_plan: str | None = None,
     ) -> None:
         self.directory = directory
+        #: None: loose stories and every plan folder; a name: that plan's folder alone
+        self.only_plan = only_plan
         self.settle_s = settle_s
         self.gather_s = gather_s
         self._complete = complete
@@ -89,7 +115,7 @@ class Inbox:
 
     def notice(self, path: Path, delay: float) -> None:
         """A file changed; look at it after ``delay`` seconds of quiet."""
-        if path.parent != self.directory or not is_story_name(path.name):
+        if not is_story_name(path.name) or not self._mine(path):
             return
         if delay > 0 and self._known_complete(path):
             delay = IMMEDIATE
@@ -100,21 +126,44 @@ class Inbox:
                 self._burst = (began, min(now + self.gather_s, began + GATHER_MAX_S))
         self._add({path: now + delay})
 
+    def _mine(self, path: Path) -> bool:
+        plan = plan_of(path, self.directory)
+        return plan is not None and (self.only_plan is None or plan == self.only_plan)
+
+    def listing(self) -> list[Path]:
+        """The story files this inbox looks at: ``*.md`` straight in it and in its plan
+        folders (or, with ``only_plan``, in that plan's folder alone)."""
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError:  # gone, or not a folder now: nothing to hand out
+            return []
+        found: list[Path] = []
+        for name in names:
+            if name.startswith("."):
+                continue
+            path = self.directory / name
+            if is_story_name(name):
+                if self.only_plan is None:
+                    found.append(path)
+                continue
+            if self.only_plan is not None and name != self.only_plan:
+                continue
+            if not is_plan_dir(path):
+                continue
+            try:
+                found.extend(path / n for n in sorted(os.listdir(path)) if is_story_name(n))
+            except OSError:
+                continue
+        return found
+
     def rescan(self) -> None:
         """Notice every story file that is new or changed since it was last handed out.
 
         Old enough to be complete (or known complete): due now; else due once it settles.
         Every file of the scan gets one of those two moments."""
-        try:
-            names = os.listdir(self.directory)
-        except OSError:  # gone, or not a folder now: nothing to hand out
-            return
         wall, now = time.time(), time.monotonic()
         found: dict[Path, float] = {}
-        for name in names:
-            if not is_story_name(name):
-                continue
-            path = self.directory / name
+        for path in self.listing():
             sig = signature(path)
             with self._lock:
                 known = self._seen.get(path) == sig or path in self._pending
@@ -206,7 +255,12 @@ def start_watching(inbox: Inbox) -> Callable[[], None]:
 
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event: Any) -> None:
-            if event.is_directory:
+            names = (os.fsdecode(event.src_path), os.fsdecode(getattr(event, "dest_path", "")))
+            if event.is_directory or any(n.endswith(MANIFEST) for n in names):
+                # a plan folder renamed in (its files raise no events of their own), or
+                # its manifest written: look at the whole inbox again
+                if event.event_type in ("created", "moved", "closed"):
+                    inbox.rescan()
                 return
             kind = event.event_type
             if kind == "moved":
@@ -224,7 +278,7 @@ def start_watching(inbox: Inbox) -> Callable[[], None]:
 
     inbox.directory.mkdir(parents=True, exist_ok=True)
     observer = make_observer()
-    observer.schedule(Handler(), str(inbox.directory), recursive=False)
+    observer.schedule(Handler(), str(inbox.directory), recursive=True)
     observer.daemon = True
     observer.start()
 

@@ -62,12 +62,12 @@ def arrange(entries: Iterable[Entry]) -> tuple[list[Entry], list[tuple[Entry, En
     entries = list(entries)
     keepers: dict[str, Entry] = {}
     for entry in sorted(entries, key=lambda e: (e.arrived, e.path.name)):
-        keepers.setdefault(entry.story.id, entry)
+        keepers.setdefault(entry.story.ref.key, entry)
     queue = sorted(keepers.values(), key=lambda e: e.key)
     refused = [
-        (e, keepers[e.story.id])
+        (e, keepers[e.story.ref.key])
         for e in sorted(entries, key=lambda e: e.key)
-        if keepers[e.story.id] is not e
+        if keepers[e.story.ref.key] is not e
     ]
     return queue, refused
 
@@ -93,30 +93,33 @@ class Decision:
 def admit(home: Path, story: Story, path: Path) -> Decision:
     """Whether the story in ``path`` may run, from its run record (``runs/state/<id>.json``)
     and its lock. Does not know which other inbox files hold the same id: see ``arrange``."""
+    ref = story.ref
     try:
-        state = load_state(home, story.id)
+        state = load_state(home, ref)
     except StateError as exc:
         return Decision(Admit.REFUSE, str(exc))
     if state is None:
         return Decision(Admit.RUN)
     status = state.status
-    if status == Status.RUNNING and is_held(story_lock_path(home, story.id)):
-        reason = f"story '{story.id}' is being run by another hero process"
+    if status == Status.RUNNING and is_held(story_lock_path(home, ref)):
+        reason = f"story '{ref.key}' is being run by another hero process"
         return Decision(Admit.BUSY, reason, state)
     unchanged = bool(state.story_digest) and state.story_digest == file_digest(path)
     if status == Status.PASSED:
         where = f" on branch {state.branch}" if state.branch else ""
         its_file = f" from {state.story_path}" if state.story_path else ""
         reason = (
-            f"story id '{story.id}' already passed{where}{its_file} "
-            f"(runs/state/{story.id}.json); give this story a new id to run it"
+            f"story id '{ref.key}' already passed{where}{its_file} "
+            f"(runs/state/{ref.rel}.json); give this story a new id to run it"
         )
         # the file it passed with: where it was moved to (done/), or still here with the
         # same content after a crash between recording the pass and moving the file
         same_file = unchanged or _same_path(path, state.story_path)
         return Decision(Admit.DONE if same_file else Admit.REFUSE, reason, state)
+    if status == Status.SKIPPED:
+        return Decision(Admit.RUN, "", state)  # the dependency rule says when (daemon.deps)
     if status in TERMINAL and unchanged:
-        return Decision(Admit.WAIT, f"edit the story or run `hero retry {story.id}`", state)
+        return Decision(Admit.WAIT, f"edit the story or run `hero retry {ref.key}`", state)
     return Decision(Admit.RUN, "", state)
 
 

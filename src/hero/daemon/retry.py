@@ -1,31 +1,55 @@
-"""`hero retry`: make a story that gave up, ended in error or was interrupted eligible again."""
+"""`hero retry`: make a story that gave up, ended in error or was interrupted eligible again.
+
+A story is named by its key: ``<id>``, or ``<plan>/<id>`` for a story of a plan. A story
+that was skipped is not retried: it was skipped because a story it depends on failed, and
+it becomes eligible by itself once that story passes, so the message names that story and
+how to retry it instead.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
 from hero.errors import EXIT_OK, EXIT_USAGE
-from hero.state import StateError, Status, load_state, save_state
+from hero.names import StoryRef
+from hero.state import RunState, StateError, Status, load_state, save_state
 
 #: The statuses a story can be retried from.
 RETRYABLE = frozenset({Status.GAVE_UP, Status.ERROR, Status.INTERRUPTED})
 
+#: How a skipped story's ``error`` names the story that failed (see ``hero.daemon.deps``):
+#: "story 'p/a' gave up", "story 'p/a' ended in error (through 'p/b')".
+_FAILED_STORY = re.compile(r"story '([^'\s]+)'")
+
 
 def retry(home: Path, story_id: str) -> int:
     """Make a story that gave up (or ended in error) eligible again, with a fresh budget."""
+    ref = StoryRef.of(story_id)
+    if not ref.valid() or ref.key != story_id:  # nothing outside runs/state/ is ever read
+        print(
+            f"hero: no story '{story_id}' in {home / 'runs' / 'state'}: expected a story id, "
+            "or <plan>/<id> for a story of a plan (an id: letters, digits, '.', '_' or '-'; "
+            "a plan: no dots)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
-        state = load_state(home, story_id)
+        state = load_state(home, ref)
     except StateError as exc:
         print(f"hero: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if state is None:
-        print(f"hero: no story '{story_id}' in {home / 'runs' / 'state'}", file=sys.stderr)
+        print(f"hero: no story '{ref.key}' in {ref.state_path(home).parent}", file=sys.stderr)
+        return EXIT_USAGE
+    if state.status == Status.SKIPPED:
+        print(f"hero: {_skipped_message(state)}", file=sys.stderr)
         return EXIT_USAGE
     if state.status not in RETRYABLE:
         print(
-            f"hero: story '{story_id}' is {state.status}; only a story that gave up, "
+            f"hero: story '{ref.key}' is {state.status}; only a story that gave up, "
             "ended in error or was interrupted can be retried",
             file=sys.stderr,
         )
@@ -37,9 +61,32 @@ def retry(home: Path, story_id: str) -> int:
     story = Path(state.story_path)
     if state.story_path and story.is_file():
         os.utime(story)  # the watching daemon notices the touch and takes the story again
-        print(f"{story_id}: queued again; `hero watch` picks it up, or run `hero run {story}`")
+        run = f"hero run-plan {ref.plan}" if ref.plan else f"hero run {story}"
+        print(f"{ref.key}: queued again; `hero watch` picks it up, or run `{run}`")
     else:
+        folder = f"inbox/{ref.plan}/" if ref.plan else "inbox/"
         print(
-            f"{story_id}: queued again, but its story file {story} is gone; put it back in inbox/"
+            f"{ref.key}: queued again, but its story file {story} is gone; put it back in {folder}"
         )
     return EXIT_OK
+
+
+def _skipped_message(state: RunState) -> str:
+    """Why a skipped story is not retried, and which story to retry instead."""
+    ref = state.ref
+    why = " ".join(state.error.split())
+    why = why.removeprefix("skipped: ")  # as the dispatcher records it: "skipped: <reason>"
+    found = _FAILED_STORY.search(why)
+    failed = StoryRef.of(found.group(1)) if found else None
+    if failed is not None and not failed.plan and ref.plan:
+        failed = StoryRef(ref.plan, failed.id)  # named by its id within the plan
+    if failed is None or not failed.valid():
+        return (
+            f"story '{ref.key}' was skipped ({why or 'a story it depends on failed'}); it runs "
+            "by itself once the stories it depends on pass: retry the one that failed "
+            "(`hero status` shows it)"
+        )
+    return (
+        f"story '{ref.key}' was skipped because {why}; it becomes eligible by itself once "
+        f"'{failed.key}' passes: run `hero retry {failed.key}` (or edit that story's file)"
+    )

@@ -6,32 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from hero.prompting import render
+from hero.roles.repo import MAX_RULES_CHARS as MAX_RULES_CHARS
+from hero.roles.repo import repo_rules
 from hero.story import Story, VerifyTier
-
-#: Files in the target repo whose rules the worker must follow, in this order.
-RULE_FILES = ("AGENTS.md", "CLAUDE.md")
-RULE_DIRS = (".roo/rules",)
-MAX_RULES_CHARS = 20_000
-
-
-def repo_rules(worktree: Path) -> str:
-    """The repository's own instructions for agents, each file under its own heading."""
-    paths = [worktree / name for name in RULE_FILES]
-    for directory in RULE_DIRS:
-        d = worktree / directory
-        if d.is_dir():
-            paths.extend(sorted(p for p in d.iterdir() if p.is_file()))
-    parts = []
-    for path in paths:
-        if not path.is_file():
-            continue
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
-        if len(text) > MAX_RULES_CHARS:
-            text = text[:MAX_RULES_CHARS] + f"\n[... {len(text) - MAX_RULES_CHARS} characters cut]"
-        parts.append(f"### {path.relative_to(worktree)}\n{text}")
-    if not parts:
-        return ""
-    return "\n## Repository rules (follow them)\n" + "\n\n".join(parts) + "\n"
 
 
 def format_verify(tiers: tuple[VerifyTier, ...]) -> str:
@@ -59,6 +36,7 @@ def build_messages(
     max_rounds: int,
     feedback: str,
     home: Path | None,
+    builds_on: str = "",
 ) -> list[dict[str, Any]]:
     """The system and task messages; raises PromptError for a template that does not fit."""
     system = render("worker_system.md", home)
@@ -71,6 +49,12 @@ def build_messages(
         scope=format_scope(story.scope),
         verify=format_verify(tiers),
         repo_rules=repo_rules(worktree),
+        builds_on=(
+            "\n## Builds on (their work is already in your branch; build on it, keep it working)\n"
+            f"{builds_on.strip()}\n"
+            if builds_on.strip()
+            else ""
+        ),
         feedback=(
             f"\n## Feedback on round {round_no - 1} (address every point)\n{feedback.strip()}\n"
             if feedback

@@ -1,6 +1,11 @@
 """``hero logs``: a readable view of a story's traces, and ``-f`` to follow them live.
 
-The traces are ``runs/<id>/round-N.jsonl`` (see :mod:`hero.trace`). Each round gets a
+A story is named by its key: ``<id>``, or ``<plan>/<id>`` for a story of a plan (see
+:mod:`hero.names`). Anything else is refused before a path is made of it, so no key reaches
+outside ``runs/``.
+
+The traces are ``runs/<id>/round-N.jsonl``, or ``runs/plans/<plan>/<id>/round-N.jsonl``
+(see :mod:`hero.trace`). Each round gets a
 header, then one line per event with its time offset in the round: the prompts' first
 lines, the assistant's text, each tool call as ``name(args)``, each tool result's first
 lines (``[ERROR]`` when the tool failed), the checks, the reviewer's answer and the verdict.
@@ -24,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from hero.state import TERMINAL, StateError, Status, load_state, state_path
-from hero.story import ID_RE
+from hero.names import StoryRef
+from hero.state import TERMINAL, StateError, Status, load_state
 from hero.views.text import WIDTH as WIDTH  # a rendered line is cut to this many characters
 from hero.views.text import cut
 
@@ -114,8 +119,9 @@ def follow(
 
 
 def round_files(home: Path, story_id: str) -> list[tuple[int, Path]]:
-    """``(n, path)`` of the story's ``round-N.jsonl`` files, in round order."""
-    directory = Path(home) / "runs" / story_id
+    """``(n, path)`` of the story's ``round-N.jsonl`` files, in round order (``story_id``: a
+    key :func:`story_ref` accepted)."""
+    directory = StoryRef.of(story_id).run_dir(home)
     found = []
     try:
         entries = list(directory.iterdir())
@@ -128,14 +134,23 @@ def round_files(home: Path, story_id: str) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def story_ref(key: str) -> StoryRef | None:
+    """The story ``key`` names (``<id>`` or ``<plan>/<id>``, written just so), or None."""
+    ref = StoryRef.of(key)
+    return ref if ref.valid() and ref.key == key else None
+
+
 def _check_known(home: Path, story_id: str) -> None:
-    known = re.match(ID_RE, story_id) is not None and ".." not in story_id
-    if known:
-        known = state_path(home, story_id).exists() or (home / "runs" / story_id).is_dir()
-    if not known:
+    ref = story_ref(story_id)
+    if ref is None:
+        raise LogsError(
+            f"no story '{story_id}' in {home}: expected a story id, or <plan>/<id> for a "
+            "story of a plan (an id: letters, digits, '.', '_' or '-'; a plan: no dots)"
+        )
+    if not ref.state_path(home).exists() and not ref.run_dir(home).is_dir():
         raise LogsError(
             f"no story '{story_id}' in {home}: "
-            f"neither runs/state/{story_id}.json nor runs/{story_id}/ exists"
+            f"neither runs/state/{ref.rel}.json nor runs/{ref.rel}/ exists"
         )
 
 

@@ -1,30 +1,40 @@
 """``hero status``: what each story is doing, what waits in the inbox, whether a daemon runs.
 
-Read-only: it reads ``runs/state/*.json``, ``inbox/*.md`` and ``runs/watch.lock`` and
-creates, changes or keeps locked nothing. A home without ``runs/`` or ``inbox/`` just has
-empty lists; a state file that cannot be read is a row with status ``unreadable``. No file
-makes it fail or hang: files are read as the daemon reads them (regular files only, with a
-size limit, never blocking on a FIFO), and whatever one file raises makes that file a row
-of its own (``unreadable``, or ``rejected`` in the inbox) with the reason.
+Read-only: it reads ``runs/state/*.json`` and ``runs/state/plans/<plan>/*.json``,
+``inbox/*.md`` and ``inbox/<plan>/*.md`` and ``runs/watch.lock``, and creates, changes or
+keeps locked nothing. A home without ``runs/`` or ``inbox/`` just has empty lists; a state
+file that cannot be read is a row with status ``unreadable``. No file makes it fail or hang:
+files are read as the daemon reads them (regular files only, with a size limit, never
+blocking on a FIFO), and whatever one file raises makes that file a row of its own
+(``unreadable``, or ``rejected`` in the inbox) with the reason. A folder under
+``runs/state/plans/`` whose name is no plan name is not looked at, nor is a folder of
+``inbox/`` without a ``_manifest.yaml`` (see :mod:`hero.names`).
 
-Rows are ordered running first, then by last update (newest first). The queue is what
-``hero watch`` would run, in the order it would take it, by the one rule in
-:mod:`hero.daemon.queue` (priority high > normal > low, then the oldest file first); the
-files it would refuse are listed as rejected, with its reason.
+Rows are ordered loose stories first, then plan by plan (by name); within each, running
+first, then by last update (newest first). Each row has its ``plan`` ("" for a loose story)
+and ``key`` (what ``hero logs`` and ``hero retry`` take). The queue is what ``hero watch``
+would run, in the order it would take it, by the one rule in :mod:`hero.daemon.queue`
+(priority high > normal > low, then the oldest file first); the files it would refuse are
+listed as rejected, with its reason. What a queued story waits for is said by the one
+dependency rule, :mod:`hero.daemon.deps`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hero.daemon.deps import Decision, Gate, Rule
+from hero.daemon.inbox import is_plan_dir
 from hero.daemon.queue import Admit, Entry, admit, arrange, duplicate_reason
 from hero.locks import daemon_lock_path, is_held, read_pid, story_lock_path
+from hero.names import StoryRef, plan_name_problem
 from hero.state import StateError, Status, load_state, state_dir
-from hero.story import StoryError, parse_story
+from hero.story import Story, StoryError, parse_story
 from hero.views.text import WIDTH as WIDTH
 from hero.views.text import cut
 
@@ -40,8 +50,7 @@ def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
     home = Path(home)
     now = time.time() if now is None else now
     stories = _story_rows(home, now)
-    known = {row["id"]: row["status"] for row in stories}
-    queue, rejected = _inbox(home, known, now)
+    queue, rejected = _inbox(home, now)
     return {"daemon": daemon_status(home), "stories": stories, "queue": queue, "rejected": rejected}
 
 
@@ -56,30 +65,54 @@ def daemon_status(home: Path) -> dict[str, Any]:
     return {"running": True, "pid": read_pid(path)}
 
 
+def _plan_folders(directory: Path) -> list[tuple[str, Path]]:
+    """``(name, folder)`` of the folders in ``directory`` named as a plan may be, by name;
+    nothing else in it is looked at."""
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:  # none, or not a folder
+        return []
+    found = []
+    for path in entries:
+        try:
+            if plan_name_problem(path.name) is None and path.is_dir():
+                found.append((path.name, path))
+        except OSError:
+            continue
+    return found
+
+
 def _story_rows(home: Path, now: float) -> list[dict[str, Any]]:
-    directory = state_dir(home)
+    rows = _rows_in(home, "", state_dir(home), now)
+    for plan, folder in _plan_folders(state_dir(home) / "plans"):
+        rows += _rows_in(home, plan, folder, now)
+    return rows
+
+
+def _rows_in(home: Path, plan: str, directory: Path, now: float) -> list[dict[str, Any]]:
+    """The rows of the records in one folder: the loose stories', or one plan's."""
     try:
         paths = sorted(p for p in directory.glob("*.json") if not p.name.startswith("."))
     except OSError:
         return []
     rows = []
     for path in paths:
-        story_id = path.stem
+        ref = StoryRef(plan, path.stem)
         try:
-            state = load_state(home, story_id)
+            state = load_state(home, ref)
             if state is None:  # removed since the listing
                 continue
-            row = _row(state, now)
+            row = _row(state, ref, now)
             if row["status"] == Status.RUNNING:
-                row["stale"] = not is_held(story_lock_path(home, story_id))
+                row["stale"] = not is_held(story_lock_path(home, ref))
             rows.append(row)
         except StateError as exc:
-            rows.append(_unreadable(story_id, path, str(exc.__cause__ or exc), home))
+            rows.append(_unreadable(ref, path, str(exc.__cause__ or exc), home))
         except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:  # wrong types
-            rows.append(_unreadable(story_id, path, f"unexpected field value: {exc}", home))
+            rows.append(_unreadable(ref, path, f"unexpected field value: {exc}", home))
         except Exception as exc:  # noqa: BLE001 - one bad file must not stop `hero status`
             reason = f"cannot be shown: {type(exc).__name__}: {exc}"
-            rows.append(_unreadable(story_id, path, reason, home))
+            rows.append(_unreadable(ref, path, reason, home))
     running = [r for r in rows if r["status"] == Status.RUNNING]
     rest = [r for r in rows if r["status"] != Status.RUNNING]
     rest.sort(key=lambda r: (-(r["updated_at"] or 0.0), r["id"]))
@@ -87,7 +120,7 @@ def _story_rows(home: Path, now: float) -> list[dict[str, Any]]:
     return running + rest
 
 
-def _row(state: Any, now: float) -> dict[str, Any]:
+def _row(state: Any, ref: StoryRef, now: float) -> dict[str, Any]:
     usage = state.usage if isinstance(state.usage, dict) else {}
     tokens_in = int(usage.get("tokens_in") or 0)
     tokens_out = int(usage.get("tokens_out") or 0)
@@ -104,6 +137,8 @@ def _row(state: Any, now: float) -> dict[str, Any]:
         elapsed = (updated or started) - started
     return {
         "id": state.id,
+        "plan": ref.plan,
+        "key": ref.key,
         "status": str(state.status),
         "title": str(state.title),
         "current_round": int(state.current_round or 0),
@@ -122,9 +157,11 @@ def _row(state: Any, now: float) -> dict[str, Any]:
     }
 
 
-def _unreadable(story_id: str, path: Path, reason: str, home: Path) -> dict[str, Any]:
+def _unreadable(ref: StoryRef, path: Path, reason: str, home: Path) -> dict[str, Any]:
     return {
-        "id": story_id,
+        "id": ref.id,
+        "plan": ref.plan,
+        "key": ref.key,
         "status": UNREADABLE,
         "title": "",
         "current_round": 0,
@@ -143,69 +180,109 @@ def _unreadable(story_id: str, path: Path, reason: str, home: Path) -> dict[str,
     }
 
 
-def _inbox(
-    home: Path, known: dict[str, str], now: float
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _inbox(home: Path, now: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     inbox = home / "inbox"
     try:
-        paths = sorted(p for p in inbox.glob("*.md") if not p.name.startswith("."))
+        loose = sorted(p for p in inbox.glob("*.md") if not p.name.startswith("."))
     except OSError:
         return [], []
-    entries: list[Entry] = []
-    rejected: list[dict[str, Any]] = []
-    for path in paths:
+    files = [("", path) for path in loose]
+    for plan, folder in _plan_folders(inbox):
+        if not is_plan_dir(folder):  # the folders `hero watch` takes stories from
+            continue
         try:
-            entry, reason = _inbox_file(home, path)
+            files += [(plan, p) for p in sorted(folder.glob("*.md")) if not p.name.startswith(".")]
+        except OSError:
+            continue
+    entries: list[Entry] = []  # the files that may run
+    found: list[Entry] = []  # every story file, whether it may run or not
+    rejected: list[dict[str, Any]] = []
+    for plan, path in files:
+        try:
+            entry, runs, reason = _inbox_file(home, path, plan)
         except Exception as exc:  # noqa: BLE001 - one bad file must not stop `hero status`
-            entry, reason = None, f"file: cannot be read: {type(exc).__name__}: {exc}"
+            entry, runs, reason = None, False, f"file: cannot be read: {type(exc).__name__}: {exc}"
         if entry is not None:
-            entries.append(entry)
-        elif reason:
+            found.append(entry)
+            if runs:
+                entries.append(entry)
+        if reason:
             rejected.append({"path": _rel(path, home), "reason": " ".join(reason.split())})
     queue, refused = arrange(entries)
-    for entry, keeper in refused:  # a second file with one id, as `hero watch` refuses it
-        reason = duplicate_reason(entry.story.id, _rel(keeper.path, home))
+    for entry, keeper in refused:  # a second file with one key, as `hero watch` refuses it
+        reason = duplicate_reason(entry.story.ref.key, _rel(keeper.path, home))
         rejected.append({"path": _rel(entry.path, home), "reason": f"id: {reason}"})
+    # what the dependency rule knows: every story file, the queued one first of two with a key
+    stories: dict[StoryRef, Story] = {}
+    for entry in [*queue, *sorted(found, key=lambda e: (e.arrived, e.path.name))]:
+        stories.setdefault(entry.story.ref, entry.story)
+
+    def deps_of(ref: StoryRef) -> tuple[str, ...] | None:
+        story = stories.get(ref)
+        return None if story is None else story.depends_on
+
+    rule = Rule(home, known=set(stories), deps_of=deps_of)
     items = []
     for entry in queue:
         story = entry.story
+        decision = _gate(rule, story)
         items.append(
             {
                 "id": story.id,
+                "plan": story.plan,
+                "key": story.ref.key,
                 "title": story.title,
                 "priority": story.priority,
                 "path": _rel(entry.path, home),
                 "mtime": entry.arrived,
                 "age_s": round(max(now - entry.arrived, 0.0), 3),
                 "depends_on": list(story.depends_on),
-                "waits_for": [d for d in story.depends_on if known.get(d) != Status.PASSED],
+                # the ids, as this key always held; with what each is in waits_for_detail
+                "waits_for": [_dep_id(w) for w in decision.waits_for],
+                "waits_for_detail": list(decision.waits_for),
+                "gate": str(decision.gate),
+                "gate_reason": decision.reason,
             }
         )
     return items, rejected
 
 
-def _inbox_file(home: Path, path: Path) -> tuple[Entry | None, str]:
-    """An inbox file as the queue would take it, or the reason it would be refused ("":
-    neither, e.g. it went away since the listing or waits for an edit)."""
+def _gate(rule: Rule, story: Story) -> Decision:
+    try:
+        return rule.gate(story)
+    except Exception as exc:  # noqa: BLE001 - status shows the queue whatever one story holds
+        return Decision(Gate.UNKNOWN, f"cannot be decided: {type(exc).__name__}: {exc}")
+
+
+def _dep_id(waits_for: str) -> str:
+    """The id in one of the rule's ``waits_for`` entries, ``"<id> (<what it is>)"``."""
+    return waits_for.split(" (", 1)[0]
+
+
+def _inbox_file(home: Path, path: Path, plan: str) -> tuple[Entry | None, bool, str]:
+    """An inbox file (loose, or of ``plan``'s folder): its story as an entry (None if it holds
+    none), whether the queue would take it, and why it would be refused ("": it is not, e.g.
+    it went away since the listing, or waits for an edit)."""
     try:
         if path.is_dir():  # a folder named like a story: not a file the inbox looks at
-            return None, ""
+            return None, False, ""
         mtime_ns = path.stat().st_mtime_ns
         story = parse_story(path)  # a FIFO, a device, a huge file: refused, never read whole
     except FileNotFoundError:  # taken away (run, moved to done/) since the listing
-        return None, ""
+        return None, False, ""
     except StoryError as exc:
         if not path.exists() and not path.is_symlink():
-            return None, ""
-        return None, f"{exc.field}: {exc.message}"
+            return None, False, ""
+        return None, False, f"{exc.field}: {exc.message}"
     except OSError as exc:
-        return None, f"file: {exc.strerror or exc}"
+        return None, False, f"file: {exc.strerror or exc}"
+    if plan:
+        story = dataclasses.replace(story, plan=plan)
+    entry = Entry(story, path, mtime_ns / 1e9)
     decision = admit(home, story, path)
     if decision.admit == Admit.REFUSE:
-        return None, decision.reason
-    if decision.admit == Admit.RUN:
-        return Entry(story, path, mtime_ns / 1e9), ""
-    return None, ""
+        return entry, False, decision.reason
+    return entry, decision.admit == Admit.RUN, ""
 
 
 def _rel(path: Path, home: Path) -> str:
@@ -230,7 +307,7 @@ def format_status(report: dict[str, Any]) -> str:
 
     stories = report.get("stories") or []
     if stories:
-        lines.extend(_story_table(stories))
+        lines.extend(_story_sections(stories))
     else:
         lines.append("stories: none (no runs/state/*.json)")
     lines.append("")
@@ -249,6 +326,23 @@ def format_status(report: dict[str, Any]) -> str:
         for item in rejected:
             lines.append(cut(f"  {item['path']}: {item['reason']}", WIDTH))
     return "\n".join(lines)
+
+
+def _story_sections(stories: list[dict[str, Any]]) -> list[str]:
+    """The loose stories' table, then one table per plan under ``plan NAME:``."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in stories:
+        groups.setdefault(str(row.get("plan") or ""), []).append(row)
+    out: list[str] = []
+    for plan in sorted(groups):  # "" (the loose stories) first
+        if plan:
+            if out:
+                out.append("")
+            out.append(cut(f"plan {plan}:", WIDTH))
+        out.extend(_story_table(groups[plan]))
+    if any(row.get("stale") for row in stories):
+        out.append("stale: says running, but no hero process runs it; the next run resumes it")
+    return out
 
 
 def _story_table(stories: list[dict[str, Any]]) -> list[str]:
@@ -271,10 +365,8 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
     out = [table[0]]
     for row, line in zip(stories, table[1:], strict=True):
         out.append(line)
-        if row["error"]:
+        if row["error"]:  # a skipped story's says which ancestor failed
             out.append(cut("    error: " + " ".join(row["error"].split()), WIDTH))
-    if any(row.get("stale") for row in stories):
-        out.append("stale: says running, but no hero process runs it; the next run resumes it")
     return out
 
 
@@ -284,14 +376,27 @@ def _queue_table(queue: list[dict[str, Any]]) -> list[str]:
         (
             str(n),
             item["priority"],
-            item["id"],
+            item.get("key") or item["id"],
             format_duration(item["age_s"]),
             item["path"],
-            f"waits for {', '.join(item['waits_for'])}" if item["waits_for"] else "",
+            queue_note(item),
         )
         for n, item in enumerate(queue, 1)
     ]
     return [cut(line, WIDTH) for line in _table(header, cells, shrink=(2, 4, 5))]
+
+
+def queue_note(item: dict[str, Any]) -> str:
+    """What the dependency rule says of a queued story, in a few words ("" when it may run)."""
+    gate = item.get("gate")
+    detail = item.get("waits_for_detail") or item.get("waits_for") or []
+    if gate == Gate.SKIP:
+        return f"skipped: {item.get('gate_reason') or 'a dependency failed'}"
+    if gate == Gate.UNKNOWN:
+        unknown = [_dep_id(w) for w in detail if w.endswith(" (unknown)")]
+        what = ", ".join(unknown) if unknown else item.get("gate_reason") or "?"
+        return f"unknown dependency: {what} (fix depends_on)"
+    return f"waits for {', '.join(detail)}" if detail else ""
 
 
 def _table(

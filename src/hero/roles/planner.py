@@ -1,0 +1,292 @@
+"""The planner: turns a markdown plan into a DAG of stories, answering one JSON object.
+
+The answer's shape is a contract::
+
+    {"plan": "<name>",
+     "stories": [{"id", "title", "priority", "verify", "scope", "depends_on", "body"}]}
+
+with ``verify`` a mapping of tier -> commands (the tiers' order kept) or a flat list. Code
+fences and prose around the object are tolerated. hero checks the answer (see
+:func:`check_answer`) and, when it is not usable, sends it back once with the exact list
+of problems; an answer still unusable raises :class:`PlanInvalid` with that list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hero.agent.loop import Model
+from hero.dag import problems as dag_problems
+from hero.names import ID_RE
+from hero.prompting import render
+from hero.story import Story, StoryError, dumps_story, parse_story_text
+from hero.yamlio import ValueProblem, describe, string_list
+
+#: The keys of one story in the planner's answer (``body`` is the markdown; the rest are
+#: the story file's frontmatter fields).
+STORY_KEYS = ("id", "title", "priority", "verify", "scope", "depends_on", "body")
+#: How many answers the planner gives at most: the first, and one corrected after hero
+#: listed its problems.
+MAX_ANSWERS = 2
+NO_RULES = "(none: the repository has no AGENTS.md, CLAUDE.md or .roo/rules/)"
+
+_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)```", re.DOTALL)
+
+
+class PlanInvalid(Exception):
+    """The planner's answer stayed unusable; ``errors`` lists every problem, one line each."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        super().__init__("; ".join(self.errors))
+
+
+@dataclass(frozen=True)
+class DraftStory:
+    """One story of a checked answer: frontmatter fields and markdown body, ready for
+    :func:`hero.story.write_story`, and the Story they make (as hero will read it)."""
+
+    metadata: dict[str, Any]
+    body: str
+    story: Story
+
+    @property
+    def id(self) -> str:
+        return str(self.metadata["id"])
+
+    @property
+    def title(self) -> str:
+        return " ".join(str(self.metadata["title"]).split())
+
+    @property
+    def depends_on(self) -> tuple[str, ...]:
+        return tuple(self.metadata.get("depends_on", ()))
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A checked plan: the planner's name for it ("" if it gave none) and its stories."""
+
+    plan: str
+    stories: tuple[DraftStory, ...]
+    answers: int = 1  # how many answers it took
+
+    def deps(self) -> dict[str, tuple[str, ...]]:
+        return {s.id: s.depends_on for s in self.stories}
+
+    def titles(self) -> dict[str, str]:
+        return {s.id: s.title for s in self.stories}
+
+
+# ----------------------------------------------------------------------------- the call
+
+
+def planner_messages(
+    plan_text: str, *, plan_file: str, layout: str, rules: str, home: Path | None
+) -> list[dict[str, Any]]:
+    """The system and task messages; PromptError for a template that does not fit."""
+    task = render(
+        "planner_task.md",
+        home,
+        plan_file=plan_file,
+        plan=plan_text.strip(),
+        layout=layout.strip() or "(no tracked files)",
+        rules=rules.strip() or NO_RULES,
+    )
+    return [
+        {"role": "system", "content": render("planner_system.md", home)},
+        {"role": "user", "content": task},
+    ]
+
+
+def plan_stories(
+    model: Model,
+    plan_text: str,
+    *,
+    plan_file: str,
+    layout: str,
+    rules: str,
+    home: Path | None,
+) -> Draft:
+    """Ask the planner for the plan's stories and check its answer.
+
+    An unusable answer goes back to the planner once, followed by a message listing every
+    problem; PlanInvalid (with the last answer's problems) if the second is unusable too.
+    LlmError from the model passes through.
+    """
+    messages = planner_messages(
+        plan_text, plan_file=plan_file, layout=layout, rules=rules, home=home
+    )
+    errors: list[str] = []
+    for answer in range(1, MAX_ANSWERS + 1):
+        completion = model.complete(messages)
+        try:
+            draft = check_answer(completion.content)
+        except PlanInvalid as exc:
+            errors = exc.errors
+        else:
+            return Draft(draft.plan, draft.stories, answers=answer)
+        messages = [
+            *messages,
+            {"role": "assistant", "content": completion.content},
+            {
+                "role": "user",
+                "content": render(
+                    "planner_retry.md", home, errors="\n".join(f"- {e}" for e in errors)
+                ),
+            },
+        ]
+    raise PlanInvalid(errors)
+
+
+# ----------------------------------------------------------------------------- the answer
+
+
+def find_plan_object(text: str) -> dict[str, Any] | None:
+    """The JSON object with a ``stories`` key in the answer: inside a code fence or with
+    prose around it; of several objects, the first that has ``stories``."""
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        for start in (i for i, ch in enumerate(candidate) if ch == "{"):
+            try:
+                obj, _ = decoder.raw_decode(candidate, start)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and "stories" in obj:
+                return obj
+    return None
+
+
+def check_answer(text: str) -> Draft:
+    """The planner's answer as a Draft; PlanInvalid listing every problem found.
+
+    Each story must be one hero would accept as a hand-written story file (checked by
+    :func:`hero.story.dumps_story`, the story writer itself), with a non-empty
+    ``## Acceptance Criteria`` list; ids are unique, every dependency is a story of the
+    plan, and the stories form a DAG with at least one root (:func:`hero.dag.problems`).
+    """
+    data = find_plan_object(text)
+    if data is None:
+        raise PlanInvalid([_no_object(text)])
+    raw = data.get("stories")
+    if not isinstance(raw, list) or not raw:
+        raise PlanInvalid(
+            [f'"stories": expected a non-empty list of story objects; found {describe(raw)}']
+        )
+    errors: list[str] = []
+    drafts: list[DraftStory] = []
+    # The DAG is checked over every story with an id, valid or not, so that one answer's
+    # cycle is reported beside its bad title rather than only after it is fixed.
+    nodes: dict[str, tuple[str, ...]] = {}
+    first_of: dict[str, int] = {}
+    for n, entry in enumerate(raw, 1):
+        draft, story_id, deps = _check_story(n, entry, errors)
+        if story_id is None:
+            continue
+        if story_id in first_of:
+            errors.append(
+                f"story {n} ({story_id!r}): id: expected unique ids; story {first_of[story_id]} "
+                "has this id too"
+            )
+            continue
+        first_of[story_id] = n
+        nodes[story_id] = deps
+        if draft is not None:
+            drafts.append(draft)
+    errors.extend(dag_problems(nodes))
+    if errors:
+        raise PlanInvalid(errors)
+    name = data.get("plan")
+    return Draft(name.strip() if isinstance(name, str) else "", tuple(drafts))
+
+
+def _check_story(
+    n: int, entry: Any, errors: list[str]
+) -> tuple[DraftStory | None, str | None, tuple[str, ...]]:
+    """One story of the answer checked: (the story or None, its id if it has a usable one,
+    its dependencies); its problems are added to ``errors``."""
+    if not isinstance(entry, dict):
+        errors.append(f"story {n}: expected a JSON object; found {describe(entry)}")
+        return None, None, ()
+    raw_id = entry.get("id")
+    story_id = raw_id if isinstance(raw_id, str) and re.match(ID_RE, raw_id) else None
+    where = f"story {n} ({raw_id!r})" if isinstance(raw_id, str) else f"story {n}"
+    before = len(errors)
+    unknown = [str(k) for k in entry if k not in STORY_KEYS]
+    if unknown:
+        errors.append(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; expected only "
+            f"{', '.join(STORY_KEYS)}"
+        )
+    body = entry.get("body")
+    if not isinstance(body, str) or not body.strip():
+        errors.append(
+            f"{where}: body: expected the story's markdown (## Goal, ## Acceptance Criteria, "
+            f"...); found {describe(body)}"
+        )
+        body = ""
+    deps = _depends_on(entry.get("depends_on"), where, errors)
+    meta = {
+        k: entry[k]
+        for k in STORY_KEYS
+        if k not in ("body", "depends_on") and entry.get(k) not in (None, [], {})
+    }
+    # A self-dependency is left to the DAG check of the whole plan, which names it once.
+    if others := [d for d in deps if d != raw_id]:
+        meta["depends_on"] = others
+    if not body:
+        return None, story_id, deps
+    try:  # through the story writer itself: what it refuses, hero would refuse to read
+        story = parse_story_text(dumps_story(meta, body, path=where), Path(where))
+    except StoryError as exc:
+        errors.append(f"{where}: {exc.field}: {exc.message}")
+        return None, story_id, deps
+    if not story.acceptance_criteria:
+        errors.append(
+            f"{where}: body: expected a '## Acceptance Criteria' section listing verifiable "
+            "criteria (- [ ] ...); found none"
+        )
+    if len(errors) > before:
+        return None, story_id, deps
+    return DraftStory(meta, body.strip(), story), story_id, deps
+
+
+def _depends_on(value: Any, where: str, errors: list[str]) -> tuple[str, ...]:
+    try:
+        deps = string_list(value, noun="story ids", item="id")
+    except ValueProblem as exc:
+        errors.append(f"{where}: depends_on: {exc.message}")
+        return ()
+    bad = [d for d in deps if not re.match(ID_RE, d)]
+    if bad:
+        errors.append(
+            f"{where}: depends_on: expected story ids (pattern {ID_RE}); found "
+            f"{', '.join(map(repr, bad))}"
+        )
+    return tuple(d for d in dict.fromkeys(deps) if d not in bad)
+
+
+def _no_object(text: str) -> str:
+    """What to say of an answer without a usable object: where its JSON broke, if it has any."""
+    if not text.strip():
+        return 'the answer was empty; expected one JSON object with a "stories" list'
+    starts = [m.group(1) for m in _FENCE.finditer(text)]
+    if not starts and "{" in text:
+        starts = [text[text.index("{") : text.rindex("}") + 1 if "}" in text else len(text)]]
+    for candidate in starts:
+        try:
+            value = json.loads(candidate)
+        except ValueError as exc:
+            return (
+                f"the answer's JSON is not valid ({exc}); expected one JSON object with a "
+                '"stories" list'
+            )
+        if isinstance(value, Mapping):
+            return 'the answer\'s JSON object has no "stories" key; expected a "stories" list'
+    return 'the answer held no JSON object with a "stories" list'

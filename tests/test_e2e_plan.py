@@ -1,0 +1,586 @@
+"""End to end: `hero run-plan NAME`, a plan's stories run in dependency order.
+
+hero runs as a real child process (`python -m hero run-plan NAME --home HOME -v`: it
+installs signal handlers); the scripted model runs in this test process on a thread. One
+stateless policy answers every story, telling stories apart by the task's
+"# Story <id>: <title>" line: by default a story's worker commits ``<id>.txt`` holding its
+title, and the reviewer approves. The plan folder (``inbox/<plan>/``: story files and
+``_manifest.yaml``), the target repository, worktrees, branches and commands are all real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import git
+from helpers import (
+    Hero,
+    alive,
+    is_ancestor,
+    is_review,
+    long_command,
+    step_of,
+    task_text,
+    verdict,
+    wait_dead,
+    worker_round,
+)
+
+from hero.plan import Manifest, ManifestStory, dump_manifest
+from hero.testing.scripted import Reply, ScriptedModel, call, text
+
+#: Generous "did not hang" bounds for a whole plan on a loaded machine, not speed checks.
+PLAN_TIMEOUT_S = 300.0
+#: How long a parallel story's first worker turn waits to see its sibling's.
+PARALLEL_WAIT_S = 60.0
+
+APPROVED = verdict("APPROVED", "Good.")
+CHANGES = verdict("CHANGES_REQUESTED", "Not yet: more please.")
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def write_plan(home: Path, name: str, stories: Mapping[str, Sequence[str]]) -> Path:
+    """``inbox/<name>/``: one story file per id (title ``<name> <id>``, its ``depends_on``,
+    verify ``test -f <id>.txt``) and a manifest that records them; returns the folder."""
+    folder = home / "inbox" / name
+    folder.mkdir(parents=True)
+    for story_id, deps in stories.items():
+        write_plan_story(folder, story_id, deps=deps)
+    source = home / f"{name}-plan.md"
+    source.write_text(f"# Plan {name}\n")
+    manifest = Manifest(
+        name=name,
+        source=str(source),
+        source_sha256=hashlib.sha256(source.read_bytes()).hexdigest(),
+        created_at="2025-01-31T12:00:00Z",
+        stories=tuple(
+            ManifestStory(story_id, title_of(name, story_id), tuple(deps))
+            for story_id, deps in stories.items()
+        ),
+    )
+    (folder / "_manifest.yaml").write_text(dump_manifest(manifest))
+    return folder
+
+
+def write_plan_story(
+    folder: Path, story_id: str, *, deps: Sequence[str] = (), verify: Sequence[str] = ()
+) -> Path:
+    front: dict[str, Any] = {
+        "id": story_id,
+        "title": title_of(folder.name, story_id),
+        "depends_on": list(deps),
+        "verify": list(verify) or [f"test -f {story_id}.txt"],
+    }
+    path = folder / f"{story_id}.md"
+    path.write_text(
+        "---\n"
+        + yaml.safe_dump(front, sort_keys=False)
+        + f"---\n\n## Goal\nAdd {story_id}.txt.\n\n## Acceptance Criteria\n"
+        f"- [ ] {story_id}.txt exists\n"
+    )
+    return path
+
+
+def title_of(plan: str, story_id: str) -> str:
+    return f"{plan} {story_id}"
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def story_line(body: dict[str, Any]) -> tuple[str, str]:
+    """(id, title) from the task's "# Story <id>: <title>" line (worker and reviewer)."""
+    m = re.search(r"^# Story (\S+?): (.*)$", task_text(body), re.M)
+    assert m, "a task without its story line"
+    return m.group(1), m.group(2).strip()
+
+
+def story_of(body: dict[str, Any]) -> str:
+    return story_line(body)[0]
+
+
+def commit_file(name: str, content: str) -> str:
+    """A command that commits ``name`` holding ``content``, once, however often it is run."""
+    return (
+        f"test -f {name} || {{ printf '%s\\n' {shlex.quote(content)} > {name} "
+        f"&& git add -A && git commit -q -m {shlex.quote('add ' + name)}; }}"
+    )
+
+
+@dataclass
+class PlanPolicy:
+    """The scripted model for every story of every plan.
+
+    A worker runs ``commands[id]`` (default: commit ``<id>.txt`` holding the story's title),
+    one bash call each, then says it is done. The reviewer answers ``reviews[id]``
+    (default: approve). Stories in ``meet`` wait, in their first worker turn, until every
+    one of them has had its first worker turn (``met`` records who saw all the others).
+    """
+
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    reviews: dict[str, Reply] = field(default_factory=dict)
+    meet: set[str] = field(default_factory=set)
+    met: set[str] = field(default_factory=set)
+    _arrived: dict[str, threading.Event] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._arrived = {sid: threading.Event() for sid in self.meet}
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        sid, title = story_line(body)
+        if is_review(body):
+            return self.reviews.get(sid, APPROVED)
+        step = step_of(body)
+        if sid in self._arrived and step == 0 and worker_round(body) == 1:
+            self._arrived[sid].set()
+            if all(e.wait(PARALLEL_WAIT_S) for e in self._arrived.values()):
+                self.met.add(sid)
+        steps = self.commands.get(sid) or [commit_file(f"{sid}.txt", title)]
+        if step < len(steps):
+            return call("bash", command=steps[step])
+        return text(f"{sid} done.")
+
+
+def asked(model: ScriptedModel, since: int = 0) -> list[str]:
+    """The story of every request (worker and reviewer) from the ``since``-th on."""
+    return [story_of(r.body) for r in model.requests[since:]]
+
+
+def worker_tasks(model: ScriptedModel, sid: str) -> list[str]:
+    return [
+        task_text(r.body)
+        for r in model.requests
+        if not is_review(r.body) and story_of(r.body) == sid
+    ]
+
+
+# --------------------------------------------------------------------------- hero as a child
+
+
+class RunPlan(Hero):
+    """`python -m hero run-plan NAME --home HOME -v` as a child process, output to files."""
+
+    rc: int | None = None  # set by the run_plan fixture once it has ended
+
+    def __init__(self, home: Path, name: str, log_dir: Path, tag: str) -> None:
+        self.out = log_dir / f"{tag}.out"
+        self.err = log_dir / f"{tag}.err"
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hero", "run-plan", name, "--home", str(home), "-v"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=log_dir,
+            )
+
+    def stdout(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Any]]:
+    """hero processes and pids to kill whatever happens in the test."""
+    items: list[Any] = []
+    yield items
+    for item in items:
+        if isinstance(item, Hero):
+            if item.proc.poll() is None:
+                item.proc.kill()
+                item.proc.wait()
+        elif isinstance(item, int) and alive(item):
+            try:
+                os.kill(item, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def run_plan(tmp_path: Path, procs: list[Any]) -> Callable[[Path, str], RunPlan]:
+    """run_plan(home, name) -> the finished RunPlan (its exit code in ``.rc``)."""
+    count = iter(range(1, 1000))
+
+    def runner(home: Path, name: str) -> RunPlan:
+        hero = RunPlan(home, name, tmp_path, f"run-plan-{name}-{next(count)}")
+        procs.append(hero)
+        hero.rc = hero.wait(PLAN_TIMEOUT_S)
+        return hero
+
+    return runner
+
+
+# --------------------------------------------------------------------------- records
+
+
+def state_of(home: Path, plan: str, sid: str) -> dict[str, Any]:
+    path = home / "runs" / "state" / "plans" / plan / f"{sid}.json"
+    return json.loads(path.read_text())
+
+
+def statuses(home: Path, plan: str, ids: Sequence[str]) -> dict[str, str]:
+    return {sid: state_of(home, plan, sid)["status"] for sid in ids}
+
+
+def has_branch(repo: Path, branch: str) -> bool:
+    found = subprocess.run(
+        ["git", "rev-parse", "-q", "--verify", f"refs/heads/{branch}"],
+        cwd=repo,
+        capture_output=True,
+    )
+    return found.returncode == 0
+
+
+def show(repo: Path, ref: str, path: str) -> str:
+    return git(repo, "show", f"{ref}:{path}")
+
+
+def parents(repo: Path, sha: str) -> list[str]:
+    return git(repo, "rev-list", "--parents", "-n", "1", sha).split()[1:]
+
+
+def table_row(output: str, sid: str) -> list[str]:
+    """The cells of ``sid``'s row in the final table."""
+    for line in output.splitlines():
+        cells = line.split()
+        if cells and cells[0] == sid and len(cells) == 4:
+            return cells
+    raise AssertionError(f"no table row for {sid}:\n{output}")
+
+
+# --------------------------------------------------------------------------- 1. a diamond
+
+
+def test_diamond_runs_in_order_code_flows_along_edges_and_plan_branch_merges_leaves(
+    scripted, make_home, target_repo: Path, run_plan
+) -> None:
+    policy = PlanPolicy(meet={"b", "c"})
+    model = scripted(policy)
+    home = make_home(model, max_parallel=2)
+    folder = write_plan(home, "dia", {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
+    # d needs the work of both its parents in its worktree
+    write_plan_story(
+        folder, "d", deps=["b", "c"], verify=["test -f a.txt", "test -f b.txt", "test -f c.txt"]
+    )
+
+    hero = run_plan(home, "dia")
+    assert hero.rc == 0, hero.output()
+
+    ids = ["a", "b", "c", "d"]
+    assert statuses(home, "dia", ids) == dict.fromkeys(ids, "passed")
+    states = {sid: state_of(home, "dia", sid) for sid in ids}
+    for sid, state in states.items():
+        assert state["id"] == sid and state["plan"] == "dia"
+        assert state["branch"] == f"hero/plans/dia/{sid}"
+        assert git(target_repo, "rev-parse", state["branch"]).strip() == state["head_sha"]
+        assert len(state["rounds"]) == 1 and state["error"] == ""
+        assert (home / "runs" / "plans" / "dia" / sid / "round-1.jsonl").is_file()
+
+    # b and c ran side by side (max_parallel 2), each from a's head
+    assert policy.met == {"b", "c"}
+    assert states["b"]["base_sha"] == states["c"]["base_sha"] == states["a"]["head_sha"]
+    # d started from a merge of b's and c's heads
+    d_base = states["d"]["base_sha"]
+    assert len(parents(target_repo, d_base)) == 2
+    assert is_ancestor(target_repo, states["b"]["head_sha"], d_base)
+    assert is_ancestor(target_repo, states["c"]["head_sha"], d_base)
+    assert is_ancestor(target_repo, d_base, "hero/plans/dia/d")
+
+    # the plan's branch holds everyone's work
+    for sid in ids:
+        assert show(target_repo, "hero/plan/dia", f"{sid}.txt") == f"dia {sid}\n"
+    assert is_ancestor(target_repo, states["d"]["head_sha"], "hero/plan/dia")
+
+    # the worker was told what each story builds on
+    d_task = worker_tasks(model, "d")[0]
+    builds_on = d_task.split("## Builds on", 1)[1]
+    assert "- dia/b: dia b (branch hero/plans/dia/b)" in builds_on
+    assert "- dia/c: dia c (branch hero/plans/dia/c)" in builds_on
+    assert "dia/a" not in builds_on.split("\n\n", 1)[0]
+    assert "- dia/a: dia a (branch hero/plans/dia/a)" in worker_tasks(model, "b")[0]
+    assert "## Builds on" not in worker_tasks(model, "a")[0]
+
+    # stories and manifest in done/dia/, nothing of the plan left in the inbox
+    done = home / "done" / "dia"
+    assert sorted(p.name for p in done.iterdir()) == [
+        "_manifest.yaml",
+        "a.md",
+        "b.md",
+        "c.md",
+        "d.md",
+    ]
+    assert not list((home / "inbox").glob("dia/*"))
+    assert states["d"]["story_path"] == str(done / "d.md")
+
+    out = hero.stdout()
+    for sid in ids:
+        assert table_row(out, sid) == [sid, "passed", "1", f"hero/plans/dia/{sid}"], out
+    assert "hero/plan/dia" in out
+
+
+# --------------------------------------------------------------------------- 2. a conflict
+
+
+def test_dependencies_that_conflict_fail_the_story_naming_files_and_branches(
+    scripted, make_home, target_repo: Path, run_plan
+) -> None:
+    policy = PlanPolicy(
+        commands={
+            "b": [commit_file("shared.txt", "from b"), commit_file("b.txt", "b")],
+            "c": [commit_file("shared.txt", "from c"), commit_file("c.txt", "c")],
+        }
+    )
+    model = scripted(policy)
+    home = make_home(model)
+    write_plan(home, "clash", {"b": [], "c": [], "d": ["b", "c"]})
+
+    hero = run_plan(home, "clash")
+    assert hero.rc == 1, hero.output()
+
+    assert statuses(home, "clash", ["b", "c", "d"]) == {
+        "b": "passed",
+        "c": "passed",
+        "d": "error",
+    }
+    error = state_of(home, "clash", "d")["error"]
+    assert "shared.txt" in error, error
+    assert "hero/plans/clash/b" in error and "hero/plans/clash/c" in error, error
+    assert "d" not in asked(model), "the model was asked to work on d"
+    assert not has_branch(target_repo, "hero/plan/clash")
+    assert (home / "inbox" / "clash" / "_manifest.yaml").is_file()
+    assert (home / "inbox" / "clash" / "d.md").is_file()
+    assert table_row(hero.stdout(), "d")[1] == "error"
+
+
+# --------------------------------------------------------------------------- 3. a failure
+
+
+def test_failure_skips_exactly_its_descendants_and_retry_continues_the_plan(
+    scripted, make_home, target_repo: Path, run_plan, tmp_path: Path
+) -> None:
+    policy = PlanPolicy(reviews={"b": CHANGES})
+    model = scripted(policy)
+    home = make_home(model, max_retries=1)
+    dag = {"a": [], "b": ["a"], "c": ["b"], "e": ["c"], "x": ["a"], "y": []}
+    write_plan(home, "fail", dag)
+
+    first = run_plan(home, "fail")
+    assert first.rc == 1, first.output()
+    assert statuses(home, "fail", list(dag)) == {
+        "a": "passed",
+        "b": "gave_up",
+        "c": "skipped",
+        "e": "skipped",
+        "x": "passed",
+        "y": "passed",
+    }
+    assert len(state_of(home, "fail", "b")["rounds"]) == 1
+    for sid in ("c", "e"):
+        skip = state_of(home, "fail", sid)["error"]
+        assert "fail/b" in skip and "gave up" in skip, skip
+    assert not {"c", "e"} & set(asked(model))
+    assert not has_branch(target_repo, "hero/plan/fail")
+    out = first.stdout()
+    assert table_row(out, "b")[1] == "gave_up" and table_row(out, "c")[1] == "skipped"
+
+    # without a retry, the story that gave up gets no new rounds
+    n_before = len(model.requests)
+    idle = run_plan(home, "fail")
+    assert idle.rc == 1, idle.output()
+    assert asked(model, n_before) == []
+    assert statuses(home, "fail", ["b", "c", "e"]) == {
+        "b": "gave_up",
+        "c": "skipped",
+        "e": "skipped",
+    }
+
+    retry = subprocess.run(
+        [sys.executable, "-m", "hero", "retry", "fail/b", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=PLAN_TIMEOUT_S,
+    )
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+
+    del policy.reviews["b"]  # the reviewer approves now
+    n_before = len(model.requests)
+    second = run_plan(home, "fail")
+    assert second.rc == 0, second.output()
+
+    assert statuses(home, "fail", list(dag)) == dict.fromkeys(dag, "passed")
+    assert set(asked(model, n_before)) == {"b", "c", "e"}  # a, x, y were not asked again
+    b, c = state_of(home, "fail", "b"), state_of(home, "fail", "c")
+    assert len(b["rounds"]) == 2  # a new round on the same branch
+    assert c["base_sha"] == b["head_sha"] and c["error"] == ""
+    for sid in dag:
+        assert show(target_repo, "hero/plan/fail", f"{sid}.txt") == f"fail {sid}\n"
+    assert (home / "done" / "fail" / "_manifest.yaml").is_file()
+
+
+# --------------------------------------------------------------------------- 4. kill -9
+
+
+def test_kill_9_mid_plan_then_run_again_resumes_without_rerunning_what_passed(
+    scripted, make_home, target_repo: Path, run_plan, tmp_path: Path, procs: list[Any]
+) -> None:
+    pid_file = tmp_path / "b-sleep.pid"  # its presence makes the long command quick
+    policy = PlanPolicy(commands={"b": [long_command(pid_file), commit_file("b.txt", "crash b")]})
+    model = scripted(policy)
+    home = make_home(model)
+    write_plan(home, "crash", {"a": [], "b": ["a"]})
+
+    first = RunPlan(home, "crash", tmp_path, "run-plan-crash-killed")
+    procs.append(first)
+    child = first.wait_for_file(pid_file)
+    procs.append(child)
+    assert state_of(home, "crash", "a")["status"] == "passed"
+    first.proc.send_signal(signal.SIGKILL)
+    assert first.proc.wait(timeout=60) == -signal.SIGKILL
+    assert state_of(home, "crash", "b")["status"] == "running"  # nobody could record it
+
+    n_before = len(model.requests)
+    second = run_plan(home, "crash")
+    assert second.rc == 0, second.output()
+    assert wait_dead(child), "the killed run's background child is still alive"
+
+    assert statuses(home, "crash", ["a", "b"]) == {"a": "passed", "b": "passed"}
+    again = [task_text(r.body) for r in model.requests[n_before:]]
+    assert again and not any("# Story a:" in t for t in again)
+    b = state_of(home, "crash", "b")
+    assert b["base_sha"] == state_of(home, "crash", "a")["head_sha"]
+    assert len(b["rounds"]) == 1
+    assert show(target_repo, "hero/plan/crash", "b.txt") == "crash b\n"
+    assert show(target_repo, "hero/plan/crash", "a.txt") == "crash a\n"
+
+
+# --------------------------------------------------------------------------- 5. two plans
+
+
+def test_two_plans_may_use_the_same_story_ids(
+    scripted, make_home, target_repo: Path, run_plan
+) -> None:
+    model = scripted(PlanPolicy())
+    home = make_home(model)
+    for name in ("p1", "p2"):
+        write_plan(home, name, {"s1": [], "s2": ["s1"]})
+    write_plan_story(home / "inbox", "loose")  # a loose story: no plan's, so not run
+
+    for name in ("p1", "p2"):
+        n_before = len(model.requests)
+        hero = run_plan(home, name)
+        assert hero.rc == 0, hero.output()
+        assert sorted(set(asked(model, n_before))) == ["s1", "s2"]
+        if name == "p1":  # the other plan waits for its own run
+            assert not (home / "runs" / "state" / "plans" / "p2").exists()
+
+    for name in ("p1", "p2"):
+        for sid in ("s1", "s2"):
+            state = state_of(home, name, sid)
+            assert (state["status"], state["plan"], state["id"]) == ("passed", name, sid)
+            assert state["branch"] == f"hero/plans/{name}/{sid}"
+            assert show(target_repo, state["branch"], f"{sid}.txt") == f"{name} {sid}\n"
+            assert (home / "done" / name / f"{sid}.md").is_file()
+        assert show(target_repo, f"hero/plan/{name}", "s1.txt") == f"{name} s1\n"
+        assert show(target_repo, f"hero/plan/{name}", "s2.txt") == f"{name} s2\n"
+    p1 = git(target_repo, "rev-parse", "hero/plans/p1/s1").strip()
+    p2 = git(target_repo, "rev-parse", "hero/plans/p2/s1").strip()
+    assert p1 != p2
+    assert not (home / "runs" / "state" / "s1.json").exists()
+    assert not (home / "runs" / "state" / "loose.json").exists()
+    assert "loose" not in asked(model)
+
+
+# --------------------------------------------------------------------------- 6. run again
+
+
+def test_running_a_finished_plan_again_asks_no_model_and_exits_0(
+    scripted, make_home, target_repo: Path, run_plan
+) -> None:
+    model = scripted(PlanPolicy())
+    home = make_home(model)
+    write_plan(home, "again", {"a": [], "b": ["a"], "c": ["a"]})
+    assert run_plan(home, "again").rc == 0
+    plan_sha = git(target_repo, "rev-parse", "hero/plan/again").strip()
+    states = {sid: state_of(home, "again", sid) for sid in "abc"}
+    n_before = len(model.requests)
+
+    hero = run_plan(home, "again")
+    assert hero.rc == 0, hero.output()
+    assert len(model.requests) == n_before
+    assert {sid: state_of(home, "again", sid) for sid in "abc"} == states
+    assert git(target_repo, "rev-parse", "hero/plan/again").strip() == plan_sha
+    for sid in "abc":
+        assert table_row(hero.stdout(), sid)[1] == "passed"
+
+
+# --------------------------------------------------------------------------- 7. refusals
+
+
+def test_unknown_plan_exits_2_naming_it(scripted, make_home, run_plan) -> None:
+    model = scripted(PlanPolicy())
+    home = make_home(model)
+    hero = run_plan(home, "nosuch")
+    assert hero.rc == 2, hero.output()
+    assert "nosuch" in hero.stderr()
+    assert model.requests == []
+
+
+UNREADABLE = "---\nid: z\ntitle: [unclosed\n---\n\nbody\n"
+
+
+@pytest.mark.parametrize(
+    ("stories", "broken", "named"),
+    [
+        ({"a": [], "b": ["a", "ghost"]}, "", ["b", "ghost"]),
+        ({"r": [], "a": ["r", "b"], "b": ["a"]}, "", ["cycle", "a -> b -> a"]),
+        ({"a": [], "b": ["a"], "z": []}, UNREADABLE, ["z.md"]),
+    ],
+    ids=["unknown-dependency", "cycle", "unreadable-story-file"],
+)
+def test_a_plan_that_cannot_run_exits_2_naming_the_problem_and_runs_nothing(
+    scripted,
+    make_home,
+    target_repo: Path,
+    run_plan,
+    stories: dict[str, list[str]],
+    broken: str,
+    named: list[str],
+) -> None:
+    model = scripted(PlanPolicy())
+    home = make_home(model)
+    folder = write_plan(home, "bad", stories)
+    if broken:  # the last story's file cannot be read as a story
+        (folder / f"{list(stories)[-1]}.md").write_text(broken)
+    branches_before = git(target_repo, "branch", "--format=%(refname:short)")
+
+    hero = run_plan(home, "bad")
+    assert hero.rc == 2, hero.output()
+    err = hero.stderr()
+    assert "bad" in err
+    for word in named:
+        assert word in err, err
+    assert model.requests == []
+    assert not (home / "runs" / "state" / "plans" / "bad").exists()
+    assert git(target_repo, "branch", "--format=%(refname:short)") == branches_before
+    assert sorted(p.name for p in (home / "inbox" / "bad").iterdir()) == sorted(
+        ["_manifest.yaml", *(f"{sid}.md" for sid in stories)]
+    )
