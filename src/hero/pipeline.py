@@ -238,7 +238,7 @@ class StoryRun:
 
     def _dependency_base(self) -> tuple[str, str] | None:
         """``(base_ref, base_sha)`` for a story with dependencies, else None: code flows along
-        the DAG's edges. One dependency: its branch's head. Several: a merge of their heads
+        the DAG's edges. One dependency: the head it passed with. Several: a merge of those
         (a new commit; no worktree or ref changes). StartError when a dependency has not
         passed, its branch is gone, or the branches conflict (naming the files)."""
         deps = self._dependencies()
@@ -258,10 +258,11 @@ class StoryRun:
                     f"depends on '{dep.key}', which has not passed ({status}); "
                     "it can start once every story it depends on has passed"
                 )
-            sha = self.repo.branch_sha(dep.branch)
-            if sha is None and state.head_sha and commit_of(self.repo.path, state.head_sha):
-                sha = state.head_sha
-            if sha is None:
+            # the head that passed, as hero recorded it: a branch tip can be moved by anyone
+            # (another story's worker, say) after the review, the record cannot
+            sha = commit_of(self.repo.path, state.head_sha) if state.head_sha else ""
+            sha = sha or self.repo.branch_sha(dep.branch) or ""
+            if not sha:
                 raise StartError(
                     f"depends on '{dep.key}', which passed, but its branch {dep.branch} is "
                     "gone and its recorded head is no commit here"

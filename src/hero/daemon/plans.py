@@ -22,7 +22,7 @@ from hero.config import Config
 from hero.dag import leaves
 from hero.gitops import GitError, MergeConflict, TargetRepo, git, merge_heads, set_branch
 from hero.names import MANIFEST, StoryRef, plan_branch
-from hero.plan import PlanError, read_plan
+from hero.plan import PlanError, plan_dir, read_plan
 from hero.repoguard import commit_of
 from hero.state import RunState, StateError, Status, file_digest, load_state, save_state
 from hero.story import Story
@@ -69,8 +69,10 @@ def finish_plan(config: Config, repo: TargetRepo, name: str) -> PlanOutcome | No
     home = config.home
     try:
         plan = read_plan(home, name)
-    except PlanError:
-        return None
+    except PlanError as exc:  # say, its manifest was broken by hand: say so, each time
+        if plan_dir(home, name) is None and not (home / "inbox" / name).is_dir():
+            return None  # no such plan (any more): nothing to finish
+        return PlanOutcome(plan_branch(name), error=f"cannot finish the plan: {exc}")
     if plan.problems:  # a story file that cannot be read is a story that has not passed
         return None
     states: dict[str, RunState | None] = {}
@@ -86,10 +88,10 @@ def finish_plan(config: Config, repo: TargetRepo, name: str) -> PlanOutcome | No
     for leaf in leaves(plan.deps()):
         ref = StoryRef(name, leaf)
         state = states[leaf]
-        sha = repo.branch_sha(ref.branch)
-        if sha is None and state is not None and commit_of(repo.path, state.head_sha):
-            sha = state.head_sha
-        if sha is None:
+        # the head that passed review, as recorded: the branch's tip may have been moved since
+        sha = commit_of(repo.path, state.head_sha) if state is not None and state.head_sha else ""
+        sha = sha or repo.branch_sha(ref.branch) or ""
+        if not sha:
             return PlanOutcome(branch, error=f"the branch {ref.branch} of '{ref.key}' is gone")
         heads.append((ref.branch, sha))
     note = f"merge of {len(heads)} leaf branches" if len(heads) > 1 else f"{heads[0][0]}'s head"
