@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -625,3 +627,22 @@ def test_plan_show_draws_hand_edited_files_and_warns_of_their_problems(
     assert f"hero: warning: {folder / 'mul.md'}: title: required field is missing" in captured.err
     assert "hero: warning: docs: depends on 'mul', which is not a story of the plan" in captured.err
     assert "hero: warning: cycle: base -> docs -> sub -> base" in captured.err
+
+
+def test_folders_left_by_a_killed_plan_are_cleared_but_a_live_one_s_kept(
+    scripted: Callable[..., ScriptedModel], make_home: HomeMaker, plan_file: Path
+) -> None:
+    model = scripted([text(FOUR)])
+    home = make_home(model)
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    inbox = home / "inbox"
+    for kind in ("tmp", "old"):
+        (inbox / f".calc.{kind}-{dead.pid}").mkdir(parents=True)
+        (inbox / f".calc.{kind}-{dead.pid}" / "sub.md").write_text("half\n")
+    live = inbox / f".calc.tmp-{os.getppid()}"  # another hero plan, still writing
+    live.mkdir()
+
+    assert hero(home, "plan", str(plan_file)) == 0
+
+    assert sorted(p.name for p in inbox.iterdir() if p.name != ".gitkeep") == [live.name, "calc"]

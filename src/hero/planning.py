@@ -229,6 +229,7 @@ def _write_plan(
     inbox = home / "inbox"
     target = inbox / name
     tmp = inbox / f".{name}.tmp-{pid}"
+    _clear_leftovers(inbox, name)
     if tmp.exists():
         shutil.rmtree(tmp)  # left by a dead process that had our pid
     tmp.mkdir(parents=True)
@@ -259,6 +260,26 @@ def _write_plan(
     for _, moved in aside:
         shutil.rmtree(moved, ignore_errors=True)
     return target
+
+
+def _clear_leftovers(inbox: Path, name: str) -> None:
+    """Remove the dot-folders a ``hero plan`` of this name left when it was killed midway
+    (``.<name>.tmp-<pid>``, ``.<name>.old-<pid>`` of a process that is gone)."""
+    for kind in ("tmp", "old"):
+        for path in inbox.glob(f".{name}.{kind}-*"):
+            pid = path.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _describe_story(story: Story) -> str:
