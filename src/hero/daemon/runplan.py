@@ -7,10 +7,7 @@ table of every story and the plan's branch (:func:`hero.daemon.plans.finish_plan
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -66,46 +63,14 @@ def _usage(message: str) -> int:
 def _run(config: Config, name: str, *, verbose: bool) -> int:
     from hero.daemon.dispatcher import Dispatcher
     from hero.daemon.logsetup import configure
-    from hero.llm import LlmClient
+    from hero.daemon.watch import model_factory, serve
 
     show = verbose or sys.stderr.isatty()
     log = configure(json=False) if show else _Quiet()
-    shared = LlmClient(config.role("worker"), config.llm)
-
-    def make_models(cancel: threading.Event) -> tuple[Any, Any]:
-        def note(msg: str) -> None:
-            log.info("model retry", detail=msg)
-
-        worker = LlmClient(
-            config.role("worker"), config.llm, cancel=cancel, on_retry=note, share_http_with=shared
-        )
-        reviewer = LlmClient(
-            config.role("reviewer"),
-            config.llm,
-            cancel=cancel,
-            on_retry=note,
-            share_http_with=shared,
-        )
-        return worker, reviewer
-
-    dispatcher = Dispatcher(config, make_models, log=log, settle_s=0.25, only_plan=name)
-    signals = {"count": 0}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        signals["count"] += 1
-        if signals["count"] == 1:
-            dispatcher.stop()
-        else:
-            dispatcher.kill_now()
-            os._exit(EXIT_INTERRUPTED)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        dispatcher.serve(exit_when_idle=True)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    if signals["count"]:
+    dispatcher = Dispatcher(
+        config, model_factory(config, log), log=log, settle_s=0.25, only_plan=name
+    )
+    if serve(dispatcher, log, exit_when_idle=True):
         print(f"hero: interrupted; run `hero run-plan {name}` again to continue", file=sys.stderr)
         return EXIT_INTERRUPTED
     outcome = finish_plan(config, dispatcher.repo, name)

@@ -8,16 +8,19 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hero.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from hero.config import Config
+    from hero.daemon.dispatcher import Dispatcher, ModelFactory
 
 
 def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = None) -> int:
     from hero.config import ConfigError, load_config
     from hero.daemon.dispatcher import Dispatcher
     from hero.daemon.logsetup import configure
-    from hero.llm import LlmClient
     from hero.locks import DaemonLock, DaemonRunning
 
     log = configure(json=json_logs)
@@ -33,27 +36,42 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
         print(f"hero: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
-    # One HTTP client for every story's model calls: the pool is thread-safe, and a story
-    # picked up from the inbox then pays no client start-up before its first request.
+    dispatcher = Dispatcher(config, model_factory(config, log), log=log)
+    started = time.monotonic()
+    try:
+        serve(dispatcher, log, exit_when_idle=exit_when_idle)
+    finally:
+        lock.release()
+    log.info("stopped", uptime_s=round(time.monotonic() - started, 1))
+    return EXIT_OK
+
+
+def model_factory(config: Config, log: Any) -> ModelFactory:
+    """A story's worker and reviewer clients, each cancelled by the story's event. One HTTP
+    client serves every story's model calls: the pool is thread-safe, and a story picked up
+    from the inbox then pays no client start-up before its first request."""
+    from hero.llm import LlmClient
+
     shared = LlmClient(config.role("worker"), config.llm)
 
+    def note(msg: str) -> None:
+        log.info("model retry", detail=msg)
+
     def make_models(cancel: threading.Event) -> tuple[Any, Any]:
-        def note(msg: str) -> None:
-            log.info("model retry", detail=msg)
+        def client(role: str) -> LlmClient:
+            return LlmClient(
+                config.role(role), config.llm, cancel=cancel, on_retry=note, share_http_with=shared
+            )
 
-        worker = LlmClient(
-            config.role("worker"), config.llm, cancel=cancel, on_retry=note, share_http_with=shared
-        )
-        reviewer = LlmClient(
-            config.role("reviewer"),
-            config.llm,
-            cancel=cancel,
-            on_retry=note,
-            share_http_with=shared,
-        )
-        return worker, reviewer
+        return client("worker"), client("reviewer")
 
-    dispatcher = Dispatcher(config, make_models, log=log)
+    return make_models
+
+
+def serve(dispatcher: Dispatcher, log: Any, *, exit_when_idle: bool) -> bool:
+    """Run ``dispatcher`` until it stops, SIGTERM and SIGINT stopping it cleanly (running
+    stories are recorded as interrupted); a second signal exits at once. Returns whether a
+    signal stopped it."""
     signals = {"count": 0}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -70,12 +88,9 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
             os._exit(EXIT_INTERRUPTED)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    started = time.monotonic()
     try:
         dispatcher.serve(exit_when_idle=exit_when_idle)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        lock.release()
-    log.info("stopped", uptime_s=round(time.monotonic() - started, 1))
-    return EXIT_OK
+    return bool(signals["count"])

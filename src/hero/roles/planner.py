@@ -24,6 +24,7 @@ from hero.agent.loop import Model
 from hero.dag import problems as dag_problems
 from hero.names import ID_RE
 from hero.prompting import render
+from hero.roles.answers import FENCE, find_object
 from hero.story import Story, StoryError, dumps_story, parse_story_text
 from hero.yamlio import ValueProblem, describe, string_list
 
@@ -34,8 +35,6 @@ STORY_KEYS = ("id", "title", "priority", "verify", "scope", "depends_on", "body"
 #: listed its problems.
 MAX_ANSWERS = 2
 NO_RULES = "(none: the repository has no AGENTS.md, CLAUDE.md or .roo/rules/)"
-
-_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n(.*?)```", re.DOTALL)
 
 
 class PlanInvalid(Exception):
@@ -150,17 +149,7 @@ def plan_stories(
 def find_plan_object(text: str) -> dict[str, Any] | None:
     """The JSON object with a ``stories`` key in the answer: inside a code fence or with
     prose around it; of several objects, the first that has ``stories``."""
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        for start in (i for i, ch in enumerate(candidate) if ch == "{"):
-            try:
-                obj, _ = decoder.raw_decode(candidate, start)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and "stories" in obj:
-                return obj
-    return None
+    return find_object(text, "stories")
 
 
 def check_answer(text: str) -> Draft:
@@ -276,7 +265,7 @@ def _no_object(text: str) -> str:
     """What to say of an answer without a usable object: where its JSON broke, if it has any."""
     if not text.strip():
         return 'the answer was empty; expected one JSON object with a "stories" list'
-    starts = [m.group(1) for m in _FENCE.finditer(text)]
+    starts = [m.group(1) for m in FENCE.finditer(text)]
     if not starts and "{" in text:
         starts = [text[text.index("{") : text.rindex("}") + 1 if "}" in text else len(text)]]
     for candidate in starts:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hero.agent.loop import Model
 from hero.prompting import render
+from hero.roles.answers import find_object
 from hero.story import Story
 from hero.trace import Trace
 
@@ -23,7 +22,6 @@ EMPTY_DIFF = (
     "THE DIFF IS EMPTY: the branch's files are exactly those of the base; this story's work "
     "changed nothing."
 )
-_FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)```", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -73,7 +71,7 @@ def parse_verdict(text: str) -> Verdict:
     would be a false pass. An APPROVED that lists a blocker or an unmet criterion is
     not an approval either.
     """
-    data = _find_json_object(text)
+    data = find_object(text, "verdict")
     if data is None:
         excerpt = text.strip().replace("\n", " ")[:200]
         return Verdict(
@@ -157,20 +155,6 @@ def review(
         http_s=round(completion.http_s, 4),
     )
     return parse_verdict(completion.content)
-
-
-def _find_json_object(text: str) -> dict[str, Any] | None:
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        for start in (i for i, ch in enumerate(candidate) if ch == "{"):
-            try:
-                obj, _ = decoder.raw_decode(candidate, start)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and "verdict" in obj:
-                return obj
-    return None
 
 
 def _list(value: Any) -> list[Any]:
