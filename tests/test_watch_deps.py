@@ -330,7 +330,10 @@ def test_plan_folders_renamed_in_while_watching_run_in_order_without_clashing(
         )
         os.rename(staging, home / "inbox" / name)
     for name in plans:
-        daemon.wait_event("plan passed", plan=name, timeout=PLANS_TIMEOUT_S)
+        for sid in ("a", "b"):  # a story that ends otherwise fails the test at once
+            finished = daemon.wait_event("finished", story=f"{name}/{sid}", timeout=PLANS_TIMEOUT_S)
+            assert finished["status"] == "passed", daemon.output()
+        daemon.wait_event("plan passed", plan=name)
 
     daemon.proc.send_signal(signal.SIGTERM)
     assert daemon.wait_exit(STOP_SPEC_S) == 0, daemon.output()
@@ -416,7 +419,12 @@ def test_hero_run_refuses_a_story_whose_dependency_has_not_passed(
     heroes.append(hero)
     assert hero.wait() == 2, hero.output()
     err = hero.err.read_text()
-    assert "'a'" in err, err
+    said = {
+        "queued": "waits for a (not run yet)",
+        "gave_up": "story 'a' gave up",
+        "unknown": "depends on 'a', which is no story",
+    }
+    assert said[dependency] in err, err
     assert model.requests == []
     assert not (home / "runs" / "state" / "b.json").exists()
     assert not has_branch(target_repo, "hero/b")
@@ -433,3 +441,19 @@ def test_hero_run_refuses_a_story_whose_dependency_has_not_passed(
     assert then.wait() == 0, then.output()
     assert loose_state(home, "b")["base_sha"] == loose_state(home, "a")["head_sha"]
     assert show(target_repo, "hero/b", "a.txt") == "Story a\n"
+
+
+def test_hero_run_says_a_queued_dependency_has_not_run_yet(
+    scripted, make_home, write_story, tmp_path: Path, heroes: list[Hero]
+) -> None:
+    model = scripted(DepsPolicy())
+    home = make_home(model)
+    b = write_story(home, "b", verify=["true"], depends_on=["a"])
+    write_story(home, "a", verify=["true"])
+
+    hero = Hero(home, b, tmp_path, "run-b-queued")
+    heroes.append(hero)
+    assert hero.wait() == 2, hero.output()
+    err = hero.err.read_text()
+    assert "no story file" not in err and "fix depends_on" not in err, err
+    assert "not run yet" in err, err

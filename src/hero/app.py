@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hero.config import Config
 from hero.pipeline import Progress
 from hero.state import RunState
+from hero.story import Story
 
 
 class Refused(Exception):
@@ -46,7 +48,7 @@ def run_with_config(
     if decision.admit == Admit.REFUSE and state is not None and state.status == Status.PASSED:
         raise Refused(f"{story_path}: {decision.reason}")
     if story.depends_on and not (state is not None and state.status == Status.PASSED):
-        gate = Rule(config.home).gate(story)
+        gate = Rule.over(config.home, _inbox_stories(config.home)).gate(story)
         if gate.gate != Gate.READY:
             raise Refused(f"{story_path}: cannot run yet: {gate.reason}")
 
@@ -59,3 +61,23 @@ def run_with_config(
         config.role("reviewer"), config.llm, on_retry=retry_note, share_http_with=worker
     )
     return run_story(story_path, config, worker, reviewer, progress=progress)
+
+
+def _inbox_stories(home: Path) -> list[Story]:
+    """The loose stories of the inbox that can be read: what a dependency may still be."""
+    from hero.daemon.inbox import is_story_name
+    from hero.story import StoryError, parse_story
+
+    found: list[Story] = []
+    inbox = home / "inbox"
+    try:
+        names = sorted(os.listdir(inbox))
+    except OSError:
+        return found
+    for name in names:
+        if is_story_name(name):
+            try:
+                found.append(parse_story(inbox / name))
+            except (StoryError, OSError):
+                continue
+    return found

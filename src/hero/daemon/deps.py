@@ -15,7 +15,7 @@ A story of a plan depends on stories of its own plan; a loose story on loose sto
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -73,6 +73,20 @@ class Rule:
         self.deps_of = deps_of or (lambda _ref: None)
         self._states: dict[StoryRef, RunState | None] = {}
         self._gates: dict[StoryRef, Decision] = {}
+
+    @classmethod
+    def over(cls, home: Path, stories: Iterable[Story]) -> Rule:
+        """The rule knowing ``stories`` (the story files there are: queued, running, in the
+        inbox); of two with one key, the first is kept."""
+        known: dict[StoryRef, Story] = {}
+        for story in stories:
+            known.setdefault(story.ref, story)
+
+        def deps_of(ref: StoryRef) -> tuple[str, ...] | None:
+            story = known.get(ref)
+            return None if story is None else story.depends_on
+
+        return cls(home, known=known.keys(), deps_of=deps_of)
 
     def state(self, ref: StoryRef) -> RunState | None:
         if ref not in self._states:

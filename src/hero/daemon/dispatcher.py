@@ -356,13 +356,7 @@ class Dispatcher:
         """The dependency rule as things stand: what is queued or running is known."""
         with self._lock:
             running = [r.story for r in self._running.values()]
-        stories = {e.story.ref: e.story for e in queued}
-        stories.update((s.ref, s) for s in running)
-        return Rule(
-            self.home,
-            known=stories.keys(),
-            deps_of=lambda ref: stories[ref].depends_on if ref in stories else None,
-        )
+        return Rule.over(self.home, [*(e.story for e in queued), *running])
 
     def _gate(self, entry: Entry, rule: Rule) -> bool:
         """Whether the dependency rule lets ``entry`` run now (:mod:`hero.daemon.deps`);

@@ -213,15 +213,8 @@ def _inbox(home: Path, now: float) -> tuple[list[dict[str, Any]], list[dict[str,
         reason = duplicate_reason(entry.story.ref.key, _rel(keeper.path, home))
         rejected.append({"path": _rel(entry.path, home), "reason": f"id: {reason}"})
     # what the dependency rule knows: every story file, the queued one first of two with a key
-    stories: dict[StoryRef, Story] = {}
-    for entry in [*queue, *sorted(found, key=lambda e: (e.arrived, e.path.name))]:
-        stories.setdefault(entry.story.ref, entry.story)
-
-    def deps_of(ref: StoryRef) -> tuple[str, ...] | None:
-        story = stories.get(ref)
-        return None if story is None else story.depends_on
-
-    rule = Rule(home, known=set(stories), deps_of=deps_of)
+    ordered = [*queue, *sorted(found, key=lambda e: (e.arrived, e.path.name))]
+    rule = Rule.over(home, (entry.story for entry in ordered))
     items = []
     for entry in queue:
         story = entry.story
