@@ -8,7 +8,7 @@ ended yet, it waits (``WAIT``). When one has failed (gave up or ended in error, 
 is unchanged since, so it will not run again without an edit or ``hero retry``), or has been
 skipped for such a failure further up, the story is skipped (``SKIP``), naming the ancestor
 that failed and its status. A dependency hero does not know at all is ``UNKNOWN``: reported,
-not waited on forever.
+not waited on forever; so is a cycle of dependencies (``UNKNOWN`` with ``cycle``).
 
 A story of a plan depends on stories of its own plan; a loose story on loose stories.
 """
@@ -40,6 +40,8 @@ class Decision:
     waits_for: tuple[str, ...] = ()
     #: for SKIP: the ancestor that failed, and its status
     failed: tuple[StoryRef, str] | None = field(default=None, compare=False)
+    #: for UNKNOWN: the cycle of dependencies the story is in or under, as ids: a, b, a
+    cycle: tuple[str, ...] = ()
 
 
 def failed_status(state: RunState | None) -> str | None:
@@ -115,7 +117,11 @@ class Rule:
                     ref, Decision(Gate.SKIP, _failed(dep, status), failed=(dep, status))
                 )
             above_deps = self.deps_of(dep)
-            if above_deps is not None and dep not in path and dep != ref:
+            if above_deps is not None and (dep in path or dep == ref):
+                # a cycle: none of its stories can ever run; said, never waited on
+                chain = (*path[path.index(dep) :], ref, dep) if dep in path else (ref, dep)
+                return self._decide(ref, _in_cycle(tuple(r.id for r in chain)))
+            if above_deps is not None:
                 # a dependency that has not run yet (or was skipped before): skipped too if
                 # something above it failed, whatever order the stories are looked at in
                 above = self._gate(dep, above_deps, (*path, ref))
@@ -123,6 +129,15 @@ class Rule:
                     failed, status = above.failed
                     reason = f"{_failed(failed, status)} (through '{dep.key}')"
                     return self._decide(ref, Decision(Gate.SKIP, reason, failed=above.failed))
+                if above.cycle:
+                    if ref.id in above.cycle:
+                        return self._decide(ref, _in_cycle(above.cycle))
+                    reason = (
+                        f"depends on '{dep.key}', which is in a cycle of dependencies: "
+                        f"{' -> '.join(above.cycle)}; fix depends_on"
+                    )
+                    decision = Decision(Gate.UNKNOWN, reason, cycle=above.cycle)
+                    return self._decide(ref, decision)
             if state is None and dep not in self.known and above_deps is None:
                 unknown.append(dep_id)
                 continue
@@ -144,6 +159,11 @@ class Rule:
     def _decide(self, ref: StoryRef, decision: Decision) -> Decision:
         self._gates[ref] = decision
         return decision
+
+
+def _in_cycle(chain: tuple[str, ...]) -> Decision:
+    reason = f"its dependencies form a cycle: {' -> '.join(chain)}; fix depends_on"
+    return Decision(Gate.UNKNOWN, reason, cycle=chain)
 
 
 def _failed(dep: StoryRef, status: str) -> str:

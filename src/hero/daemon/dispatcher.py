@@ -372,7 +372,8 @@ class Dispatcher:
                 self._remember_digest(entry.story.ref)
         elif self._said.get(entry.path) != decision.reason:
             if decision.gate == Gate.UNKNOWN:
-                self.log.warning("unknown dependency", story=key, reason=decision.reason)
+                event = "dependency cycle" if decision.cycle else "unknown dependency"
+                self.log.warning(event, story=key, reason=decision.reason)
             else:
                 self.log.info("waiting", story=key, reason=decision.reason)
         self._said[entry.path] = decision.reason

@@ -387,8 +387,9 @@ def queue_note(item: dict[str, Any]) -> str:
         return f"skipped: {item.get('gate_reason') or 'a dependency failed'}"
     if gate == Gate.UNKNOWN:
         unknown = [_dep_id(w) for w in detail if w.endswith(" (unknown)")]
-        what = ", ".join(unknown) if unknown else item.get("gate_reason") or "?"
-        return f"unknown dependency: {what} (fix depends_on)"
+        if not unknown:  # a cycle of dependencies: the rule's own words
+            return str(item.get("gate_reason") or "unknown dependency (fix depends_on)")
+        return f"unknown dependency: {', '.join(unknown)} (fix depends_on)"
     return f"waits for {', '.join(detail)}" if detail else ""
 
 
