@@ -68,6 +68,19 @@ KNOB_KEYS = (
     "llm_backoff_base_s",
     "llm_backoff_max_s",
     "llm_retry_after_max_s",
+    # safety (issue 9): sandbox, protected files, command policy, budgets
+    "sandbox",
+    "sandbox_network",
+    "verify_network",
+    "protected_files",
+    "allow_commands",
+    "deny_commands",
+    "max_story_tokens",
+    "max_story_cost_usd",
+    "max_story_wall_s",
+    "max_round_tokens",
+    "max_round_cost_usd",
+    "max_round_wall_s",
 )
 ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
 
@@ -124,6 +137,39 @@ class WorkerLimits:
     """The same tool call with the same arguments this many times in a row is a loop."""
 
 
+#: Files the worker never writes, whatever the story's scope; roles.yaml's
+#: ``protected_files`` adds to them.
+DEFAULT_PROTECTED = (".env", ".env.*", "*.pem", "*.key", "id_rsa*", ".git/**")
+SANDBOX_MODES = ("auto", "bwrap", "none")
+
+
+@dataclass(frozen=True)
+class Safety:
+    """What confines the worker's and the checks' commands (roles.yaml)."""
+
+    sandbox: str = "auto"
+    """auto: bubblewrap when it works, else none with a warning; bwrap: required; none."""
+    sandbox_network: bool = False
+    """Whether the worker's commands may reach the network (in the sandbox)."""
+    verify_network: bool = True
+    """Whether the verify commands may reach the network (in the sandbox)."""
+    protected_files: tuple[str, ...] = DEFAULT_PROTECTED
+    allow_commands: tuple[str, ...] = ()
+    deny_commands: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Spend limits per story and per round; None: no limit."""
+
+    story_tokens: int | None = None
+    story_cost_usd: float | None = None
+    story_wall_s: float | None = None
+    round_tokens: int | None = None
+    round_cost_usd: float | None = None
+    round_wall_s: float | None = None
+
+
 @dataclass(frozen=True)
 class LlmSettings:
     timeout_s: float = 600.0
@@ -148,6 +194,8 @@ class Config:
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
     secrets: tuple[str, ...] = field(default=(), repr=False)
     key_env_names: tuple[str, ...] = ()
+    safety: Safety = Safety()
+    budgets: Budgets = Budgets()
 
     def role(self, name: str) -> RoleConfig:
         """The loaded role ``name``; ConfigError naming config/roles.yaml when absent."""
@@ -284,6 +332,37 @@ def _load(
         roles=loaded,
         secrets=tuple(dict.fromkeys(s for s in secrets if s)),
         key_env_names=key_env_names,
+        safety=_safety(r),
+        budgets=Budgets(
+            story_tokens=r.optional_integer("max_story_tokens"),
+            story_cost_usd=r.optional_number("max_story_cost_usd"),
+            story_wall_s=r.optional_number("max_story_wall_s"),
+            round_tokens=r.optional_integer("max_round_tokens"),
+            round_cost_usd=r.optional_number("max_round_cost_usd"),
+            round_wall_s=r.optional_number("max_round_wall_s"),
+        ),
+    )
+
+
+def _safety(r: _Reader) -> Safety:
+    sandbox = r.data.get("sandbox")
+    if sandbox is None:
+        sandbox = "auto"
+    if sandbox not in SANDBOX_MODES:
+        hint = did_you_mean(str(sandbox), SANDBOX_MODES) if isinstance(sandbox, str) else ""
+        raise r._error(
+            "sandbox",
+            f"expected one of {', '.join(SANDBOX_MODES)}{hint}; found {describe(sandbox)}",
+        )
+    return Safety(
+        sandbox=sandbox,
+        sandbox_network=r.boolean("sandbox_network", False),
+        verify_network=r.boolean("verify_network", True),
+        protected_files=tuple(
+            dict.fromkeys((*DEFAULT_PROTECTED, *r.string_list("protected_files")))
+        ),
+        allow_commands=r.string_list("allow_commands"),
+        deny_commands=r.string_list("deny_commands"),
     )
 
 
@@ -671,6 +750,22 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise self._error(key, f"expected a number >= 0 or null; found {describe(value)}")
         return float(value)
+
+    def optional_integer(self, key: str) -> int | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self._error(key, f"expected a whole number >= 1 or null; found {describe(value)}")
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._error(key, f"expected true or false; found {describe(value)}")
+        return value
 
     def string_list(self, key: str) -> tuple[str, ...]:
         try:

@@ -25,13 +25,16 @@ class Status(StrEnum):
     ERROR = "error"
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 STATUSES = tuple(s.value for s in Status)
 #: Statuses from which the next run continues the same branch and round count.
 RESUMABLE = frozenset({Status.QUEUED, Status.RUNNING, Status.INTERRUPTED, Status.ERROR})
 #: Statuses in which a story has ended.
-TERMINAL = frozenset({Status.PASSED, Status.GAVE_UP, Status.ERROR, Status.SKIPPED})
+TERMINAL = frozenset(
+    {Status.PASSED, Status.GAVE_UP, Status.ERROR, Status.SKIPPED, Status.BUDGET_EXCEEDED}
+)
 
 
 #: A run record is a few KB per round; a file far larger than any could be is not one.

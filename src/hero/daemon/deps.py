@@ -46,7 +46,7 @@ class Decision:
 
 def failed_status(state: RunState | None) -> str | None:
     """The status of a story that failed and stays failed until an edit or a retry, or None."""
-    if state is None or state.status not in (Status.GAVE_UP, Status.ERROR):
+    if state is None or state.status not in (Status.GAVE_UP, Status.ERROR, Status.BUDGET_EXCEEDED):
         return None
     if state.story_digest and state.story_path:
         if file_digest(Path(state.story_path)) != state.story_digest:

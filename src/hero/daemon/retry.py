@@ -18,7 +18,7 @@ from hero.names import StoryRef
 from hero.state import RunState, StateError, Status, load_state, save_state
 
 #: The statuses a story can be retried from.
-RETRYABLE = frozenset({Status.GAVE_UP, Status.ERROR, Status.INTERRUPTED})
+RETRYABLE = frozenset({Status.GAVE_UP, Status.ERROR, Status.INTERRUPTED, Status.BUDGET_EXCEEDED})
 
 #: How a skipped story's ``error`` names the story that failed (see ``hero.daemon.deps``):
 #: "story 'p/a' gave up", "story 'p/a' ended in error (through 'p/b')".

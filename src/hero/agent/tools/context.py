@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 class ToolError(Exception):
@@ -23,6 +24,16 @@ class ToolContext:
     # grep engine. None: rg when found (search.find_rg), else the pure-Python grep;
     # True: rg, or an error when it is missing; False: the pure-Python grep.
     use_ripgrep: bool | None = None
+    # -- safety (issue 9) ---------------------------------------------------------------
+    # how bash commands are confined: a hero.sandbox.Sandbox, or None for no sandbox
+    sandbox: Any = None
+    # the command policy bash commands are checked against (hero.agent.tools.policy), or None
+    policy: Any = None
+    # the story's scope globs (empty: the whole worktree) and the files never written
+    scope: tuple[str, ...] = ()
+    protected: tuple[str, ...] = ()
+    # every secret value hero knows: redacted from what a tool returns to the model
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
