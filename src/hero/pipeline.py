@@ -406,6 +406,12 @@ class StoryRun:
             bash_timeout_s=limits.bash_timeout_s,
             max_bash_timeout_s=max(limits.bash_timeout_s, 1800.0),
             cancel=self.cancel,
+            # safety (issue 9): each is set where its part is built
+            sandbox=None,
+            policy=None,
+            scope=self.story.scope,
+            protected=self.config.safety.protected_files,
+            secrets=self.config.secrets,
         )
 
     def _built_on(self) -> str:
