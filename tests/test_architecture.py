@@ -30,9 +30,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.gitops",
         "hero.repoguard",
         "hero.runner",
+        "hero.sandbox",
         "hero.trace",
         "hero.prompting",
         "hero.locks",
+        "hero.budget",
     ),
     (
         "hero.config",
@@ -46,6 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.yamlio",
         "hero.fsio",
         "hero.errors",
+        "hero.redact",
         "hero",
         "hero.testing.*",
     ),  # 10 foundations

@@ -645,3 +645,31 @@ def test_resolve_home_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def test_resolve_home_expands_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     assert resolve_home("~/hero") == (tmp_path / "hero").resolve()
+
+
+@pytest.mark.parametrize(
+    ("rules", "said"),
+    [
+        ('["git push \'x"]', 'rule 1 ("git push \'x") cannot be parsed'),
+        ('[""]', "item 1 is an empty string"),
+    ],
+)
+def test_a_command_rule_that_cannot_be_parsed_is_a_configuration_error(
+    tmp_path: Path, rules: str, said: str
+) -> None:
+    import subprocess
+
+    home = tmp_path / "home"
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (home / "config" / "providers").mkdir(parents=True)
+    (home / "config" / "providers" / "local.yaml").write_text(
+        "name: local\nbase_url: http://127.0.0.1:9/v1\ndefault_model: m\n"
+    )
+    (home / "config" / "roles.yaml").write_text(
+        f"target_repo: {repo}\ndeny_commands: {rules}\nworker: {{provider: local}}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(home, roles=("worker",))
+    assert err.value.key == "deny_commands"
+    assert said in str(err.value)

@@ -216,7 +216,7 @@ def test_checks_moving_the_users_refs_are_undone(
     sneaky = f"test -e {once} || {{ touch {once} && git update-ref refs/heads/keep HEAD; }}"
     worker = {1: [*sub_work(), text("Done.")], 2: [text("Done.")]}
     model = scripted(policy(worker))
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     story = write_story(home, "s1", verify=[*VERIFY_SUB, sneaky])
 
     assert run_hero(home, story) == 0
@@ -542,7 +542,7 @@ def test_the_users_commit_during_a_round_is_left_alone(
     )
     worker = [call("bash", command=user_commit), *sub_work(), text("Done.")]
     model = scripted(policy(worker))
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     story = write_story(home, "s1", verify=VERIFY_SUB)
 
     assert run_hero(home, story) == 0
@@ -565,7 +565,7 @@ def test_refs_moved_before_an_interrupt_are_put_back(
         text("Done."),
     ]
     model = scripted(policy(plan))
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     story = write_story(home, "s1")
     pid_file = home / "worktrees" / "s1" / "child.pid"
     with open(tmp_path / "hero.log", "wb") as log:

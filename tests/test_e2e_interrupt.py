@@ -93,7 +93,7 @@ def test_signal_interrupts_then_rerun_resumes(
     signum: int,
 ) -> None:
     model = scripted(one_round_policy())
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     story = write_story(home, "s1", verify=["test -f before-interrupt.txt"])
     worktree = home / "worktrees" / "s1"
 
@@ -210,7 +210,7 @@ def test_sigint_in_later_phase_records_no_round(
         return plan[min(step_of(body), len(plan) - 1)]
 
     model = scripted(handler)
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     verify = [long_command("verify.pid")] if phase == "verify" else ["true"]
     story = write_story(home, "s1", verify=verify)
     worktree = home / "worktrees" / "s1"
@@ -291,7 +291,7 @@ def test_crash_mid_round_resumes_from_last_finished_round(
     procs: list[Any],
 ) -> None:
     model = scripted(two_round_policy())
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     story = write_story(home, "s1", verify=["test -f round-1.txt"], max_retries=3)
     worktree = home / "worktrees" / "s1"
 

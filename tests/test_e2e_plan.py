@@ -445,7 +445,7 @@ def test_kill_9_mid_plan_then_run_again_resumes_without_rerunning_what_passed(
     pid_file = tmp_path / "b-sleep.pid"  # its presence makes the long command quick
     policy = PlanPolicy(commands={"b": [long_command(pid_file), commit_file("b.txt", "crash b")]})
     model = scripted(policy)
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     write_plan(home, "crash", {"a": [], "b": ["a"]})
 
     first = RunPlan(home, "crash", tmp_path, "run-plan-crash-killed")

@@ -345,7 +345,7 @@ def test_a_second_home_on_the_same_repo_refuses_the_running_story_and_touches_no
             }
         )
     )
-    home_a = make_home(model)
+    home_a = make_home(model, sandbox="none")
     home_b = other_home(home_a, "home-b")
     story_a = write_story(home_a, "s1", verify=["test -f a-work.txt"])
     story_b = write_story(home_b, "s1", verify=["true"])
@@ -401,7 +401,7 @@ def test_a_daemon_of_another_home_says_busy_once_and_waits(
         f"while [ ! -f {release} ]; do sleep 0.05; done"
     )
     model = scripted(policy({1: [call("bash", command=busy), text("Done.")]}))
-    home_a = make_home(model)
+    home_a = make_home(model, sandbox="none")
     home_b = other_home(home_a, "home-b")
     story_a = write_story(home_a, "s1", verify=["true"])
     backlog(write_story(home_b, "s1", verify=["true"]))  # settled: each rescan looks at it
@@ -488,7 +488,7 @@ def test_what_a_command_detaches_ends_when_the_command_returns(
         return plan[min(step, len(plan) - 1)]
 
     model = scripted(handler)
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     marker.append(f"{home.resolve()}/s1")
     story = write_story(
         home,
@@ -550,7 +550,7 @@ def test_parallel_stories_in_one_daemon_leave_each_others_processes_alone(
         return plans[sid][min(step_of(body), len(plans[sid]) - 1)]
 
     model = scripted(handler)
-    home = make_home(model, max_parallel=2)
+    home = make_home(model, max_parallel=2, sandbox="none")
     backlog(
         write_story(home, "a", verify=["test -f a-work.txt"]),
         write_story(home, "b", verify=["test -f b-work.txt"]),

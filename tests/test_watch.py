@@ -492,7 +492,7 @@ def test_kill_9_mid_round_then_restart_resumes(
 ) -> None:
     pid_file = tmp_path / "child.pid"
     model = scripted(two_round_policy("s1", pid_file))
-    home = make_home(model)
+    home = make_home(model, sandbox="none")
     story = backlog(write_story(home, "s1", verify=["test -f round-1.txt"], max_retries=3))
 
     first = procs.start(home)
@@ -537,7 +537,7 @@ def test_sigterm_stops_cleanly_then_restart_resumes(
 ) -> None:
     pid_file = tmp_path / "child.pid"
     model = scripted(two_round_policy("s1", pid_file))
-    home = make_home(model, max_parallel=1)
+    home = make_home(model, max_parallel=1, sandbox="none")
     backlog(
         write_story(home, "s1", verify=["test -f round-1.txt"], max_retries=3, priority="high"),
         write_story(home, "s2", verify=["true"], priority="low"),  # waits its turn

@@ -1,7 +1,7 @@
 """Command line: parse arguments, call one function, map the result to an exit code.
 
-Exit codes: 0 passed, 1 did not pass (gave_up or error, including a story that could not
-start, e.g. its base_ref names no commit), 2 usage or configuration error, an invalid
+Exit codes: 0 passed, 1 did not pass (gave_up, budget_exceeded or error, including a story
+that could not start, e.g. its base_ref names no commit), 2 usage or configuration error, an invalid
 story, or a story id that already passed from another file; 130 interrupted.
 """
 
@@ -148,8 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
         "retry",
         parents=[home],
         help="run a story that gave up or failed again, with new rounds",
-        description="Make a story that gave up, ended in error or was interrupted eligible "
-        "again, with a fresh budget of rounds. A skipped story is not retried: it runs by "
+        description="Make a story that gave up, ended in error, was interrupted or ran out of "
+        "budget eligible again, with a fresh budget of rounds. A story that has used up a "
+        "story budget (max_story_*) is refused until that budget is raised in "
+        "config/roles.yaml. A skipped story is not retried: it runs by "
         "itself once the story that failed above it passes; `hero retry` that one. Exit 0; 2 "
         "for an unknown story or one that cannot be retried.",
     )

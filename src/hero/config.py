@@ -361,9 +361,24 @@ def _safety(r: _Reader) -> Safety:
         protected_files=tuple(
             dict.fromkeys((*DEFAULT_PROTECTED, *r.string_list("protected_files")))
         ),
-        allow_commands=r.string_list("allow_commands"),
-        deny_commands=r.string_list("deny_commands"),
+        allow_commands=_rules(r, "allow_commands"),
+        deny_commands=_rules(r, "deny_commands"),
     )
+
+
+def _rules(r: _Reader, key: str) -> tuple[str, ...]:
+    """A command policy's rules: each must split into shell words."""
+    import shlex
+
+    rules = r.string_list(key)
+    for i, rule in enumerate(rules, 1):
+        try:
+            words = shlex.split(rule)
+        except ValueError as exc:
+            raise r._error(key, f"rule {i} ({rule!r}) cannot be parsed: {exc}") from None
+        if not words:
+            raise r._error(key, f"rule {i} is empty; expected a command, e.g. 'git push'")
+    return rules
 
 
 def _role_missing_message(name: str) -> str:

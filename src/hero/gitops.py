@@ -8,16 +8,25 @@ it did not create. ``clear_stale_locks`` removes the lock files a git killed wit
 
 Every git call goes through ``git()``: the ``git`` program run by ``hero.runner`` (not a
 library such as GitPython, which is not meant for long-running processes), with a timeout,
-hooks off and an environment without secrets.
+no hook and no filesystem monitor (``NO_PROGRAMS``), git's own diff (no external diff or
+textconv program) and an environment without secrets. The other settings that make git run
+a program (filter and merge drivers, signing...) stay the user's: ``ProgramWatch`` records
+them and the hooks before a worker's turn (or the checks) and puts back what it changed
+before hero's git runs again.
+
+The user's global and system git config are read as always (``user.name``, ``safe.directory``,
+credential helpers, LFS filters live there); only the repository's own files are watched.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,8 +105,12 @@ _GIT_INHERITS = frozenset(
 _GIT_INHERITS_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_TRACE")
 #: Added to runner's non-interactive settings: output in one language, the one hero parses.
 _GIT_SETTINGS = {"LC_ALL": "C"}
-#: Before every command: hooks off, whatever the worker planted in the repository.
-_GIT_OPTIONS = ("-c", "core.hooksPath=/dev/null")
+#: Before every git command hero runs itself: no hook and no filesystem monitor runs, whatever
+#: the worker wrote into the repository's hooks or config (a ``-c`` on the command line wins
+#: over every config file). The settings that name a program git cannot do without here
+#: (filter, diff and merge drivers, signing...) are kept as the user set them; what a worker
+#: or a check changes of them is undone before hero's next git runs (see ``ProgramWatch``).
+NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 class GitError(Exception):
@@ -129,7 +142,7 @@ def git(
     command = f"git {' '.join(args)}"
     try:
         result = run_process(
-            ["git", *_GIT_OPTIONS, *args], cwd, timeout_s=timeout_s, env=git_env(env)
+            ["git", *NO_PROGRAMS, *args], cwd, timeout_s=timeout_s, env=git_env(env)
         )
     except OSError as exc:
         raise GitError(f"{command} (in {cwd}) could not start: {exc.strerror or exc}") from None
@@ -568,8 +581,10 @@ def diff_since(worktree: Path, base_sha: str, max_chars: int = 60_000) -> tuple[
     Whole files are kept in order while they fit in ``max_chars``; the files left out are
     named in ``Bounded.omitted`` so the reader knows what it did not see.
     """
-    stat = git(worktree, "diff", "--no-color", "--stat", base_sha, "HEAD")
-    diff = git(worktree, "diff", "--no-color", base_sha, "HEAD")
+    # git's own diff, whatever external diff or textconv program the config names
+    plain = ("diff", "--no-color", "--no-ext-diff", "--no-textconv")
+    stat = git(worktree, *plain, "--stat", base_sha, "HEAD")
+    diff = git(worktree, *plain, base_sha, "HEAD")
     if len(diff) <= max_chars:
         return Bounded(diff), stat
     parts = diff.split("\ndiff --git ")
@@ -592,6 +607,395 @@ def _bound(text: str, max_chars: int) -> Bounded:
     if len(text) <= max_chars:
         return Bounded(text)
     return Bounded(text[:max_chars], len(text) - max_chars)
+
+
+# ------------------------------------------------ settings and hooks that make git run a program
+
+#: Settings of a repository's own config files that make git run a program: hooks and the
+#: filesystem monitor (off for hero's own git, see ``NO_PROGRAMS``, but not for the user's),
+#: filter, diff and merge drivers (named by .gitattributes), signing, credential, editor,
+#: pager, ssh and proxy programs, aliases, remote helpers, submodule update commands;
+#: settings that read another file (include) or point git at other files (core.worktree,
+#: extensions such as worktreeConfig). Keys as ``git config --list`` prints them: section
+#: and name in lower case, a subsection as written.
+_RUNS_PROGRAMS = re.compile(
+    r"core\.(fsmonitor|hookspath|sshcommand|gitproxy|askpass|editor|pager|worktree"
+    r"|alternaterefscommand)"
+    r"|sequence\.editor|interactive\.difffilter|diff\.external"
+    r"|diff\..+\.(command|textconv)|merge\..+\.driver|filter\..+\.(clean|smudge|process)"
+    r"|(difftool|mergetool|man|browser)\..+\.(cmd|path)|trailer\..+\.(command|cmd)"
+    r"|gpg(\..+)?\.program|gpg\.ssh\.defaultkeycommand|(commit|tag)\.gpgsign"
+    r"|credential(\..+)?\.helper|pager\..+|alias\..+|hook\..+"
+    r"|include\.path|includeif\..+\.path"
+    r"|submodule\..+\.update|remote\..+\.(uploadpack|receivepack|vcs)"
+    r"|protocol(\..+)?\.allow|uploadpack\.packobjectshook|extensions\..+"
+)
+#: Config scopes that are the repository's own files (not the user's global or system config).
+_OWN_SCOPES = frozenset({"local", "worktree"})
+#: A hook bigger than this is compared by size and time, and cannot be put back.
+HOOK_MAX_BYTES = 1 << 20
+#: Rounds of undoing: removing an ``include.path`` also removes what the included file set.
+_UNDO_PASSES = 3
+
+#: (config file, key) -> its values in that file, in order; None for a key set without "="
+#: (a boolean true).
+Settings = dict[tuple[str, str], tuple[str | None, ...]]
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One file of the hooks directory: its mode and bytes (a symlink's target), or, past
+    ``HOOK_MAX_BYTES``, no bytes and its size and time instead."""
+
+    mode: int
+    data: bytes | None
+    stamp: tuple[int, int] = (0, 0)
+
+
+#: One file's identity and last change (inode, size, mtime, ctime, mode), or None where
+#: there is none. No program can set a ctime back, so a file rewritten and its time put
+#: back still shows.
+Stamp = tuple[int, int, int, int, int] | None
+
+
+@dataclass(frozen=True)
+class GitPrograms:
+    """What in a repository's own files makes git run a program, at one moment: the
+    settings of ``_RUNS_PROGRAMS`` that git reads in the main checkout and in a story's
+    worktree (included files too) and in the submodules' git directories; the hooks in the
+    git directory; and the git directories git finds from both checkouts. ``stamps`` (not
+    compared) are the files all this was read from and those git would read more from, so
+    that a ``stat`` of each tells that nothing changed (see ``ProgramWatch``).
+
+    hero's own git runs no hook and no filesystem monitor (``NO_PROGRAMS``), but it must run
+    the filter, diff and merge drivers and the signing program the user configured, so what
+    a worker (or a check) changes of these is undone with :func:`undo_program_changes`
+    before hero's git runs again."""
+
+    common: str
+    dirs: tuple[str, ...]
+    settings: Settings
+    hooks: dict[str, Hook]
+    stamps: tuple[tuple[str, Stamp], ...] = field(default=(), compare=False)
+
+
+class ProgramWatch:
+    """The repository's program settings and hooks as a phase found them (``before``), and
+    ``check``, which puts back what changed since: a ``stat`` per watched file when nothing
+    did, so it can run before every git call of hero's during a worker's turn."""
+
+    def __init__(self, repo: Path, worktree: Path) -> None:
+        self.repo = repo
+        self.worktree = worktree
+        self.before = git_programs(repo, worktree)
+        self._stamps = self.before.stamps
+
+    def check(self) -> list[str]:
+        """What changed since ``before``, put back (see :func:`undo_program_changes`); []
+        at once when no watched file changed since the last check."""
+        paths = [path for path, _ in self._stamps]
+        now = _stamps(paths)
+        if now == self._stamps:
+            return []
+        found = undo_program_changes(self.repo, self.worktree, self.before)
+        self._stamps = _stamps(paths) if found else now
+        return found
+
+
+def git_programs(repo: Path, worktree: Path) -> GitPrograms:
+    """The repository's program settings and hooks now; see :class:`GitPrograms`. Reads
+    only: no hook, filter or other program of the repository's runs."""
+    dirs = _git_dirs(repo, worktree)
+    common = dirs[1]
+    settings, read = _program_settings(repo, worktree, common)
+    watched = [str(worktree / ".git"), *read]
+    for d in dict.fromkeys(d for d in dirs if d):
+        watched += [os.path.join(d, n) for n in ("config", "config.worktree", "commondir")]
+        watched.append(os.path.join(d, "modules"))
+    hooks: dict[str, Hook] = {}
+    if common:
+        hooks_dir = Path(common) / "hooks"
+        hooks = _hooks(hooks_dir)
+        watched += [str(hooks_dir), *(str(hooks_dir / name) for name in hooks if name)]
+    return GitPrograms(common, dirs, settings, hooks, _stamps(dict.fromkeys(watched)))
+
+
+def undo_program_changes(repo: Path, worktree: Path, before: GitPrograms) -> list[str]:
+    """Put the repository's program settings and hooks back as ``before`` had them: a
+    setting or hook that appeared is removed, one that changed or vanished is put back.
+    Returns what was found, one line each and a last line with the rule (empty when
+    nothing changed): the caller fails the round with them.
+
+    Raises GitError, and hero runs no more git on the story, when it cannot: a checkout's
+    ``.git`` now leads to another git directory, or a changed setting is in a file outside
+    the repository's git directory (read through an include that was already there)."""
+    dirs = _git_dirs(repo, worktree)
+    if dirs != before.dirs:
+        raise GitError(
+            f"the git directories of {repo} and {worktree} changed from "
+            f"{', '.join(before.dirs)} to {', '.join(d or '(none)' for d in dirs)}: a .git "
+            "file or directory was replaced, so hero's git would read another repository's "
+            "config and hooks. hero runs no git there: put it back (`git worktree repair "
+            f"{worktree}` in {repo}), then run the story again"
+        )
+    common = Path(before.common)
+    found: list[str] = []
+    for _ in range(_UNDO_PASSES):
+        now, _read = _program_settings(repo, worktree, before.common)
+        changed = sorted(
+            k for k in before.settings.keys() | now.keys() if before.settings.get(k) != now.get(k)
+        )
+        if not changed:
+            break
+        outside = [f"{key} in {file}" for file, key in changed if not _within(Path(file), common)]
+        if len(outside) == len(changed):
+            raise GitError(
+                f"git settings that run programs changed in a file outside {common}: "
+                + "; ".join(outside)
+                + ". hero does not edit files outside the repository's git directory and runs "
+                "no git with them: undo the change, then run the story again"
+            )
+        for file, key in changed:  # an include removed here takes what it read along
+            if _within(Path(file), common):
+                old, new = before.settings.get((file, key), ()), now.get((file, key), ())
+                found.append(_said_change(key, _shown(Path(file), repo), old, new))
+                _put_back_setting(repo, file, key, old)
+    else:
+        raise GitError(
+            f"hero could not undo changes to git settings that run programs in {common}: "
+            "put the repository's config back as it was, then run the story again"
+        )
+    if before.common:
+        now_hooks = _hooks(common / "hooks")
+        if now_hooks != before.hooks:
+            found += _put_back_hooks(common / "hooks", before.hooks, now_hooks, repo)
+    if found:
+        found.append(
+            "The repository's git config and hooks are the user's: do not set or change git "
+            "hooks or settings that run programs (core.fsmonitor, core.hooksPath, filter, diff "
+            "and merge drivers, aliases, include.path and the like)."
+        )
+    return found
+
+
+def _stamps(paths: Iterable[str]) -> tuple[tuple[str, Stamp], ...]:
+    found: list[tuple[str, Stamp]] = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            found.append((path, None))
+            continue
+        found.append((path, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)))
+    return tuple(found)
+
+
+def _git_dirs(repo: Path, worktree: Path) -> tuple[str, ...]:
+    """The git directory and common directory git finds from ``repo`` and from
+    ``worktree`` (absolute, symlinks resolved); "" where it finds none. A worktree without
+    ``.git`` is not asked (git would look for a repository in the folders above it)."""
+    dirs: list[str] = []
+    for cwd in (repo, worktree):
+        found = ["", ""]
+        if cwd == repo or (cwd / ".git").exists():
+            out = git(
+                cwd,
+                "rev-parse",
+                "--path-format=absolute",
+                "--git-dir",
+                "--git-common-dir",
+                check=False,
+            ).splitlines()
+            if len(out) == 2:
+                found = [os.path.realpath(d) for d in out]
+        dirs += found
+    return tuple(dirs)
+
+
+def _program_settings(repo: Path, worktree: Path, common: str) -> tuple[Settings, list[str]]:
+    """The ``_RUNS_PROGRAMS`` settings of the repository's own config files, as git reads
+    them in ``repo`` and in ``worktree`` (includes followed), and those of the submodules'
+    git directories under ``common``; and the files they were read from (all of them, not
+    only those with such a setting), the files includes name and the submodules' folders."""
+    settings: Settings = {}
+    read: list[str] = []
+    for cwd in (repo, worktree):
+        if cwd == repo or (cwd / ".git").exists():
+            found, files = _read_settings(cwd, (), _OWN_SCOPES)
+            for k, v in found.items():
+                settings.setdefault(k, v)
+            read += files
+    configs, folders = _submodule_configs(Path(common)) if common else ([], [])
+    for config in configs:
+        found, files = _read_settings(repo, ("--file", str(config)), None)
+        settings.update(found)
+        read += files
+    return settings, [*read, *map(str, configs), *folders]
+
+
+def _read_settings(
+    cwd: Path, where: tuple[str, ...], scopes: frozenset[str] | None
+) -> tuple[Settings, list[str]]:
+    out = git(cwd, "config", *where, "--list", "--show-origin", "--show-scope", "-z", check=False)
+    fields = out.split("\0")
+    settings: Settings = {}
+    files: dict[str, None] = {}
+    for i in range(0, len(fields) - 2, 3):
+        scope, origin, item = fields[i : i + 3]
+        if (scopes is not None and scope not in scopes) or not origin.startswith("file:"):
+            continue
+        key, newline, value = item.partition("\n")
+        file = os.path.realpath(os.path.join(cwd, origin[len("file:") :]))
+        files[file] = None
+        if not _RUNS_PROGRAMS.fullmatch(key):
+            continue
+        settings[(file, key)] = (*settings.get((file, key), ()), value if newline else None)
+        if key.startswith("include") and newline:  # where git looks, whether it exists or not
+            files[os.path.join(os.path.dirname(file), os.path.expanduser(value))] = None
+    return settings, list(files)
+
+
+def _submodule_configs(common: Path) -> tuple[list[Path], list[str]]:
+    """The config files of the submodules' git directories (``<common>/modules/...`` and
+    ``<common>/worktrees/<name>/modules/...``), symlinks not followed; and the folders
+    looked into."""
+    found: list[Path] = []
+    folders: list[str] = []
+    tops = [common / "modules", *sorted(common.glob("worktrees/*/modules"))]
+    for top in tops:
+        for folder, subdirs, files in os.walk(top):
+            folders.append(folder)
+            subdirs[:] = [d for d in subdirs if d not in ("objects", "refs", "logs")]
+            found += [Path(folder) / f for f in ("config", "config.worktree") if f in files]
+    return sorted(found), folders
+
+
+def _put_back_setting(repo: Path, file: str, key: str, values: tuple[str | None, ...]) -> None:
+    git(repo, "config", "--file", file, "--unset-all", key, check=False)  # 5: none there
+    for value in values:
+        git(repo, "config", "--file", file, "--add", key, "true" if value is None else value)
+
+
+def _said_change(
+    key: str, where: str, old: tuple[str | None, ...], new: tuple[str | None, ...]
+) -> str:
+    if not old:
+        return f"{key} was set in {where} (to {_values(new)}); hero removed it"
+    if not new:
+        return f"{key} was removed from {where}; hero put it back ({_values(old)})"
+    return f"{key} in {where} was changed from {_values(old)} to {_values(new)}; hero put it back"
+
+
+def _values(values: tuple[str | None, ...]) -> str:
+    shown = ["true" if v is None else (v if len(v) <= 200 else v[:197] + "...") for v in values]
+    return ", ".join(repr(v) for v in shown)
+
+
+def _shown(path: Path, repo: Path) -> str:
+    """``path`` for people: relative to the repository when inside it."""
+    top = Path(os.path.realpath(repo))
+    return path.relative_to(top).as_posix() if _within(path, top) else str(path)
+
+
+def _hooks(hooks_dir: Path) -> dict[str, Hook]:
+    """The hooks directory's files and symlinks (``*.sample`` left out: git runs none);
+    a hooks directory that is itself a symlink is the one entry "" (not looked into)."""
+    try:
+        st = hooks_dir.lstat()
+    except OSError:
+        return {}
+    if stat.S_ISLNK(st.st_mode):
+        return {"": Hook(st.st_mode, os.fsencode(os.readlink(hooks_dir)))}
+    hooks: dict[str, Hook] = {}
+    try:
+        entries = list(os.scandir(hooks_dir))
+    except OSError:
+        return {}
+    for entry in entries:
+        if entry.name.endswith(".sample"):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                hooks[entry.name] = Hook(st.st_mode, os.fsencode(os.readlink(entry.path)))
+            elif stat.S_ISREG(st.st_mode):
+                hooks[entry.name] = _hook_file(entry.path, st)
+        except OSError:
+            continue
+    return hooks
+
+
+def _hook_file(path: str, st: os.stat_result) -> Hook:
+    if st.st_size > HOOK_MAX_BYTES:
+        return Hook(st.st_mode, None, (st.st_size, st.st_mtime_ns))
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, HOOK_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > HOOK_MAX_BYTES:
+        return Hook(st.st_mode, None, (st.st_size, st.st_mtime_ns))
+    return Hook(st.st_mode, data)
+
+
+def _put_back_hooks(
+    hooks_dir: Path, before: dict[str, Hook], now: dict[str, Hook], repo: Path
+) -> list[str]:
+    """Remove the hooks that appeared, put back those that changed or vanished; what was
+    done, one line each. GitError where the hooks directory itself was replaced."""
+    where = _shown(hooks_dir, repo)
+    if "" in before or "" in now:
+        raise GitError(
+            f"the repository's hooks directory {hooks_dir} was replaced; hero runs no git "
+            "there: put it back as it was, then run the story again"
+        )
+    found: list[str] = []
+    try:
+        dir_fd = os.open(hooks_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise GitError(f"cannot open {hooks_dir} to undo changes to its hooks: {exc}") from None
+    try:
+        for name in sorted(before.keys() | now.keys()):
+            old, new = before.get(name), now.get(name)
+            if old == new:
+                continue
+            if old is not None and old.data is None:
+                found.append(
+                    f"the git hook {where}/{name} was changed; it is too big for hero to put "
+                    "back, so hero left it as it is: check it"
+                )
+                continue
+            if new is not None:
+                os.unlink(name, dir_fd=dir_fd)
+            if old is None:
+                found.append(f"a git hook {where}/{name} was added; hero removed it")
+                continue
+            _write_hook(dir_fd, name, old)
+            found.append(
+                f"the git hook {where}/{name} was {'removed' if new is None else 'changed'}; "
+                "hero put it back"
+            )
+    except OSError as exc:
+        raise GitError(f"cannot undo changes to the git hooks in {hooks_dir}: {exc}") from None
+    finally:
+        os.close(dir_fd)
+    return found
+
+
+def _write_hook(dir_fd: int, name: str, hook: Hook) -> None:
+    assert hook.data is not None
+    if stat.S_ISLNK(hook.mode):
+        os.symlink(hook.data, name, dir_fd=dir_fd)
+        return
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+    try:
+        view = memoryview(hook.data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, stat.S_IMODE(hook.mode))
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------ merging without a worktree
@@ -744,7 +1148,7 @@ def _git_answer(cwd: Path, *args: str) -> tuple[int, str, str]:
     command = f"git {' '.join(args)}"
     try:
         result = run_process(
-            ["git", *_GIT_OPTIONS, *args], cwd, timeout_s=DEFAULT_TIMEOUT_S, env=git_env()
+            ["git", *NO_PROGRAMS, *args], cwd, timeout_s=DEFAULT_TIMEOUT_S, env=git_env()
         )
     except OSError as exc:
         raise GitError(f"{command} (in {cwd}) could not start: {exc.strerror or exc}") from None

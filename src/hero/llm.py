@@ -51,6 +51,7 @@ class Completion:
     tokens_out: int
     http_s: float  # time inside the HTTP request(s) that succeeded
     finish_reason: str
+    cost_usd: float = 0.0  # the provider's reported cost, else from its prices; 0 unknown
 
 
 @dataclass
@@ -244,12 +245,14 @@ class LlmClient:
             usage = {}  # usage only counts: a missing or odd one is no reason to ask again
         tokens_in = _count(usage.get("prompt_tokens"))
         tokens_out = _count(usage.get("completion_tokens"))
-        provider = self.role.provider
-        cost = 0.0
-        if provider.input_usd_per_mtok:
-            cost += tokens_in * provider.input_usd_per_mtok / 1e6
-        if provider.output_usd_per_mtok:
-            cost += tokens_out * provider.output_usd_per_mtok / 1e6
+        cost = _reported_cost(usage)
+        if cost is None:  # priced from the provider file, if it has prices
+            provider = self.role.provider
+            cost = 0.0
+            if provider.input_usd_per_mtok:
+                cost += tokens_in * provider.input_usd_per_mtok / 1e6
+            if provider.output_usd_per_mtok:
+                cost += tokens_out * provider.output_usd_per_mtok / 1e6
         with self.usage.lock:
             self.usage.tokens_in += tokens_in
             self.usage.tokens_out += tokens_out
@@ -263,6 +266,7 @@ class LlmClient:
             tokens_out=tokens_out,
             http_s=http_s,
             finish_reason=str(choice.get("finish_reason") or ""),
+            cost_usd=cost,
         )
 
     def _where(self) -> str:
@@ -343,3 +347,12 @@ def _count(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return 0
     return max(0, int(value))
+
+
+def _reported_cost(usage: dict[str, Any]) -> float | None:
+    """The cost in USD the provider reported with the answer (``usage.cost``, as OpenRouter
+    and some gateways send it), or None when it reported none usable."""
+    value = usage.get("cost")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return max(0.0, float(value))

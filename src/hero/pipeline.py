@@ -18,6 +18,9 @@ from typing import Any
 
 from hero.agent.loop import AgentResult, Model, run_agent
 from hero.agent.tools import ToolContext
+from hero.agent.tools.policy import Policy
+from hero.agent.tools.scope import path_rules, undo_outside
+from hero.budget import BudgetExceeded, Meter
 from hero.config import Config
 from hero.errors import Interrupted
 from hero.gitops import (
@@ -37,6 +40,7 @@ from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it f
 from hero.locks import story_lock as _story_lock
 from hero.names import StoryRef
 from hero.prompting import PromptError
+from hero.redact import RedactingModel, Redactor
 from hero.repoguard import (
     Guard,
     commit_of,
@@ -44,11 +48,14 @@ from hero.repoguard import (
     leftovers,
     push_refusals,
     recover_branch,
+    uncommit_secrets,
 )
 from hero.roles.reviewer import APPROVED, Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.roles.worker import build_messages
 from hero.runner import RUN_MARKER, child_env, kill_marked
+from hero.sandbox import Sandbox, SandboxUnavailable
+from hero.sandbox import resolve as resolve_sandbox
 from hero.state import (
     RESUMABLE,
     ReviewRecord,
@@ -77,8 +84,9 @@ def run_story(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> RunState:
-    """Run one story to passed, gave_up or error; raises Interrupted/KeyboardInterrupt when
-    stopped (after saving state ``interrupted``), StoryError for an invalid story."""
+    """Run one story to passed, gave_up, budget_exceeded or error; raises
+    Interrupted/KeyboardInterrupt when stopped (after saving state ``interrupted``),
+    StoryError for an invalid story."""
     story = parse_story(story_path)
     run = StoryRun(story, config, worker_model, reviewer_model, repo, progress, cancel)
     return run.run()
@@ -109,7 +117,10 @@ class StoryRun:
         self.worker_model = worker_model
         self.reviewer_model = reviewer_model
         self.repo = repo or TargetRepo(config.target_repo)
-        self.say = progress or (lambda _msg: None)
+        # every secret hero knows, out of all it writes and sends (see hero.redact)
+        self.redactor = redactor = Redactor(config.secrets)
+        say = progress or (lambda _msg: None)
+        self.say: Progress = (lambda msg: say(redactor.redact(msg))) if redactor else say
         self.cancel = cancel
         self.ref = story.ref
         self.key = self.ref.key  # what the user reads: the id, or <plan>/<id>
@@ -120,6 +131,10 @@ class StoryRun:
         self._usage_base: dict[str, Any] = {}
         self._save_lock = threading.Lock()
         self._frozen = False
+        # where the worker's and the checks' commands run; set by _prepare_worktree
+        self.worker_sandbox: Sandbox | None = None
+        self.verify_sandbox: Sandbox | None = None
+        self.meter = Meter(config.budgets, self.state)  # remade once the record is loaded
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -135,7 +150,7 @@ class StoryRun:
                 return
             self.state.status = Status.INTERRUPTED
             self.state.phase = ""
-            save_state(self.home, self.state)
+            save_state(self.home, self.state, self.redactor)
             self._frozen = True
 
     def _run(self) -> RunState:
@@ -149,6 +164,7 @@ class StoryRun:
             return self._start_failed(exc)
         max_rounds = state.max_rounds(story.max_retries or self.config.max_retries)
         tiers = self._tiers()
+        self.meter = Meter(self.config.budgets, state)
         try:
             if state.status == Status.PASSED:
                 self.say(f"{self.key}: already passed on {state.branch}; nothing to do")
@@ -169,6 +185,10 @@ class StoryRun:
             self._fail(f"git error: {exc}")
         except PromptError as exc:
             self._fail(f"prompt template error: {exc}")
+        except SandboxUnavailable as exc:
+            self._fail(str(exc))
+        except BudgetExceeded as exc:
+            self._stop_at_budget(exc)
         except (KeyboardInterrupt, Interrupted):
             state.status = Status.INTERRUPTED
             state.phase = ""
@@ -321,6 +341,7 @@ class StoryRun:
             self._keep_leftovers()
         self.repo.ensure_worktree(self.branch, self.worktree, self.state.base_sha)
         init_submodules(self.worktree)
+        self._confine()
         return child_env(
             drop_names=self.config.key_env_names,
             secret_values=self.config.secrets,
@@ -328,18 +349,47 @@ class StoryRun:
             git_config=push_refusals(self.repo.path),
         )
 
-    def _keep_leftovers(self) -> None:
+    def _confine(self) -> None:
+        """Build the sandbox of the worker's and of the checks' commands (``sandbox`` in
+        config/roles.yaml), once per run: ``auto`` without a working bwrap warns here, once;
+        ``bwrap`` without one raises SandboxUnavailable, which ends the story in error."""
+        safety = self.config.safety
+        box = resolve_sandbox(
+            safety.sandbox,
+            worktree=self.worktree,
+            common_dir=self.repo.common_dir(),
+            hide=(self.home,),
+            warn=lambda message: self.say(f"{self.key}: {message}"),
+        )
+        self.worker_sandbox = box and box.with_network(safety.sandbox_network)
+        self.verify_sandbox = box and box.with_network(safety.verify_network)
+
+    def _keep_leftovers(self, why: str = "found on resume") -> None:
         """After a run that crashed or was stopped: commit what it left (unless it holds
         unresolved conflicts) and put the worktree back on the branch."""
         story_id = self.key
         guard = Guard(self.repo.path, self.worktree, self.branch, self.state.head_sha)
         with self.repo.locked():
             guard.before_rescue()
-            refused = self._rescue(f"hero: keep uncommitted work found on resume ({story_id})")
+            refused = self._rescue(f"hero: keep uncommitted work {why} ({story_id})")
             guard.after_rescue()
         self.state.head_sha = head_sha(self.worktree)  # where the guard left the branch
         for line in (*guard.notes, *guard.problems, *refused):
             self.say(f"{story_id}: {line}")
+
+    def _stop_at_budget(self, exc: BudgetExceeded) -> None:
+        """A budget is used up (checked before each model call): the story ends
+        ``budget_exceeded`` naming it, with the worker's uncommitted work committed."""
+        try:
+            self._keep_leftovers("left when a budget ran out")
+        except GitError as err:  # the next run keeps what is left, as after any stop
+            self.say(f"{self.key}: could not commit the work left: {err}")
+        self._finish(Status.BUDGET_EXCEEDED)
+        self.state.error = str(exc)
+        self.say(
+            f"{self.key}: {exc}; its commits are kept on {self.branch}. Raise {exc.key} in "
+            f"config/roles.yaml and run `hero retry {self.key}` to continue"
+        )
 
     def _pass(self, n: int) -> None:
         state = self.state
@@ -366,11 +416,13 @@ class StoryRun:
         self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], env: dict[str, str]
     ) -> Round:
         started = time.time()
+        self.meter.start_round(n, started)
+        self.state.round_started_at = started
         self.state.current_round = n
         self._phase("worker", f"round {n}/{max_rounds}: worker")
         messages = self._worker_messages(n, max_rounds, tiers)
         ctx = self._tool_context(env)
-        with Trace(self.run_dir / f"round-{n}.jsonl") as trace:
+        with Trace(self.run_dir / f"round-{n}.jsonl", redact=self.redactor) as trace:
             trace.event(
                 "round_start", story=self.key, round=n, run=self.state.runs, branch=self.branch
             )
@@ -407,11 +459,15 @@ class StoryRun:
             max_bash_timeout_s=max(limits.bash_timeout_s, 1800.0),
             cancel=self.cancel,
             # safety (issue 9): each is set where its part is built
-            sandbox=None,
-            policy=None,
+            sandbox=self.worker_sandbox,
+            # the worker's commands only: the verify commands are the user's own
+            policy=Policy.from_rules(
+                allow=self.config.safety.allow_commands, deny=self.config.safety.deny_commands
+            ),
             scope=self.story.scope,
             protected=self.config.safety.protected_files,
             secrets=self.config.secrets,
+            base_sha=self.state.base_sha,
         )
 
     def _built_on(self) -> str:
@@ -425,8 +481,10 @@ class StoryRun:
         """The worker's turn, watched by ``guard``. A turn stopped midway still has the
         user's refs put back; the rest waits for the round to run again."""
         guard.watch()
+        ctx.before_git = guard.check_programs
         try:
-            return run_agent(self.worker_model, messages, ctx, self.config.worker_limits, trace)
+            model = self.meter.wrap(self.worker_model)
+            return run_agent(model, messages, ctx, self.config.worker_limits, trace)
         except BaseException:
             try:
                 with self.repo.locked():
@@ -446,6 +504,9 @@ class StoryRun:
             guard.before_rescue()
             refused = self._rescue(f"hero: commit work left uncommitted in round {n} ({self.key})")
             guard.after_rescue()
+            refused += uncommit_secrets(
+                self.worktree, guard.start, self.state.base_sha, self.redactor
+            )
         self.state.head_sha = head_sha(self.worktree)
         for note in guard.notes:
             self.say(f"round {n}: {note}")
@@ -503,6 +564,8 @@ class StoryRun:
             env=env,
             log_path=self.run_dir / f"verify-r{n}.log",
             cancel=self.cancel,
+            redact=self.redactor,
+            sandbox=self.verify_sandbox,
         )
         trace.event("verify", **verify.to_dict())
         self.say(f"round {n}: verify {'passed' if verify.passed else 'FAILED'}")
@@ -541,7 +604,7 @@ class StoryRun:
                 comments=verdict.comments,
             ),
             head_sha=self.state.head_sha,
-            feedback=_feedback_text(verdict, verify),
+            feedback=self.redactor.redact(_feedback_text(verdict, verify)),
         )
 
     def _review(self, n: int, verify: VerifyResult, trace: Trace) -> Verdict:
@@ -558,7 +621,7 @@ class StoryRun:
             diff_text += f"\n\n[... {diff.cut_chars} characters of diff cut for size]"
         log_text = log.text + (f"\n[... {log.cut_chars} characters cut]" if log.cut_chars else "")
         return review(
-            self.reviewer_model,
+            RedactingModel(self.meter.wrap(self.reviewer_model), self.redactor),
             self.story,
             round_no=n,
             branch=self.branch,
@@ -672,7 +735,7 @@ class StoryRun:
             if self._frozen:
                 return
             self.state.usage = usage
-            save_state(self.home, self.state)
+            save_state(self.home, self.state, self.redactor)
 
     def _recover_branch(self, old: RunState) -> bool:
         """Recreate a deleted story branch from the run record (see ``recover_branch``):
@@ -687,20 +750,28 @@ class StoryRun:
 
     def _rescue(self, message: str) -> list[str]:
         """Commit what is left uncommitted in the worktree, unless it holds unresolved
-        conflicts (then nothing is committed); returns what was not committed and why.
+        conflicts or a file with a secret value (then nothing is committed); returns what
+        was not committed and why.
         Call it with the repository locked."""
         if not (self.worktree / ".git").exists():
             return []
-        left = leftovers(self.worktree, self.state.base_sha)
-        if left.committable and not left.conflicted:
+        stuck: list[str] = []  # changes outside the scope hero could not undo: the round fails
+        if self.state.base_sha:  # what appeared outside the scope since the last bash check
+            rules = path_rules(self.story.scope, self.config.safety.protected_files)
+            undone = undo_outside(self.worktree, self.state.base_sha, rules)
+            for line in undone.lines():
+                self.say(f"{self.key}: undone before hero's commit: {line}")
+            stuck = [f"a change outside the story's scope: {line}" for line in undone.failures()]
+        left = leftovers(self.worktree, self.state.base_sha, self.redactor)
+        if left.committable and not left.conflicted and not left.with_secrets:
             commit_all(self.worktree, message, self.repo.identity_env())
-        return left.problems()
+        return [*stuck, *left.problems()]
 
     def _write_error_log(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.run_dir / "error.log", "a", encoding="utf-8") as fh:
             fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}\n")
-            fh.write(traceback.format_exc())
+            fh.write(self.redactor.redact(traceback.format_exc()))
 
 
 def _reasons(problems: list[str]) -> str:

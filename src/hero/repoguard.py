@@ -10,18 +10,34 @@ off a ref that way are kept on a branch ``hero/<id>-stray-<time>``, so nothing i
 The story's own branch may only grow: the head a phase starts from stays in its history
 (``Guard.keep_history``); a deleted story branch is recreated (``recover_branch``).
 
-``leftovers`` finds what a rescue commit must not take (unresolved merge conflicts) or cannot
-take (changes inside a submodule's checkout). Every git call goes through ``hero.gitops.git``.
+The repository's git settings and hooks that make git run a program are the user's too: what
+a phase changed of them is put back first thing after it (``hero.gitops.ProgramWatch``).
+
+``leftovers`` finds what a rescue commit must not take (unresolved merge conflicts, files
+holding a secret value) or cannot take (changes inside a submodule's checkout);
+``uncommit_secrets`` takes the worker's own commits that add a secret value off the branch.
+Every git call goes through ``hero.gitops.git``.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hero.gitops import DEFAULT_IDENTITY, WORKTREE_TIMEOUT_S, current_branch, git, git_env, head_sha
+from hero.gitops import (
+    DEFAULT_IDENTITY,
+    WORKTREE_TIMEOUT_S,
+    ProgramWatch,
+    current_branch,
+    git,
+    git_env,
+    head_sha,
+)
+from hero.redact import Redactor
 from hero.runner import PUSH_REFUSED_URL
 
 #: Refs hero owns: any story's branches and hero's own refs.
@@ -142,22 +158,28 @@ class Guard:
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.strays = Strays(repo, branch)
+        self.programs: ProgramWatch | None = None  # git settings and hooks that run programs
 
     def watch(self, start: str | None = None) -> None:
-        """Before a phase: record the user's refs (and, if given, a new head to build on);
-        the problems and notes of an earlier phase are cleared."""
+        """Before a phase: record the user's refs and the repository's git settings and hooks
+        that run programs (and, if given, a new head to build on); the problems and notes of
+        an earlier phase are cleared."""
         if start is not None:
             self.start = start
         self.left = ""
         self.problems, self.notes = [], []
         self.before = snapshot(self.repo)
+        self.programs = ProgramWatch(self.repo, self.worktree)
 
     # -- after the phase ----------------------------------------------------------------
 
     def before_rescue(self) -> None:
         """Detach the worktree from any branch but the story's, where it stands (index and
         files untouched), so that neither the rescue commit nor restoring that branch write
-        through it; recreate the story branch if it was deleted."""
+        through it; recreate the story branch if it was deleted. First of all, before any git
+        that could run them, the git settings and hooks that run programs are put back as
+        ``watch`` found them (``check_programs``)."""
+        self.check_programs()
         current = current_branch(self.worktree)
         if current not in (self.branch, "HEAD"):
             here = git(self.worktree, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
@@ -169,6 +191,18 @@ class Guard:
         note = recover_branch(self.repo, self.worktree, self.branch, self.start)
         if note:
             self.notes.append(note)
+
+    def check_programs(self) -> str:
+        """Put back the git settings and hooks that run programs as ``watch`` found them
+        (``gitops.ProgramWatch``); what was found is a problem of the phase, and is returned
+        as a note ("" when nothing changed: then it costs a ``stat`` per watched file). Call
+        it before hero's own git runs in the worktree during the phase, too (GitError when a
+        .git was replaced: then hero must run no git there)."""
+        if self.programs is None:
+            return ""
+        found = self.programs.check()
+        self.problems += found
+        return "\n".join(found)
 
     def after_rescue(self) -> None:
         """Back onto the story branch, its history kept, the user's refs put back."""
@@ -322,9 +356,20 @@ class Leftovers:
     conflicted: tuple[str, ...] = ()  # unmerged, or with conflict markers the base did not have
     in_submodules: tuple[str, ...] = ()  # submodules whose checkout has changes
     committable: bool = False  # anything else left uncommitted, which a commit can take
+    # files holding a secret value their version at the base did not (names redacted too)
+    with_secrets: tuple[str, ...] = ()
 
     def problems(self) -> list[str]:
         out = []
+        if self.with_secrets:
+            out.append(
+                "files holding the value of a secret hero knows (an API key or token): "
+                + ", ".join(self.with_secrets)
+                + ". hero did not commit them, nor anything else left uncommitted; they are "
+                "still in the worktree. Take the secret out of them (never write keys or "
+                "tokens into files; read them from the environment where code needs them), "
+                "then commit."
+            )
         if self.conflicted:
             out.append(
                 "unresolved merge conflicts (unmerged paths or conflict markers) in: "
@@ -344,11 +389,12 @@ class Leftovers:
         return out
 
 
-def leftovers(worktree: Path, base: str) -> Leftovers:
+def leftovers(worktree: Path, base: str, secrets: Redactor | None = None) -> Leftovers:
     """Uncommitted paths a rescue commit must not take (unresolved conflicts: unmerged, or
-    holding conflict markers that the file did not have at ``base``) or cannot take
-    (changes inside a submodule's checkout). One ``git status``; files are read only when
-    changed, up to ``MARKER_SCAN_MAX_BYTES``."""
+    holding conflict markers that the file did not have at ``base``; files holding one of
+    ``secrets`` that their version at ``base`` did not) or cannot take (changes inside a
+    submodule's checkout). One ``git status``; files are read only when changed, up to
+    ``MARKER_SCAN_MAX_BYTES`` for markers, whole (in chunks) for secrets."""
     out = git(worktree, "status", "--porcelain=v2", "-z", "--untracked-files=all")
     records = out.split("\0")
     conflicted: list[str] = []
@@ -376,7 +422,12 @@ def leftovers(worktree: Path, base: str) -> Leftovers:
         elif kind == "?":
             candidates.append(rec[2:])
     conflicted += [p for p in candidates if _new_markers(worktree, p, base)]
-    return Leftovers(tuple(conflicted), tuple(submodules), committable or bool(candidates))
+    leaks = (
+        tuple(secrets.redact(p) for p in candidates if _new_secret(worktree, p, base, secrets))
+        if secrets
+        else ()
+    )
+    return Leftovers(tuple(conflicted), tuple(submodules), committable or bool(candidates), leaks)
 
 
 def has_conflict_markers(text: str) -> bool:
@@ -395,6 +446,102 @@ def _new_markers(worktree: Path, path: str, base: str) -> bool:
         return False
     at_base = git(worktree, "show", f"{base}:{path}", check=False) if base else ""
     return not has_conflict_markers(at_base)
+
+
+def _new_secret(worktree: Path, path: str, base: str, secrets: Redactor) -> bool:
+    """The file at ``path`` (a symlink: its target, which is what git commits) holds a secret
+    that its version at ``base`` did not hold (a repository that had it there already leaks
+    nothing new). A FIFO or a device is not opened."""
+    file = worktree / path
+    try:
+        if file.is_symlink():
+            held = secrets.holds(os.readlink(file))
+        else:
+            fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with open(fd, "rb") as fh:
+                held = stat.S_ISREG(os.fstat(fd).st_mode) and secrets.holds_stream(fh)
+    except OSError:
+        return False
+    return held and not _secret_at(worktree, base, path, secrets)
+
+
+def _secret_at(worktree: Path, rev: str, path: str, secrets: Redactor) -> bool:
+    return bool(rev) and secrets.holds(git(worktree, "show", f"{rev}:{path}", check=False))
+
+
+def uncommit_secrets(worktree: Path, start: str, base: str, secrets: Redactor) -> list[str]:
+    """If a commit in ``start..HEAD`` (the worker's, this round) adds a secret value to a
+    file or holds one in its message, take those commits off the branch: it goes back to
+    ``start`` with their changes left in the worktree, uncommitted (``git reset --mixed``),
+    so no branch hero keeps holds the secret and no work is lost. Returns why the round
+    fails, or nothing. Call it with the repository locked, the worktree on the branch."""
+    leaks = secret_commits(worktree, start, base, secrets)
+    if not leaks:
+        return []
+    git(worktree, "reset", "-q", "--mixed", start)
+    return [
+        "a commit added the value of a secret hero knows (an API key or token): "
+        + ", ".join(leaks)
+        + f". hero took this round's commits off the branch (it is back at {start[:12]}); "
+        "their changes are still in the worktree, uncommitted. Take the secret out (never "
+        "write keys or tokens into files or commit messages; read them from the environment "
+        "where code needs them), then commit again."
+    ]
+
+
+def secret_commits(worktree: Path, start: str, base: str, secrets: Redactor) -> list[str]:
+    """Where the commits in ``start..HEAD`` put a secret: ``<sha> <file>`` for each file a
+    commit adds one to (in its added lines, binary files read as text; a file that held it
+    at ``base`` already is left out), ``<sha> (message)`` for a commit message holding one.
+    Two ``git log`` calls; empty when there is no secret or no ``start``."""
+    if not secrets or not start:
+        return []
+    span = f"{start}..HEAD"
+    found: list[str] = []
+    for record in git(worktree, "log", "--format=%x01%H%n%B", span).split("\x01")[1:]:
+        sha, _, message = record.partition("\n")
+        if secrets.holds(message):
+            found.append(f"{sha[:12]} (message)")
+    patch = git(
+        worktree,
+        "log",
+        "-p",
+        "--text",
+        "--unified=0",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        "--diff-merges=first-parent",
+        "--format=%x01%H",
+        span,
+        timeout_s=WORKTREE_TIMEOUT_S,
+    )
+    sha, path, header = "", "", False
+    added: list[str] = []  # the added lines of one file in one commit
+
+    def flush() -> None:
+        text = "\n".join(added)
+        if secrets.holds(text) and not _secret_at(worktree, base, path, secrets):
+            found.append(f"{sha[:12]} {secrets.redact(path)}")
+        added.clear()
+
+    for line in patch.split("\n"):
+        if line.startswith("\x01"):
+            flush()
+            sha, path, header = line[1:], "", False
+        elif line.startswith("diff --git "):
+            flush()
+            path, header = "", True
+        elif header:
+            if line.startswith("+++ "):
+                path = line[4:].removeprefix("b/")
+            elif line.startswith("@@"):
+                header = False
+        elif line.startswith("+"):
+            added.append(line[1:])
+    flush()
+    return found
 
 
 # -- submodules and pushing -----------------------------------------------------------------

@@ -12,6 +12,10 @@ outside its group (``setsid``, ``nohup``, a daemonizing server): when it returns
 returns, ``run_command`` ends every process started since it began that carries the same
 marker (``kill_marked``), so nothing a story started outlives the command that started it.
 
+``run_command`` may run the command inside a sandbox (``hero.sandbox``): the sandbox's
+``wrap`` turns ``sh -c COMMAND`` into the argv that confines it. There the command has its own
+PID namespace, so every process it started ends with it, and ``kill_marked`` is a second net.
+
 ``child_env`` is the environment every child gets: no secrets, nothing that waits on a person.
 """
 
@@ -27,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 TIMEOUT_EXIT_CODE = 124
 CANCEL_EXIT_CODE = 130
@@ -53,6 +58,13 @@ _SAFE_ENV = {
 PUSH_REFUSED_URL = "/dev/null/hero: git push is disabled for the worker and the checks/"
 #: Git settings every child gets, through ``GIT_CONFIG_COUNT`` (after any it already has).
 _GIT_CONFIG = ((f"url.{PUSH_REFUSED_URL}.pushInsteadOf", ""),)
+
+
+class Wrapper(Protocol):
+    """What confines a command (``hero.sandbox.Sandbox``): the argv that runs ``argv`` in
+    ``cwd`` inside it."""
+
+    def wrap(self, argv: Sequence[str], cwd: Path) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -304,6 +316,15 @@ def _terminate_group(proc: subprocess.Popen[bytes], watcher: _ExitWatcher) -> No
     proc.wait()
 
 
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    """Wait until no live process is left in the group ``pgid``, at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.0005
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
 def _supervise(
     proc: subprocess.Popen[bytes],
     pipes: Sequence[tuple[object, _Capture]],
@@ -377,16 +398,19 @@ def run_command(
     env: Mapping[str, str] | None = None,
     cancel: threading.Event | None = None,
     max_output_bytes: int = 8_000_000,
+    sandbox: Wrapper | None = None,
 ) -> CommandResult:
-    """Run ``sh -c command`` in ``cwd`` in its own process group; see the module docstring.
+    """Run ``sh -c command`` in ``cwd`` in its own process group, inside ``sandbox`` when
+    one is given; see the module docstring.
 
     Raises OSError if the command cannot be started (e.g. ``cwd`` does not exist).
     """
     start = time.monotonic()
     marker = None if env is None else env.get(RUN_MARKER)
     before = running_pids() if marker else None
+    argv = ["sh", "-c", command]
     proc = subprocess.Popen(
-        ["sh", "-c", command],
+        argv if sandbox is None else sandbox.wrap(argv, cwd),
         cwd=str(cwd),
         env=None if env is None else dict(env),
         stdin=subprocess.DEVNULL,
@@ -398,6 +422,10 @@ def run_command(
 
     def end_leftovers() -> None:
         # What left the group (setsid, nohup, a daemon) ends with the command too.
+        if sandbox is not None:
+            # bwrap returns once the command exits; its PID namespace (whose init stays in
+            # this group) is being torn down: wait until every process in it is gone.
+            _wait_group_gone(proc.pid, _KILL_WAIT_S)
         if marker and before is not None:
             kill_marked(marker, spare=before)
 

@@ -153,6 +153,86 @@ default_verify: []
 #   - ruff check .
 #   - python -m pytest -q
 
+# ---------------------------------------------------------------- sandbox
+
+# Where the Worker's bash commands and the verify commands run:
+#   auto   bubblewrap (bwrap) when it works on this machine, else no sandbox, with a warning
+#   bwrap  bubblewrap, required: without it a story ends in error before any command runs
+#   none   no sandbox: commands run with your user's rights
+# In the sandbox a command sees the system read-only, the story's worktree writable, the
+# repository's git objects and refs but not its config or hooks, a private /tmp and HOME,
+# only its own processes (all of them end with it), and not the hero home or your home.
+# Needs the system package bubblewrap (apt-get install bubblewrap). Default auto.
+sandbox: auto
+
+# Whether the Worker's commands may reach the network from the sandbox. Default false.
+sandbox_network: false
+
+# Whether the verify commands may reach the network from the sandbox (test suites that
+# fetch dependencies need it). Default true.
+verify_network: true
+
+# ---------------------------------------------------------------- what the worker may do
+
+# Files the Worker never changes, whatever a story's scope says: .gitignore-style globs
+# (`*.pem` and `.env` match at any depth, `secrets/` or `config/prod/**` from the repository's
+# root). hero always protects .env, .env.*, *.pem, *.key, id_rsa* and .git/**; these add to
+# them. write_file and edit_file refuse a protected file; a bash command that changes one
+# has it put back (or deleted, if it is new) before its result reaches the Worker.
+# Default [] (the built-in list only).
+protected_files: []
+# protected_files:
+#   - secrets/
+#   - "*.p12"
+#   - config/production.yaml
+
+# Commands the Worker's bash tool may run (allow) or must not run (deny). A rule is a
+# command and its first words, matched as whole words on every part of the parsed command:
+# `rm` refuses `make && rm -rf build`, `bash -c 'rm x'`, `sudo rm x`, `/bin/rm x`, but not
+# `rmdir x` or `echo rm`. Deny wins over allow; a non-empty allow list refuses every part it
+# does not name (list `cd`, `echo`, ... too, and both a wrapper and what it wraps:
+# `timeout` and `pytest`). A refused command is not run; the Worker is told the rule.
+# Only the Worker's commands: verify commands run as written. A guard-rail, not a security
+# boundary (a script the Worker writes, or `python -c`, is not looked into): use the sandbox
+# for that. Default [] for both (no policy).
+allow_commands: []
+deny_commands: []
+# deny_commands:
+#   - git push
+#   - npm publish
+#   - curl
+#   - wget
+# allow_commands:
+#   - git
+#   - python
+#   - pytest
+#   - ls
+#   - cat
+#   - echo
+#   - cd
+
+# ---------------------------------------------------------------- budgets
+
+# Spend limits per story and per round; null (the default) = no limit. They are checked
+# before every model call (each worker turn and the reviewer's call): when one is used up,
+# the story stops as `budget_exceeded` with its work committed on its branch, and the error
+# names the budget. Raise it here and run `hero retry ID` to continue; `hero status` shows
+# each story's spend against its budgets.
+# A story's spend adds up over all its runs and retries.
+
+# Tokens (prompt + completion) a story may spend in all.
+max_story_tokens: null
+# Dollars a story may spend in all: the provider's reported cost when it sends one, else the
+# prices in its file (input_usd_per_mtok, output_usd_per_mtok); without either, cost is 0.
+max_story_cost_usd: null
+# Seconds a story may spend in its rounds, all runs together (time between runs does not count).
+max_story_wall_s: null
+
+# The same for one round (worker turns and the reviewer's call).
+max_round_tokens: null
+max_round_cost_usd: null
+max_round_wall_s: null
+
 # ---------------------------------------------------------------- worker limits
 
 # Model turns (requests) in one Worker round. Default 100.

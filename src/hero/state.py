@@ -11,6 +11,7 @@ from typing import Any
 
 from hero.fsio import atomic_write
 from hero.names import StoryRef
+from hero.redact import Redactor
 from hero.story import MAX_STORY_BYTES
 from hero.yamlio import ValueProblem, read_file
 
@@ -30,7 +31,9 @@ class Status(StrEnum):
 
 STATUSES = tuple(s.value for s in Status)
 #: Statuses from which the next run continues the same branch and round count.
-RESUMABLE = frozenset({Status.QUEUED, Status.RUNNING, Status.INTERRUPTED, Status.ERROR})
+RESUMABLE = frozenset(
+    {Status.QUEUED, Status.RUNNING, Status.INTERRUPTED, Status.ERROR, Status.BUDGET_EXCEEDED}
+)
 #: Statuses in which a story has ended.
 TERMINAL = frozenset(
     {Status.PASSED, Status.GAVE_UP, Status.ERROR, Status.SKIPPED, Status.BUDGET_EXCEEDED}
@@ -139,6 +142,8 @@ class RunState:
     runs: int = 0
     story_digest: str = ""  # sha256 of the story file as hero last left it (edits show up)
     plan: str = ""  # the plan the story belongs to; "" (and left out of the file) for none
+    round_started_at: float = 0.0  # when the current round started; its time so far counts
+    # towards max_story_wall_s and max_round_wall_s (see hero.budget)
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -168,6 +173,8 @@ class RunState:
         data["status"] = self.status.value
         if not self.plan:
             del data["plan"]  # a loose story's record is as it always was
+        if not self.round_started_at:
+            del data["round_started_at"]  # as before budgets, until a round starts
         return data
 
     @classmethod
@@ -227,10 +234,14 @@ def load_state(home: Path, story: StoryRef | str) -> RunState | None:
         ) from exc
 
 
-def save_state(home: Path, state: RunState) -> None:
-    """Write the state atomically: a crash leaves the old file or the new one, never half."""
+def save_state(home: Path, state: RunState, redact: Redactor | None = None) -> None:
+    """Write the state atomically: a crash leaves the old file or the new one, never half.
+    Every secret in ``redact`` is taken out of its strings (errors, summaries, feedback)."""
     state.updated_at = time.time()
     path = state.ref.state_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(state.to_dict(), indent=2, ensure_ascii=False)
+    record = state.to_dict()
+    if redact:
+        record = redact.redact_value(record)
+    data = json.dumps(record, indent=2, ensure_ascii=False)
     atomic_write(path, data.encode("utf-8"))

@@ -1,7 +1,8 @@
 """JSONL traces: one line per event, appended and flushed as it happens.
 
 Appending (never rewriting) keeps a trace's cost per event flat as a round grows, and a
-crash loses at most the line being written.
+crash loses at most the line being written. Every string in an event is redacted (see
+``hero.redact``) before it is written: no secret hero knows reaches a trace.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from hero.redact import Redactor
+
 
 class Trace:
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, *, redact: Redactor | None = None) -> None:
         self.path = path
+        self._redact = redact if redact else None  # an empty Redactor costs nothing, skip it
         self._t0 = time.monotonic()
         self._fh: IO[str] | None = None
         if path is not None:
@@ -25,7 +29,7 @@ class Trace:
         if self._fh is None:
             return
         record = {"t": round(time.monotonic() - self._t0, 4), "ts": time.time(), "event": kind}
-        record.update(data)
+        record.update(data if self._redact is None else self._redact.redact_value(data))
         self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self._fh.flush()
 

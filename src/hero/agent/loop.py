@@ -3,6 +3,10 @@
 Every limit is checked in one place (``_limit_reached``), before the work it limits.
 The loop knows nothing of stories or branches: it gets a model, a message history, a
 tool context and limits, and says why it stopped.
+
+Every secret hero knows (``ToolContext.secrets``) is redacted from what enters the history,
+once, as it enters: the first messages (built from the story and the repository's files)
+and each tool result. The model never reads one, and no later turn pays to look again.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from hero.agent.tools import ToolContext, execute_tool, tool_schemas
 from hero.config import WorkerLimits
 from hero.errors import Interrupted
 from hero.llm import Completion
+from hero.redact import Redactor
 from hero.trace import Trace
 
 #: Stop reasons. ``done`` is the model's own end of turn; the rest are guardrails.
@@ -62,11 +67,14 @@ def run_agent(
     ``messages`` is extended in place, so the caller holds the whole conversation.
     """
     tools = tool_schemas()
+    redactor = Redactor(ctx.secrets)
     result = AgentResult()
     started = time.monotonic()
     last_call: tuple[str, str] | None = None
     repeats = 0
     for message in messages:
+        if redactor and isinstance(message.get("content"), str):
+            message["content"] = redactor.redact(message["content"])
         trace.event("message", role=message["role"], content=message.get("content"))
     while True:
         if ctx.cancel is not None and ctx.cancel.is_set():
@@ -114,14 +122,15 @@ def run_agent(
             outcome = execute_tool(ctx, call.name, call.arguments)
             result.tool_calls += 1
             result.command_s += outcome.command_s
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
+            content = redactor.redact(outcome.content)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
             trace.event(
                 "tool_result",
                 turn=result.turns,
                 id=call.id,
                 name=call.name,
                 is_error=outcome.is_error,
-                content=outcome.content,
+                content=content,
                 duration_s=round(time.monotonic() - t0, 4),
             )
         if on_turn is not None:

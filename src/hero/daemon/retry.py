@@ -1,9 +1,17 @@
-"""`hero retry`: make a story that gave up, ended in error or was interrupted eligible again.
+"""`hero retry`: make a story that gave up, ended in error, was interrupted or ran out of
+budget eligible again.
 
 A story is named by its key: ``<id>``, or ``<plan>/<id>`` for a story of a plan. A story
 that was skipped is not retried: it was skipped because a story it depends on failed, and
 it becomes eligible by itself once that story passes, so the message names that story and
 how to retry it instead.
+
+A story whose spend has reached one of its story budgets (``max_story_tokens``,
+``max_story_cost_usd``, ``max_story_wall_s`` in config/roles.yaml, as they read now) is not
+retried either: it would stop again before its first model call. The message names the
+budget to raise; once it is raised, the retry continues the story where it stopped, on the
+same branch, its spend so far still counted. A round budget never refuses a retry: the
+round that tripped it is run again with the round's spend back at zero.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import re
 import sys
 from pathlib import Path
 
+from hero.budget import BudgetExceeded, story_over, story_spend
+from hero.config import ConfigError, load_config
 from hero.errors import EXIT_OK, EXIT_USAGE
 from hero.names import StoryRef
 from hero.state import RunState, StateError, Status, load_state, save_state
@@ -26,7 +36,8 @@ _FAILED_STORY = re.compile(r"story '([^'\s]+)'")
 
 
 def retry(home: Path, story_id: str) -> int:
-    """Make a story that gave up (or ended in error) eligible again, with a fresh budget."""
+    """Make a story that gave up (or ended in error, was interrupted, ran out of budget)
+    eligible again, with a fresh budget of rounds."""
     ref = StoryRef.of(story_id)
     if not ref.valid() or ref.key != story_id:  # nothing outside runs/state/ is ever read
         print(
@@ -50,7 +61,17 @@ def retry(home: Path, story_id: str) -> int:
     if state.status not in RETRYABLE:
         print(
             f"hero: story '{ref.key}' is {state.status}; only a story that gave up, "
-            "ended in error or was interrupted can be retried",
+            "ended in error, was interrupted or ran out of budget can be retried",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    over = _over_budget(home, state)
+    if over is not None:
+        why = str(over).removeprefix("budget exceeded: ")
+        print(
+            f"hero: story '{ref.key}' has used up a story budget ({why}), so it would stop "
+            f"again before its first model call. Raise {over.key} in config/roles.yaml (or "
+            f"remove it for no limit), then run `hero retry {ref.key}` again",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -69,6 +90,16 @@ def retry(home: Path, story_id: str) -> int:
             f"{ref.key}: queued again, but its story file {story} is gone; put it back in {folder}"
         )
     return EXIT_OK
+
+
+def _over_budget(home: Path, state: RunState) -> BudgetExceeded | None:
+    """The story budget the story's spend has used up under the home's configuration as it
+    reads now; None if none is, or if the configuration cannot be read (the run says why)."""
+    try:
+        budgets = load_config(home, roles=()).budgets
+    except (ConfigError, OSError):
+        return None
+    return story_over(budgets, story_spend(state))
 
 
 def _skipped_message(state: RunState) -> str:

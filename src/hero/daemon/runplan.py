@@ -66,7 +66,7 @@ def _run(config: Config, name: str, *, verbose: bool) -> int:
     from hero.daemon.watch import model_factory, serve
 
     show = verbose or sys.stderr.isatty()
-    log = configure(json=False) if show else _Quiet()
+    log = configure(json=False, secrets=config.secrets) if show else _Quiet()
     dispatcher = Dispatcher(
         config, model_factory(config, log), log=log, settle_s=0.25, only_plan=name
     )

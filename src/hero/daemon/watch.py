@@ -23,12 +23,12 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
     from hero.daemon.logsetup import configure
     from hero.locks import DaemonLock, DaemonRunning
 
-    log = configure(json=json_logs)
     try:
         config = load_config(home, roles=("worker", "reviewer"))
     except ConfigError as exc:
         print(f"hero: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    log = configure(json=json_logs, secrets=config.secrets)
     lock = DaemonLock(config.home)
     try:
         lock.acquire()

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from hero.errors import Interrupted
+from hero.redact import Redactor
 from hero.runner import run_command
+from hero.sandbox import Sandbox
 from hero.story import VerifyTier
 
 TAIL_CHARS = 2_000
@@ -76,7 +78,12 @@ def run_verify(
     env: Mapping[str, str],
     log_path: Path,
     cancel: threading.Event | None = None,
+    redact: Redactor | None = None,
+    sandbox: Sandbox | None = None,
 ) -> VerifyResult:
+    """Run the tiers; every secret in ``redact`` is taken out of each command's output
+    before it is logged or kept (the tail that reaches the reviewer and the feedback).
+    Each command runs inside ``sandbox`` when one is given."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     checks: list[CommandCheck] = []
     skipped: list[str] = []
@@ -88,14 +95,18 @@ def run_verify(
                 log.write(f"=== tier {tier.name}: skipped, an earlier tier failed\n")
                 continue
             for command in tier.commands:
-                log.write(f"=== tier {tier.name}: $ {command}\n")
+                shown = redact.redact(command) if redact else command
+                log.write(f"=== tier {tier.name}: $ {shown}\n")
                 log.flush()
                 started = time.time()
-                result = run_command(command, cwd, timeout_s=timeout_s, env=env, cancel=cancel)
+                result = run_command(
+                    command, cwd, timeout_s=timeout_s, env=env, cancel=cancel, sandbox=sandbox
+                )
                 if result.cancelled:
                     raise Interrupted(f"verify command cancelled: {command}")
-                log.write(result.output)
-                if result.output and not result.output.endswith("\n"):
+                output = redact.redact(result.output) if redact else result.output
+                log.write(output)
+                if output and not output.endswith("\n"):
                     log.write("\n")
                 note = f" (timed out after {timeout_s:g} s)" if result.timed_out else ""
                 log.write(f"=== exit {result.exit_code}{note} in {time.time() - started:.2f} s\n\n")
@@ -107,7 +118,7 @@ def run_verify(
                         exit_code=result.exit_code,
                         duration_s=round(result.duration_s, 3),
                         timed_out=result.timed_out,
-                        tail=result.output[-TAIL_CHARS:],
+                        tail=output[-TAIL_CHARS:],
                     )
                 )
                 if result.exit_code != 0:

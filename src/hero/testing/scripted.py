@@ -73,6 +73,7 @@ class Reply:
     tool_calls: Sequence[ToolCall] = ()  # any sequence; stored as a tuple
     prompt_tokens: int | None = None  # None -> len(json of request messages) // 4
     completion_tokens: int | None = None  # None -> estimate from content and tool calls
+    cost: float | None = None  # sent as usage.cost (a provider's reported cost); None: not sent
 
     def __post_init__(self) -> None:
         if not isinstance(self.tool_calls, tuple):
@@ -487,6 +488,13 @@ class ScriptedModel:
         completion_tokens = reply.completion_tokens
         if completion_tokens is None:
             completion_tokens = _estimate_completion_tokens(reply, wire_calls)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if reply.cost is not None:
+            usage["cost"] = reply.cost
         return {
             "id": f"chatcmpl-scripted-{next(self._completion_ids)}",
             "object": "chat.completion",
@@ -500,11 +508,7 @@ class ScriptedModel:
                     "logprobs": None,
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "usage": usage,
         }
 
 

@@ -17,6 +17,13 @@ would run, in the order it would take it, by the one rule in :mod:`hero.daemon.q
 (priority high > normal > low, then the oldest file first); the files it would refuse are
 listed as rejected, with its reason. What a queued story waits for is said by the one
 dependency rule, :mod:`hero.daemon.deps`.
+
+Spend against budget: each row has ``wall_s`` (the story's wall time as its budget counts
+it, :func:`hero.budget.story_spend`) and ``budget``, the six budgets of config/roles.yaml
+under their names (``max_story_tokens``, ...; null: no limit), or null when the
+configuration cannot be read (status still shows everything else). The table shows a story
+budget after the spend (``12.3k/50k``, ``$0.1200/$1.00``, a WALL column ``3m12s/1h00m``)
+and the budgets above the table.
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hero.budget import settings, story_spend
+from hero.config import ConfigError, load_config
 from hero.daemon.deps import Decision, Gate, Rule
 from hero.daemon.inbox import is_plan_dir
 from hero.daemon.queue import Admit, Entry, admit, arrange, duplicate_reason
@@ -49,7 +58,7 @@ def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
     """The status of the home as plain data (what ``hero status --json`` prints)."""
     home = Path(home)
     now = time.time() if now is None else now
-    stories = _story_rows(home, now)
+    stories = _story_rows(home, now, _budgets(home))
     queue, rejected = _inbox(home, now)
     return {"daemon": daemon_status(home), "stories": stories, "queue": queue, "rejected": rejected}
 
@@ -82,14 +91,26 @@ def _plan_folders(directory: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def _story_rows(home: Path, now: float) -> list[dict[str, Any]]:
-    rows = _rows_in(home, "", state_dir(home), now)
+def _budgets(home: Path) -> dict[str, float | None] | None:
+    """The budgets of config/roles.yaml by name; None when the configuration cannot be read."""
+    try:
+        return settings(load_config(home, roles=()).budgets)
+    except (ConfigError, OSError):
+        return None
+
+
+def _story_rows(
+    home: Path, now: float, budgets: dict[str, float | None] | None
+) -> list[dict[str, Any]]:
+    rows = _rows_in(home, "", state_dir(home), now, budgets)
     for plan, folder in _plan_folders(state_dir(home) / "plans"):
-        rows += _rows_in(home, plan, folder, now)
+        rows += _rows_in(home, plan, folder, now, budgets)
     return rows
 
 
-def _rows_in(home: Path, plan: str, directory: Path, now: float) -> list[dict[str, Any]]:
+def _rows_in(
+    home: Path, plan: str, directory: Path, now: float, budgets: dict[str, float | None] | None
+) -> list[dict[str, Any]]:
     """The rows of the records in one folder: the loose stories', or one plan's."""
     try:
         paths = sorted(p for p in directory.glob("*.json") if not p.name.startswith("."))
@@ -102,9 +123,10 @@ def _rows_in(home: Path, plan: str, directory: Path, now: float) -> list[dict[st
             state = load_state(home, ref)
             if state is None:  # removed since the listing
                 continue
-            row = _row(state, ref, now)
+            live = state.status == Status.RUNNING and is_held(story_lock_path(home, ref))
+            row = _row(state, ref, now, live)
             if row["status"] == Status.RUNNING:
-                row["stale"] = not is_held(story_lock_path(home, ref))
+                row["stale"] = not live
             rows.append(row)
         except StateError as exc:
             rows.append(_unreadable(ref, path, str(exc.__cause__ or exc), home))
@@ -113,6 +135,8 @@ def _rows_in(home: Path, plan: str, directory: Path, now: float) -> list[dict[st
         except Exception as exc:  # noqa: BLE001 - one bad file must not stop `hero status`
             reason = f"cannot be shown: {type(exc).__name__}: {exc}"
             rows.append(_unreadable(ref, path, reason, home))
+    for row in rows:
+        row["budget"] = budgets
     running = [r for r in rows if r["status"] == Status.RUNNING]
     rest = [r for r in rows if r["status"] != Status.RUNNING]
     rest.sort(key=lambda r: (-(r["updated_at"] or 0.0), r["id"]))
@@ -120,7 +144,7 @@ def _rows_in(home: Path, plan: str, directory: Path, now: float) -> list[dict[st
     return running + rest
 
 
-def _row(state: Any, ref: StoryRef, now: float) -> dict[str, Any]:
+def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str, Any]:
     usage = state.usage if isinstance(state.usage, dict) else {}
     tokens_in = int(usage.get("tokens_in") or 0)
     tokens_out = int(usage.get("tokens_out") or 0)
@@ -149,6 +173,8 @@ def _row(state: Any, ref: StoryRef, now: float) -> dict[str, Any]:
         "tokens_in": tokens_in,
         "tokens_out": tokens_out,
         "cost_usd": float(usage.get("cost_usd") or 0.0),
+        # what max_story_wall_s counts: the rounds' time, the live round's up to now
+        "wall_s": round(story_spend(state, now=now if live else None).wall_s, 3),
         "branch": str(state.branch),
         "error": str(state.error or ""),
         "started_at": started or None,
@@ -172,6 +198,7 @@ def _unreadable(ref: StoryRef, path: Path, reason: str, home: Path) -> dict[str,
         "tokens_in": 0,
         "tokens_out": 0,
         "cost_usd": 0.0,
+        "wall_s": 0.0,
         "branch": "",
         "error": f"{_rel(path, home)}: {' '.join(reason.split())}",
         "started_at": None,
@@ -299,6 +326,9 @@ def format_status(report: dict[str, Any]) -> str:
     lines.append("")
 
     stories = report.get("stories") or []
+    budgets = next((r["budget"] for r in stories if r.get("budget")), None)
+    if budgets and any(v is not None for v in budgets.values()):
+        lines.append(cut(budget_line(budgets), WIDTH))
     if stories:
         lines.extend(_story_sections(stories))
     else:
@@ -339,8 +369,18 @@ def _story_sections(stories: list[dict[str, Any]]) -> list[str]:
 
 
 def _story_table(stories: list[dict[str, Any]]) -> list[str]:
-    header = ("STORY", "STATUS", "ROUND", "DONE", "PHASE", "ELAPSED", "TOKENS", "COST", "BRANCH")
-    cells = [
+    header: tuple[str, ...] = (
+        "STORY",
+        "STATUS",
+        "ROUND",
+        "DONE",
+        "PHASE",
+        "ELAPSED",
+        "TOKENS",
+        "COST",
+        "BRANCH",
+    )
+    cells: list[tuple[str, ...]] = [
         (
             row["id"],
             "stale" if row.get("stale") else row["status"],
@@ -348,19 +388,78 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
             str(row["rounds_done"]),
             row["phase"] or "-",
             format_duration(row["elapsed_s"]),
-            format_tokens(row["tokens"]),
-            format_cost(row["cost_usd"]),
+            _against(format_tokens(row["tokens"]), _limit(row, "max_story_tokens", _tokens_cap)),
+            _against(
+                format_cost(row["cost_usd"]) if row["cost_usd"] > 0 else "$0",
+                _limit(row, "max_story_cost_usd", _cost_cap),
+                unlimited=format_cost(row["cost_usd"]),
+            ),
             row["branch"] or "-",
         )
         for row in stories
     ]
-    table = _table(header, cells, shrink=(0, 8))  # the id and the branch
+    if any(_limit(row, "max_story_wall_s", format_duration) for row in stories):
+        # the story's wall time as its budget counts it (the rounds' time), not ELAPSED
+        header = (*header[:8], "WALL", header[8])
+        cells = [
+            (
+                *line[:8],
+                _against(
+                    format_duration(row.get("wall_s") or 0.0),
+                    _limit(row, "max_story_wall_s", format_duration),
+                ),
+                line[8],
+            )
+            for row, line in zip(stories, cells, strict=True)
+        ]
+    table = _table(header, cells, shrink=(0, len(header) - 1))  # the id and the branch
     out = [table[0]]
     for row, line in zip(stories, table[1:], strict=True):
         out.append(line)
         if row["error"]:  # a skipped story's says which ancestor failed
             out.append(cut("    error: " + " ".join(row["error"].split()), WIDTH))
     return out
+
+
+def budget_line(budgets: dict[str, Any]) -> str:
+    """``budgets: per story 50k tokens, $1.00, 1h00m; per round 10k tokens``."""
+    parts = []
+    for scope in ("story", "round"):
+        caps = [
+            fmt(value)
+            for key, fmt in (
+                (f"max_{scope}_tokens", lambda v: f"{_tokens_cap(v)} tokens"),
+                (f"max_{scope}_cost_usd", _cost_cap),
+                (f"max_{scope}_wall_s", format_duration),
+            )
+            if (value := budgets.get(key)) is not None
+        ]
+        if caps:
+            parts.append(f"per {scope} {', '.join(caps)}")
+    return "budgets: " + "; ".join(parts)
+
+
+def _limit(row: dict[str, Any], key: str, fmt: Callable[[float], str]) -> str:
+    """A row's budget ``key`` formatted, or "" when it has none."""
+    value = (row.get("budget") or {}).get(key)
+    return "" if value is None else fmt(value)
+
+
+def _against(spent: str, limit: str, *, unlimited: str | None = None) -> str:
+    """``spent/limit``; without a limit, ``unlimited`` (default: ``spent``)."""
+    if limit:
+        return f"{spent}/{limit}"
+    return spent if unlimited is None else unlimited
+
+
+def _tokens_cap(n: float) -> str:
+    """A token budget, short: ``9000``, ``50k``, ``12.5k``, ``2M``."""
+    return format_tokens(int(n)).replace(".0k", "k").replace(".00M", "M")
+
+
+def _cost_cap(usd: float) -> str:
+    """A dollar budget, short: ``$1.00``, ``$0.50``, ``$0.005``."""
+    return f"${usd:,.2f}" if usd >= 0.01 or usd == 0 else f"${usd:g}"
 
 
 def _queue_table(queue: list[dict[str, Any]]) -> list[str]:

@@ -14,7 +14,8 @@ from hero.agent.tools.context import ToolContext, ToolError, ToolOutcome
 from hero.agent.tools.files import tool_edit_file, tool_ls, tool_read_file, tool_write_file
 from hero.agent.tools.paths import resolve_path, write_text_file
 from hero.agent.tools.schemas import SPEC_BY_NAME, TOOL_NAMES, tool_schemas
-from hero.agent.tools.search import glob_to_regex, tool_find, tool_grep
+from hero.agent.tools.scope import glob_to_regex
+from hero.agent.tools.search import tool_find, tool_grep
 from hero.agent.tools.shell import tool_bash
 from hero.runner import truncate_middle
 

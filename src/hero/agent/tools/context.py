@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,15 @@ class ToolContext:
     # the story's scope globs (empty: the whole worktree) and the files never written
     scope: tuple[str, ...] = ()
     protected: tuple[str, ...] = ()
+    # the story's base commit: after each bash command, changes since it outside the scope
+    # or to protected files are put back (hero.agent.tools.scope); "": not checked
+    base_sha: str = ""
     # every secret value hero knows: redacted from what a tool returns to the model
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    # run before hero's own git looks at the worktree during the turn (the scope check):
+    # puts back program-running git settings a command planted (repoguard.Guard); its note
+    # goes to the tool result
+    before_git: Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from hero.agent.tools.context import ToolContext, ToolError, os_reason
+from hero.agent.tools.scope import rules_of
 
 #: Symlinks followed in one path before it counts as a loop (Linux's own limit).
 MAX_SYMLINKS = 40
@@ -97,6 +98,16 @@ def _hard_link(rel_path: str) -> ToolError:
         f"path '{rel_path}' is a hard link; hero's file tools do not follow links out of "
         "the worktree"
     )
+
+
+def is_hard_linked(st: os.stat_result) -> bool:
+    """A regular file with more than one hard link: the file tools refuse it, the search
+    tools leave it out."""
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+
+
+#: The error of the file tools for such a file (read_file, edit_file, a grep of one file).
+hard_link_error = _hard_link
 
 
 def _not_found(rel_path: str, purpose: Purpose) -> ToolError:
@@ -185,6 +196,7 @@ def open_in_worktree(ctx: ToolContext, rel_path: str, purpose: Purpose) -> Opene
                     raise ToolError(
                         f"path '{rel_path}' is inside .git; writing there is not allowed"
                     )
+                _check_rules(ctx, [*names, *missing], rel_path)
                 todo.extend(missing)  # walk them again, creating each directory
                 missing.clear()
                 creating = True
@@ -210,6 +222,8 @@ def open_in_worktree(ctx: ToolContext, rel_path: str, purpose: Purpose) -> Opene
             # The last component.
             if purpose == "write" and _has_git_part([*names, name]):
                 raise ToolError(f"path '{rel_path}' is inside .git; writing there is not allowed")
+            if purpose == "write":
+                _check_rules(ctx, [*names, name], rel_path)
             try:
                 opened = _open_last(ctx, name, dir_fd, purpose, rel_path, names)
             except _Symlink as link:
@@ -227,6 +241,18 @@ def open_in_worktree(ctx: ToolContext, rel_path: str, purpose: Purpose) -> Opene
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _check_rules(ctx: ToolContext, parts: list[str], rel_path: str) -> None:
+    """Refuse a write outside the story's scope or to a protected file (``parts``: the
+    root-relative path the write would reach). Through a symlink, both the link's path and
+    its target's are checked."""
+    path = "/".join(parts)
+    why = rules_of(ctx).refusal(path)
+    if why is None:
+        return
+    named = f"'{rel_path}'" if rel_path.strip().strip("/") == path else f"'{rel_path}' ('{path}')"
+    raise ToolError(f"cannot write {named}: {why}")
 
 
 class _Symlink(Exception):

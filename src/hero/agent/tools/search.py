@@ -10,6 +10,11 @@ name). For grep with ripgrep, a file whose directories changed while rg ran (the
 may have been read through a swapped symlink: it is searched again through the descriptor
 the walk opened (``/proc/self/fd/N``), so its lines are the worktree's. The pure-Python
 grep reads every file through that walk itself.
+
+A regular file with more than one hard link may be the same file as one outside the
+worktree (hero's home, say): as read_file refuses it, grep and find leave it out and say so.
+The git they run (``ls-files``) runs no hook and no filesystem monitor the worker may have
+set in the repository (``hero.gitops.NO_PROGRAMS``): it runs outside any sandbox.
 """
 
 from __future__ import annotations
@@ -26,13 +31,25 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hero.agent.tools.context import ToolContext, ToolError, ToolOutcome, os_reason
-from hero.agent.tools.paths import DIR_FLAGS, READ_FLAGS, TreeWalk, open_in_worktree, rel
+from hero.agent.tools.paths import (
+    DIR_FLAGS,
+    READ_FLAGS,
+    TreeWalk,
+    hard_link_error,
+    is_hard_linked,
+    open_in_worktree,
+    rel,
+)
+from hero.agent.tools.scope import glob_to_regex
 from hero.agent.tools.text import BINARY_SNIFF_BYTES, LINE_MAX_CHARS, cut_line, is_binary
+from hero.gitops import NO_PROGRAMS
 
 GREP_MAX_LINES = 200
 GREP_TIMEOUT_S = 60.0
 GREP_MAX_FILE_BYTES = 20_000_000
 FIND_MAX_PATHS = 200
+#: Hard-linked files named in the note that says they were left out.
+LINKED_NAMED = 10
 
 #: How far a file's ctime may lag the clock: the kernel stamps files from a clock that is
 #: updated once a tick (at most 10 ms at HZ=100).
@@ -43,65 +60,6 @@ _RECHECK_BATCH = 200
 
 # ---------------------------------------------------------------------------------------------
 # Globs
-
-
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a gitignore-style glob: ``*`` and ``?`` stay within one path segment, ``**``
-    spans segments (``a/**/b`` also matches ``a/b``), ``[...]`` classes, ``{a,b}`` braces."""
-    return re.compile(f"(?s:{_glob_body(pattern)})\\Z")
-
-
-def _glob_body(p: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(p)
-    while i < n:
-        c = p[i]
-        if c == "*":
-            j = i
-            while j < n and p[j] == "*":
-                j += 1
-            if j - i >= 2:
-                if j < n and p[j] == "/":
-                    out.append("(?:.*/)?")
-                    j += 1
-                else:
-                    out.append(".*")
-            else:
-                out.append("[^/]*")
-            i = j
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[":
-            j = i + 1
-            if j < n and p[j] in "!^":
-                j += 1
-            if j < n and p[j] == "]":
-                j += 1
-            while j < n and p[j] != "]":
-                j += 1
-            if j >= n:
-                out.append(re.escape(c))
-                i += 1
-            else:
-                inner = p[i + 1 : j]
-                if inner[:1] in ("!", "^"):
-                    inner = "^" + inner[1:]
-                out.append("[" + inner.replace("\\", "\\\\") + "]")
-                i = j + 1
-        elif c == "{":
-            j = p.find("}", i)
-            if j < 0:
-                out.append(re.escape(c))
-                i += 1
-            else:
-                alts = p[i + 1 : j].split(",")
-                out.append("(?:" + "|".join(_glob_body(a) for a in alts) + ")")
-                i = j + 1
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return "".join(out)
 
 
 def _glob_matcher(pattern: str) -> Callable[[str], bool]:
@@ -152,6 +110,7 @@ def _list_files(ctx: ToolContext, base_fd: int, rel_base: str) -> list[str]:
         proc = subprocess.run(
             [
                 "git",
+                *NO_PROGRAMS,
                 "--literal-pathspecs",
                 "ls-files",
                 "-co",
@@ -271,7 +230,8 @@ def _grep_records(
     glob: str | None,
     ignore_case: bool,
     mode: str,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
+    """The records, and the hard-linked files left out (see the module's docstring)."""
     if not is_dir and is_binary(os.pread(base_fd, BINARY_SNIFF_BYTES, 0)):
         raise ToolError(f"'{rel_base}' is a binary file; grep searches text")
     rg = None if ctx.use_ripgrep is False else find_rg()
@@ -354,7 +314,7 @@ def _grep_rg(
     glob: str | None,
     ignore_case: bool,
     mode: str,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     globs = ("!.git", glob) if glob else ("!.git",)
     args = [rg, *_rg_flags(ignore_case, mode, globs), "-e", pattern, "--"]
     started = time.time_ns()
@@ -384,14 +344,16 @@ def _checked(
     mode: str,
     records: list[_Record],
     since_ns: int,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     """rg's records for what the worktree holds: rg opened each file by name, so each is
     walked again from the worktree's descriptor. Not there (an outside name, a symlink
     now): dropped. A directory on its way changed since rg started, so rg may have read it
-    through a symlink swapped in and back: searched again through the walk's descriptor."""
+    through a symlink swapped in and back: searched again through the walk's descriptor.
+    A file with several hard links: dropped, and named in the second list."""
     if not records:
-        return []
+        return [], []
     gone: set[bytes] = set()
+    linked: list[str] = []
     again: dict[bytes, int] = {}  # path -> descriptor, to search again
     try:
         with TreeWalk(ctx, since_ns) as walk:
@@ -399,6 +361,9 @@ def _checked(
                 found = walk.lookup(os.fsdecode(path))
                 if found is None or not stat.S_ISREG(found[2].st_mode):
                     gone.add(path)
+                elif is_hard_linked(found[2]):
+                    gone.add(path)
+                    linked.append(path.decode("utf-8", "replace"))
                 elif found[3]:
                     dir_fd, name = found[0], found[1]
                     try:
@@ -407,8 +372,12 @@ def _checked(
                         gone.add(path)
                         continue
                     again[path] = fd
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
                         gone.add(path)
+                    elif is_hard_linked(st):
+                        gone.add(path)
+                        linked.append(path.decode("utf-8", "replace"))
         redone = _search_fds(ctx, rg, pattern, ignore_case, mode, again, gone) if again else {}
     finally:
         for fd in again.values():
@@ -421,7 +390,7 @@ def _checked(
             out.extend(redone.pop(path))
         elif path not in again:
             out.append(_show(path, rest))
-    return out
+    return out, linked
 
 
 @functools.cache
@@ -473,7 +442,7 @@ def _grep_py(
     glob: str | None,
     ignore_case: bool,
     mode: str,
-) -> list[str]:
+) -> tuple[list[str], list[str]]:
     """The fallback where the ripgrep wheel cannot install: same records for what grep promises
     (Python ``re`` syntax instead of rg's; .gitignore through git ls-files). Every file is
     read through a descriptor the walk from the worktree's descriptor opened."""
@@ -482,9 +451,10 @@ def _grep_py(
     except (re.error, RecursionError, OverflowError) as exc:
         raise ToolError(f"invalid regex {pattern!r}: {exc}") from None
     records: list[str] = []
+    linked: list[str] = []
     if not is_dir:
         _search_text(rx, rel_base, _read_at_most(base_fd, GREP_MAX_FILE_BYTES), mode, records)
-        return records
+        return records, linked
     match = _glob_matcher(glob) if glob else None
     candidates = [f for f in _list_files(ctx, base_fd, rel_base) if match is None or match(f)]
     with TreeWalk(ctx) as walk:
@@ -492,12 +462,19 @@ def _grep_py(
             found = walk.lookup(rel_path)
             if found is None or not stat.S_ISREG(found[2].st_mode):
                 continue  # a symlink (never followed), or gone
+            if is_hard_linked(found[2]):
+                linked.append(rel_path)
+                continue
             try:
                 fd = os.open(found[1], READ_FLAGS, dir_fd=found[0])
             except OSError:
                 continue
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if is_hard_linked(st):
+                    linked.append(rel_path)
                     continue
                 data = _read_at_most(fd, GREP_MAX_FILE_BYTES)
             except OSError:
@@ -505,7 +482,7 @@ def _grep_py(
             finally:
                 os.close(fd)
             _search_text(rx, rel_path, data, mode, records)
-    return records
+    return records, linked
 
 
 def _search_text(
@@ -548,10 +525,13 @@ def tool_grep(
         raise ToolError("tool 'grep': pattern must not be empty")
     opened = open_in_worktree(ctx, path, "search")
     try:
-        kind = os.fstat(opened.fd).st_mode
+        st = os.fstat(opened.fd)
+        kind = st.st_mode
         if not stat.S_ISDIR(kind) and not stat.S_ISREG(kind):
             raise ToolError(f"'{path}' is not a regular file")
-        records = _grep_records(
+        if is_hard_linked(st):
+            raise hard_link_error(path)
+        records, linked = _grep_records(
             ctx,
             pattern,
             opened.fd,
@@ -565,15 +545,25 @@ def tool_grep(
         raise ToolError(f"cannot search '{path}': {os_reason(exc)}") from None
     finally:
         os.close(opened.fd)
-    if not records:
-        return ToolOutcome("no matches", is_error=False)
-    shown = [cut_line(r, LINE_MAX_CHARS) for r in records[:GREP_MAX_LINES]]
+    shown = [cut_line(r, LINE_MAX_CHARS) for r in records[:GREP_MAX_LINES]] or ["no matches"]
     if len(records) > GREP_MAX_LINES:
         shown.append(
             f"(showing first {GREP_MAX_LINES} of {len(records)} results; "
             "narrow the pattern, path or glob)"
         )
+    if linked:
+        shown.append(_linked_note(linked, "searched"))
     return ToolOutcome("\n".join(shown), is_error=False)
+
+
+def _linked_note(linked: list[str], verb: str) -> str:
+    """What grep and find say of the hard-linked files they left out."""
+    names = ", ".join(cut_line(n, LINE_MAX_CHARS) for n in linked[:LINKED_NAMED])
+    more = f" and {len(linked) - LINKED_NAMED} more" if len(linked) > LINKED_NAMED else ""
+    return (
+        f"({len(linked)} file(s) with more than one hard link not {verb}: {names}{more}; "
+        "hero's file tools do not follow links out of the worktree)"
+    )
 
 
 def tool_find(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutcome:
@@ -591,10 +581,24 @@ def tool_find(ctx: ToolContext, pattern: str, path: str = ".") -> ToolOutcome:
         os.close(opened.fd)
     match = _glob_matcher(pattern)
     prefix = "" if rel_base == "." else rel_base + "/"
-    found = [f for f in files if match(f.removeprefix(prefix)) or (prefix and match(f))]
-    if not found:
-        return ToolOutcome(f"no files match '{pattern}' under '{rel_base}'", False)
-    shown = found[:FIND_MAX_PATHS]
+    found, linked = _without_hard_links(
+        ctx, [f for f in files if match(f.removeprefix(prefix)) or (prefix and match(f))]
+    )
+    shown = found[:FIND_MAX_PATHS] or [f"no files match '{pattern}' under '{rel_base}'"]
     if len(found) > FIND_MAX_PATHS:
         shown.append(f"(showing first {FIND_MAX_PATHS} of {len(found)} paths; narrow the pattern)")
+    if linked:
+        shown.append(_linked_note(linked, "listed"))
     return ToolOutcome("\n".join(shown), is_error=False)
+
+
+def _without_hard_links(ctx: ToolContext, paths: list[str]) -> tuple[list[str], list[str]]:
+    """``paths`` (root-relative, sorted by directory) without the regular files that have
+    more than one hard link, and those."""
+    kept: list[str] = []
+    linked: list[str] = []
+    with TreeWalk(ctx) as walk:
+        for path in paths:
+            found = walk.lookup(path)
+            (linked if found is not None and is_hard_linked(found[2]) else kept).append(path)
+    return kept, linked

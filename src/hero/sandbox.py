@@ -1,0 +1,321 @@
+"""Where the worker's and the checks' commands run: inside bubblewrap (``bwrap``).
+
+A sandboxed command sees the system read-only (``SYSTEM_DIRS``, the Python hero runs on,
+the directories on ``PATH``), the story's worktree writable, and of the repository's shared
+git directory only what git in the worktree needs: objects, refs and the worktree's own git
+directory writable; the repository's ``config``, ``hooks``, ``HEAD``, main ``index``, the
+other worktrees' git directories and hero's own lock files read-only. It gets a private
+``/tmp`` and ``HOME`` (``SANDBOX_HOME``), its own PID namespace (it cannot see hero's
+processes, and when the command ends every process it started ends with it), no
+capabilities, and, unless asked for, no network (a namespace with only its own loopback).
+The hero home, ``/root``, ``/home`` and the user's own home are not there, apart from the
+worktree and any tool directory named above that lies inside them.
+
+``resolve`` turns the ``sandbox`` setting into a ``Sandbox`` (or None), checking once per
+process that bwrap works here by running a sandboxed ``true`` (``bwrap_problem``).
+``Sandbox.wrap`` turns a command's argv into the bwrap argv that runs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from hero.gitops import GitError, git, worktree_gitdir
+from hero.runner import run_process
+
+MODES = ("auto", "bwrap", "none")
+#: The system, bound read-only where it exists (a symlink such as ``/bin -> usr/bin`` is
+#: recreated as the same symlink).
+SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+    "/sys",
+)
+#: Files of the system that hold secrets (readable to a command run as root): replaced by
+#: an empty file.
+MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
+#: System files that are often symlinks to a place outside the system directories (with
+#: systemd-resolved, /etc/resolv.conf points into /run): their targets are bound read-only.
+LINKED_FILES = ("/etc/resolv.conf",)
+#: Never shown, but for the worktree and tool directories inside them; the hero home and
+#: the user's home are added by ``build``.
+HIDDEN = ("/root", "/home")
+#: HOME inside the sandbox: in its private /tmp, empty at the start of every command.
+SANDBOX_HOME = "/tmp/home"
+#: Variables that point into the real home: unset, so tools fall back to ``HOME``.
+_UNSET = (
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+)
+#: Namespaces and process rules of every sandboxed command. ``--cap-drop ALL``: run as root,
+#: bwrap keeps every capability, with which a command could remount the system writable.
+_BASE_FLAGS = (
+    "--die-with-parent",
+    "--new-session",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--cap-drop",
+    "ALL",
+)
+#: What makes bubblewrap work on a machine where it does not.
+_HOW_TO_FIX = (
+    "install the system package bubblewrap, e.g. apt-get install bubblewrap; it needs "
+    "unprivileged user namespaces, or hero run as root"
+)
+#: Seconds the check that bwrap works may take (a loaded machine starts processes slowly).
+PROBE_TIMEOUT_S = 30.0
+
+
+class SandboxUnavailable(Exception):
+    """``sandbox: bwrap`` is set and bubblewrap does not work on this machine."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How to run one story's commands in bubblewrap: the bwrap argv up to the command."""
+
+    prefix: tuple[str, ...]
+    """bwrap, its namespaces and mounts: everything but the network, the cwd and the command."""
+    network: bool = False
+    """Whether commands share hero's network (else: a namespace with only a loopback)."""
+
+    def wrap(self, argv: Sequence[str], cwd: Path) -> list[str]:
+        """The argv that runs ``argv`` in ``cwd`` (a path inside the worktree) in the sandbox."""
+        net = () if self.network else ("--unshare-net",)
+        return [*self.prefix, *net, "--chdir", str(cwd), "--", *argv]
+
+    def with_network(self, network: bool) -> Sandbox:
+        return dataclasses.replace(self, network=network)
+
+
+def resolve(
+    mode: str,
+    *,
+    worktree: Path,
+    common_dir: Path | None,
+    hide: Iterable[Path] = (),
+    network: bool = False,
+    warn: Callable[[str], None] = lambda _message: None,
+) -> Sandbox | None:
+    """The sandbox the ``sandbox`` setting asks for: None for ``none``; for ``auto`` a
+    Sandbox when bwrap works, else None after one call of ``warn``; for ``bwrap`` a Sandbox,
+    else ``SandboxUnavailable`` saying why. Arguments as for ``build``."""
+    if mode not in MODES:
+        raise ValueError(f"sandbox mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if mode == "none":
+        return None
+    bwrap = shutil.which("bwrap")
+    problem = "bwrap is not installed (not on PATH)" if bwrap is None else bwrap_problem(bwrap)
+    if bwrap is None or problem:
+        if mode == "bwrap":
+            raise SandboxUnavailable(
+                f"sandbox: bwrap is set in config/roles.yaml, but {problem}. Make bubblewrap "
+                f"work here ({_HOW_TO_FIX}), or set sandbox: auto (no sandbox where it does "
+                "not work) or sandbox: none"
+            )
+        warn(
+            f"warning: commands run WITHOUT a sandbox: {problem}. sandbox: auto is set in "
+            f"config/roles.yaml; make bubblewrap work here ({_HOW_TO_FIX}), or set "
+            "sandbox: none to run without one and without this warning"
+        )
+        return None
+    return build(worktree, common_dir, hide=hide, network=network, bwrap=bwrap)
+
+
+@functools.cache
+def bwrap_problem(bwrap: str) -> str | None:
+    """Why ``bwrap`` cannot run a sandboxed command here (its own words), or None when it
+    can. Runs a sandboxed ``true`` the first time it is asked, per bwrap path and process."""
+    with tempfile.TemporaryDirectory(prefix="hero-sandbox-probe-") as tmp:
+        box = build(Path(tmp), None, bwrap=bwrap, identity=False)
+        try:
+            result = run_process(
+                box.wrap(["true"], Path(tmp)), Path(tmp), timeout_s=PROBE_TIMEOUT_S
+            )
+        except OSError as exc:
+            return f"bwrap could not be started: {exc.strerror or exc}"
+    if result.timed_out:
+        return f"a sandboxed `true` did not finish in {PROBE_TIMEOUT_S:g} s"
+    if result.exit_code != 0:
+        said = " ".join(result.stderr.split()) or f"exit code {result.exit_code}"
+        return f"bwrap does not work here: {said}"
+    return None
+
+
+def build(
+    worktree: Path,
+    common_dir: Path | None,
+    *,
+    hide: Iterable[Path] = (),
+    network: bool = False,
+    bwrap: str = "bwrap",
+    tool_dirs: Iterable[str] | None = None,
+    identity: bool = True,
+) -> Sandbox:
+    """The sandbox for commands run in ``worktree`` (writable), a linked worktree of the
+    repository whose git common directory is ``common_dir`` (None: no repository).
+
+    ``hide``: directories that must not be seen (the hero home), beside ``HIDDEN`` and the
+    user's home. ``tool_dirs``: directories commands need read-only (default: the Python
+    hero runs on and the directories on ``PATH``). ``identity``: set the git author and
+    committer from the repository's git config where the environment does not, since the
+    user's ``~/.gitconfig`` is not in the sandbox. Creates the repository's ``hooks``
+    directory and the worktree's ``config.worktree`` when they are missing, so that a
+    command cannot create them."""
+    worktree = Path(os.path.abspath(worktree))
+    real_worktree = worktree.resolve()
+    hidden = [*HIDDEN, str(Path.home()), *(os.path.abspath(p) for p in hide)]
+    hidden = [h for h in dict.fromkeys(hidden) if h != "/"]
+    system = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
+    writable = [str(real_worktree), str(worktree)]
+    if common_dir is not None:
+        writable.append(str(common_dir))
+    tools = _tool_dirs(tool_dirs, system=system, hidden=hidden, writable=writable)
+
+    args: list[str] = [bwrap, *_BASE_FLAGS]
+    for d in system:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        else:
+            args += ["--ro-bind", d, d]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+    args += ["--tmpfs", "/tmp", "--dir", SANDBOX_HOME, "--tmpfs", "/var/tmp"]
+
+    # Mounts on top, shallowest first, so that a deeper one is never covered by another.
+    mounts: list[tuple[str, tuple[str, ...]]] = []
+    roots = [*system, *tools]
+    for h in hidden:
+        if os.path.isdir(h) and any(_inside(h, r) and h != r for r in roots):
+            mounts.append((h, ("--tmpfs", h)))
+    for f in MASKED_FILES:
+        if os.path.isfile(f):
+            mounts.append((f, ("--ro-bind", "/dev/null", f)))
+    for t in tools:
+        mounts.append((t, ("--ro-bind", t, t)))
+    for f in LINKED_FILES:
+        target = os.path.realpath(f)
+        shown = any(_inside(target, r) for r in roots)
+        if target != f and os.path.isfile(target) and not shown:
+            if not any(_inside(target, h) for h in hidden):
+                mounts.append((target, ("--ro-bind", target, target)))
+    for w in dict.fromkeys(writable[:2]):
+        mounts.append((w, ("--bind", str(real_worktree), w)))
+    if common_dir is not None:
+        mounts += _git_mounts(worktree, Path(common_dir))
+    mounts.sort(key=lambda m: len(PurePosixPath(m[0]).parts))
+    for _dest, op in mounts:
+        args += op
+    args += ["--remount-ro", "/"]
+
+    args += ["--setenv", "HOME", SANDBOX_HOME, "--setenv", "TMPDIR", "/tmp"]
+    for name in _UNSET:
+        args += ["--unsetenv", name]
+    if identity and common_dir is not None:
+        for name, value in _git_identity(worktree).items():
+            args += ["--setenv", name, value]
+    return Sandbox(tuple(args), network)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _tool_dirs(
+    given: Iterable[str] | None,
+    *,
+    system: Sequence[str],
+    hidden: Sequence[str],
+    writable: Sequence[str],
+) -> list[str]:
+    """The read-only directories commands need beyond the system: existing absolute
+    directories that are not already shown, and that hold no hidden directory."""
+    if given is None:
+        prefixes = (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
+        path_dirs = os.environ.get("PATH", "").split(os.pathsep)
+        given = [*prefixes, *path_dirs]
+    found: list[str] = []
+    for raw in given:
+        if not raw or not os.path.isabs(raw):
+            continue
+        d = os.path.normpath(raw)
+        if d == "/" or not os.path.isdir(d) or d in found:
+            continue
+        if any(_inside(h, d) for h in hidden):  # would show a hidden directory
+            continue
+        if any(_inside(d, w) for w in writable):  # already there, and writable
+            continue
+        masked = any(_inside(d, h) for h in hidden)
+        if not masked and any(_inside(d, s) for s in system):  # already there
+            continue
+        found.append(d)
+    # One inside another one found is there already (none found holds a hidden directory).
+    return [d for d in found if not any(o != d and _inside(d, o) for o in found)]
+
+
+def _git_mounts(worktree: Path, common: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """The repository's git directory writable, but what git in the worktree never needs
+    to write (and what would run code or move the user's checkout) read-only."""
+    c = str(common)
+    mounts: list[tuple[str, tuple[str, ...]]] = [(c, ("--bind", c, c))]
+
+    def ro(path: Path, *, try_: bool = True) -> None:
+        p = str(path)
+        mounts.append((p, ("--ro-bind-try" if try_ else "--ro-bind", p, p)))
+
+    (common / "hooks").mkdir(exist_ok=True)
+    ro(common / "hooks", try_=False)
+    ro(common / "config")
+    ro(common / "HEAD")  # the main checkout's branch
+    ro(common / "index")  # the main checkout's staging area
+    ro(common / "hero")  # hero's story locks
+    ro(common / "hero.lock")
+    ro(common / "worktrees")  # every other worktree's HEAD, index and config
+    gitdir = worktree_gitdir(worktree)
+    if gitdir is not None and _inside(str(gitdir), c):
+        g = str(gitdir)
+        mounts.append((g, ("--bind", g, g)))  # this worktree's HEAD, index, logs
+        (gitdir / "config.worktree").touch(exist_ok=True)
+        for name in ("config.worktree", "commondir", "gitdir"):
+            ro(gitdir / name)
+    ro(worktree / ".git")  # where git in the worktree (and hero's own git) finds the repo
+    return mounts
+
+
+def _git_identity(worktree: Path) -> dict[str, str]:
+    """Author and committer from git's config (the user's global one included), for the
+    variables not set in hero's environment."""
+    try:
+        out = git(worktree, "config", "--get-regexp", r"^user\.(name|email)$", check=False)
+    except GitError:
+        return {}
+    values = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    found: dict[str, str] = {}
+    for key, names in (
+        ("user.name", ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME")),
+        ("user.email", ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL")),
+    ):
+        value = values.get(key, "").strip()
+        for name in names:
+            if value and name not in os.environ:
+                found[name] = value
+    return found
