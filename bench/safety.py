@@ -1,0 +1,130 @@
+"""What hero's safety costs: the sandbox per command, redaction, the command policy and the
+scope check per bash call. A report, not a test: it prints a table and exits 0.
+
+    python bench/safety.py            # about 10 s on 2 cores
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from hero.agent.tools.policy import Policy
+from hero.agent.tools.scope import path_rules, undo_outside
+from hero.redact import Redactor
+from hero.runner import run_command
+from hero.sandbox import build, bwrap_problem
+
+#: Targets: a sandboxed command adds at most this much over a bare one; the in-process checks
+#: of one tool result (redaction, policy) stay within the per-turn overhead budget (2 ms).
+SANDBOX_ADDED_MS = 25.0
+IN_PROCESS_MS = 1.0
+SCOPE_CHECK_MS = 25.0  # a git status in a small repository
+
+
+def median_ms(fn: Callable[[], object], n: int) -> float:
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_repo(root: Path, files: int) -> tuple[Path, str]:
+    repo = root / "repo"
+    (repo / "src").mkdir(parents=True)
+    for i in range(files):
+        (repo / "src" / f"m{i}.py").write_text(f"x = {i}\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "base")
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    return repo, head
+
+
+def row(metric: str, value: str, target: str = "-", ok: str = "info") -> None:
+    print(f"{metric:<62} | {value:>16} | {target:>9} | {ok}")
+
+
+def main() -> int:
+    print(
+        f"environment: python {sys.version.split()[0]}, {os.cpu_count()} cpus, "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(f"{'metric':<62} | {'value':>16} | {'target':>9} | ok?")
+    print("-" * 100)
+    tmp = Path(tempfile.mkdtemp(prefix="hero-bench-safety-"))
+    try:
+        repo, base = make_repo(tmp, 200)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        bare = median_ms(lambda: run_command("true", repo, timeout_s=30, env=env), 50)
+        row("[1. a command: `true` through run_command, median of 50]", "")
+        row("  without the sandbox", f"{bare:.2f} ms")
+        bwrap = shutil.which("bwrap")
+        problem = bwrap_problem(bwrap) if bwrap else "bwrap is not installed"
+        if problem:
+            row("  in the sandbox", "n/a", ok=f"skipped: {problem}")
+        else:
+            box = build(repo, repo / ".git", network=False)
+            boxed = median_ms(
+                lambda: run_command("true", repo, timeout_s=30, env=env, sandbox=box), 50
+            )
+            added = boxed - bare
+            row("  in the sandbox (no network)", f"{boxed:.2f} ms")
+            ok = "yes" if added <= SANDBOX_ADDED_MS else "NO"
+            row("  added by the sandbox", f"{added:.2f} ms", f"<= {SANDBOX_ADDED_MS:g} ms", ok)
+
+        row("[2. in-process checks of one tool result, median of 200]", "")
+        secrets = ("sk-test-0123456789abcdef", "tok_ABCDEFGH12345678", "hdr-secret-value")
+        redactor = Redactor(secrets)
+        clean = ("hello world, nothing to see here\n" * 640)[:20_000]
+        dirty = clean[:10_000] + secrets[0] + clean[10_000:]
+        r_clean = median_ms(lambda: redactor.redact(clean), 200)
+        r_dirty = median_ms(lambda: redactor.redact(dirty), 200)
+        ok = "yes" if r_clean <= IN_PROCESS_MS else "NO"
+        row(
+            "  redact 20 kB holding no secret (3 secrets known)",
+            f"{r_clean:.3f} ms",
+            f"<= {IN_PROCESS_MS:g} ms",
+            ok,
+        )
+        row("  redact 20 kB holding one secret", f"{r_dirty:.3f} ms")
+        policy = Policy.from_rules(allow=(), deny=("rm", "git push", "curl"))
+        assert policy is not None
+        command = "cd src && python -m pytest -q tests/ 2>&1 | tail -n 20 && git status --short"
+        p_ms = median_ms(lambda: policy.refusal(command), 200)
+        ok = "yes" if p_ms <= IN_PROCESS_MS else "NO"
+        row(
+            "  command policy: a 6-part compound command",
+            f"{p_ms:.3f} ms",
+            f"<= {IN_PROCESS_MS:g} ms",
+            ok,
+        )
+
+        row("[3. the scope check after a bash call (200 files), median of 30]", "")
+        rules = path_rules(("src/**",), (".env", "*.pem", ".git/**"))
+        s_ms = median_ms(lambda: undo_outside(repo, base, rules), 30)
+        ok = "yes" if s_ms <= SCOPE_CHECK_MS else "NO"
+        row("  nothing to undo", f"{s_ms:.2f} ms", f"<= {SCOPE_CHECK_MS:g} ms", ok)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
