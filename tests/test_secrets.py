@@ -503,3 +503,5 @@ def test_hero_watch_log_redacts_the_key(
     rejected = [e for e in events if e["event"] == "rejected"]
     assert rejected and "priority" in rejected[0]["reason"] and REDACTED in rejected[0]["reason"]
     assert not exposed(proc.stderr + proc.stdout)
+    note = (home / "runs" / "rejected" / f"{path.name}.error.txt").read_text()
+    assert "priority" in note and REDACTED in note and not exposed(note)

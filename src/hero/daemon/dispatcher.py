@@ -38,6 +38,7 @@ from hero.locks import DaemonRunning as DaemonRunning
 from hero.locks import StoryBusy
 from hero.names import StoryRef
 from hero.pipeline import StoryRun, finish_done_move
+from hero.redact import Redactor
 from hero.runner import kill_marked
 from hero.state import StateError, Status, file_digest, load_state, state_dir
 from hero.story import MAX_STORY_BYTES, Story, StoryError, parse_story
@@ -85,6 +86,7 @@ class Dispatcher:
             only_plan=only_plan,
         )
         self.rejected_dir = self.home / "runs" / "rejected"
+        self._redactor = Redactor(config.secrets)
         # Re-entrant: stop() runs in a signal handler, which may interrupt the main thread
         # while it holds this lock.
         self._lock = threading.RLock()
@@ -286,7 +288,7 @@ class Dispatcher:
         """Refuse ``path`` as it is now (``sig``): a note in runs/rejected/, one log line.
         It is looked at again only once it changes. Writing the note may fail (a full
         disk): the refusal stands, and the log line says so."""
-        reason = " ".join(reason.split())
+        reason = self._redactor.redact(" ".join(reason.split()))  # it may quote the file
         with self._lock:
             self._ready.pop(path, None)
             self._rejected[path] = sig if sig is not None else (0, 0)
