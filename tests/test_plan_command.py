@@ -646,3 +646,21 @@ def test_folders_left_by_a_killed_plan_are_cleared_but_a_live_one_s_kept(
     assert hero(home, "plan", str(plan_file)) == 0
 
     assert sorted(p.name for p in inbox.iterdir() if p.name != ".gitkeep") == [live.name, "calc"]
+
+
+def test_the_planner_is_sent_no_key_the_plan_or_the_rules_hold(
+    scripted: Callable[..., ScriptedModel], make_home: HomeMaker, repo: Path, tmp_path: Path
+) -> None:
+    key = "sk-plan-key-0123456789abcdef"
+    model = scripted([text(FOUR)])
+    home = make_home(model)
+    (home / "config.local.yaml").write_text(f"keys:\n  scripted: {key}\n")
+    (repo / "AGENTS.md").write_text(f"# Rules\nDeploy with token {key}\n")
+    plan = tmp_path / "leaky.md"
+    plan.write_text(f"# Plan\nUse the key {key} to call the API.\n")
+
+    assert hero(home, "plan", str(plan), "--name", "calc") == 0
+
+    sent = json.dumps([r.body for r in model.requests])
+    assert key not in sent
+    assert "[redacted]" in sent

@@ -76,6 +76,7 @@ def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry
     from hero.gitops import GitError
     from hero.llm import LlmClient, LlmError
     from hero.prompting import PromptError
+    from hero.redact import RedactingModel, Redactor
     from hero.roles.planner import PlanInvalid, plan_stories
     from hero.roles.repo import repo_layout, repo_rules
 
@@ -95,7 +96,10 @@ def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry
     except GitError as exc:
         raise Refusal(f"cannot list the target repository's files: {exc}") from None
     try:
-        client = LlmClient(config.role("planner"), config.llm)
+        # the plan, the layout and the rules files are the user's: no key of theirs goes out
+        client = RedactingModel(
+            LlmClient(config.role("planner"), config.llm), Redactor(config.secrets)
+        )
         draft = plan_stories(
             client,
             text,
