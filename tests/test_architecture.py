@@ -21,13 +21,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.cli", "hero.__main__"),  # 1  entry points: arguments, exit codes
     ("hero.app", "hero.demo", "hero.scaffold", "hero.planning"),  # 2  commands a user runs
     ("hero.views.*",),  # 3  what `hero status` / `hero logs` show
-    ("hero.daemon.*",),  # 4  scheduling, the inbox watcher
+    # 4  scheduling, the inbox watcher; the GitHub watcher (a service beside it, with its logs)
+    ("hero.daemon.*", "hero.github.watch"),
     ("hero.pipeline",),  # 5  the round loop for one story
     ("hero.roles.*",),  # 6  worker, verifier, reviewer: one job each
     ("hero.agent.*",),  # 7  the tool-calling loop and its tools
-    (  # 8  the outside world: model, git, processes, traces, prompts, locks
+    (  # 8  the outside world: model, git, GitHub, processes, traces, prompts, locks
         "hero.llm",
         "hero.gitops",
+        "hero.github.*",
         "hero.repoguard",
         "hero.runner",
         "hero.sandbox",

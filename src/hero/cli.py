@@ -156,6 +156,37 @@ def build_parser() -> argparse.ArgumentParser:
         "for an unknown story or one that cannot be retried.",
     )
     retry.add_argument("id", metavar="KEY", help="the story: its id, or PLAN/ID for a plan's")
+
+    github = sub.add_parser(
+        "github", parents=[home], help="take stories from GitHub issues and report back on them"
+    )
+    github_sub = github.add_subparsers(dest="github_command", metavar="COMMAND")
+    gh_watch = github_sub.add_parser(
+        "watch",
+        parents=[home],
+        help="turn labelled issues into inbox stories and report their endings",
+        description="Every interval: each open issue with the label whose author has write "
+        "access (author_association OWNER, MEMBER or COLLABORATOR, by default) and that has no "
+        "story yet becomes inbox/gh-<number>.md; then the stories' endings are reported on "
+        "their issues. The token comes from GITHUB_TOKEN or github_token in config.local.yaml; "
+        "GITHUB_API_URL overrides the API's URL. Defaults come from the github: block of "
+        "config/roles.yaml. SIGTERM or Ctrl-C stops it. Exit 0; 1 when --once could not reach "
+        "GitHub; 2 for a usage or configuration error.",
+    )
+    gh_watch.add_argument(
+        "--repo", metavar="OWNER/NAME", help="the repository whose issues to take"
+    )
+    gh_watch.add_argument("--label", help="take open issues with this label")
+    gh_watch.add_argument(
+        "--interval", type=float, metavar="SECONDS", help="seconds between sweeps (default 60)"
+    )
+    gh_watch.add_argument("--once", action="store_true", help="one sweep, then exit")
+    gh_watch.add_argument(
+        "--log-format",
+        choices=("auto", "console", "json"),
+        default="auto",
+        help="log format (default: console on a terminal, else json)",
+    )
     return parser
 
 
@@ -195,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
             from hero.daemon.retry import retry
 
             return retry(_home(args), args.id)
+        if args.command == "github":
+            if args.github_command != "watch":
+                parser.error("github: expected a command: hero github watch [--repo ...]")
+            from hero.github.watch import cmd_github_watch
+
+            return cmd_github_watch(args, _home(args))
     except KeyboardInterrupt:
         print("hero: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -4,7 +4,8 @@ Layout (relative to the home directory)::
 
     config/roles.yaml              roles (worker, reviewer, planner) and knobs; target_repo
     config/providers/<name>.yaml   one OpenAI-compatible endpoint per file
-    config.local.yaml              optional, git-ignored: keys: {<provider name>: <key>}
+    config.local.yaml              optional, git-ignored: keys: {<provider name>: <key>},
+                                   github_token: <token>
 
 Every problem raises :class:`ConfigError`, whose text is one line
 ``<file>: <key>: <message>`` with the file shown relative to the home. Error text never
@@ -50,7 +51,7 @@ PROVIDER_KEYS = (
     "input_usd_per_mtok",
     "output_usd_per_mtok",
 )
-LOCAL_KEYS = ("keys",)
+LOCAL_KEYS = ("keys", "github_token")
 KNOB_KEYS = (
     "target_repo",
     "target_base_ref",
@@ -81,8 +82,36 @@ KNOB_KEYS = (
     "max_round_tokens",
     "max_round_cost_usd",
     "max_round_wall_s",
+    # GitHub issues as stories (issue 10): see GitHubSettings
+    "github",
 )
 ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
+GITHUB_KEYS = (
+    "repo",
+    "label",
+    "interval_s",
+    "allowed_associations",
+    "labels",
+    "remote",
+    "api_url",
+    "verify",
+    "scope",
+)
+GITHUB_LABEL_KEYS = ("in_progress", "done", "failed")
+GITHUB_API_URL = "https://api.github.com"
+#: Who may file a story: GitHub's author_association of an issue's author.
+GITHUB_ASSOCIATIONS = (
+    "OWNER",
+    "MEMBER",
+    "COLLABORATOR",
+    "CONTRIBUTOR",
+    "FIRST_TIME_CONTRIBUTOR",
+    "FIRST_TIMER",
+    "MANNEQUIN",
+    "NONE",
+)
+#: OWNER/NAME of a GitHub repository.
+GITHUB_REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -181,6 +210,44 @@ class LlmSettings:
 
 
 @dataclass(frozen=True)
+class GitHubLabels:
+    """The labels hero puts on an issue while and after its story runs."""
+
+    in_progress: str = "hero: in progress"
+    done: str = "hero: done"
+    failed: str = "hero: failed"
+
+
+@dataclass(frozen=True)
+class GitHubSettings:
+    """GitHub issues as stories (``github:`` in roles.yaml, or ``hero github watch``).
+
+    Defined here so that config (a record) need not import hero.github (the outside world);
+    ``hero.github.settings`` re-exports it."""
+
+    repo: str
+    """OWNER/NAME of the repository whose issues become stories."""
+    label: str
+    """Open issues with this label are taken."""
+    interval_s: float = 60.0
+    """Seconds between two looks at the issues."""
+    allowed_associations: tuple[str, ...] = ("OWNER", "MEMBER", "COLLABORATOR")
+    """Whose issues are taken: the author's author_association (write access by default)."""
+    labels: GitHubLabels = GitHubLabels()
+    """The labels hero sets on the issue as its story runs and ends."""
+    remote: str = "origin"
+    """The target repository's git remote that story branches are pushed to."""
+    api_url: str = GITHUB_API_URL
+    """The REST API's base URL: env GITHUB_API_URL, else the block's api_url, else GitHub's."""
+    token: str | None = field(default=None, repr=False)
+    """env GITHUB_TOKEN, else config.local.yaml github_token."""
+    verify: tuple[str, ...] = ()
+    """verify of every story from an issue; () = config default_verify."""
+    scope: tuple[str, ...] = ()
+    """scope of every story from an issue; () = no scope."""
+
+
+@dataclass(frozen=True)
 class Config:
     home: Path
     target_repo: Path
@@ -196,6 +263,12 @@ class Config:
     key_env_names: tuple[str, ...] = ()
     safety: Safety = Safety()
     budgets: Budgets = Budgets()
+    github: GitHubSettings | None = None
+    """The ``github:`` block of roles.yaml; None when there is none."""
+    github_token: str | None = field(default=None, repr=False)
+    """env GITHUB_TOKEN, else config.local.yaml github_token (also in ``secrets``)."""
+    github_api_url: str = GITHUB_API_URL
+    """env GITHUB_API_URL, else the github block's api_url, else https://api.github.com."""
 
     def role(self, name: str) -> RoleConfig:
         """The loaded role ``name``; ConfigError naming config/roles.yaml when absent."""
@@ -276,6 +349,9 @@ def _load(
     # Local keys first, so that any later error can be scrubbed of them.
     local_keys = _read_local_keys(home)
     secrets.extend(v for v in local_keys.values() if v)
+    github_token = (env.get("GITHUB_TOKEN") or "").strip() or _local_github_token(home)
+    if github_token:
+        secrets.append(github_token)
 
     target_repo = _target_repo(home, r)
     worker_limits = WorkerLimits(
@@ -312,6 +388,9 @@ def _load(
             if value and _SENSITIVE_HEADER_RE.search(header):
                 secrets.append(value)
 
+    github = _github(data.get("github"), github_token, env)
+    github_api_url = _github_api_url(github, env)
+
     loaded: dict[str, RoleConfig] = {}
     for name in wanted:
         block = role_blocks[name]
@@ -341,6 +420,9 @@ def _load(
             round_cost_usd=r.optional_number("max_round_cost_usd"),
             round_wall_s=r.optional_number("max_round_wall_s"),
         ),
+        github=github,
+        github_token=github_token,
+        github_api_url=github_api_url,
     )
 
 
@@ -379,6 +461,112 @@ def _rules(r: _Reader, key: str) -> tuple[str, ...]:
         if not words:
             raise r._error(key, f"rule {i} is empty; expected a command, e.g. 'git push'")
     return rules
+
+
+def _github(block: Any, token: str | None, env: Mapping[str, str]) -> GitHubSettings | None:
+    """The ``github:`` block of roles.yaml (None when absent); the token is not required
+    here: the commands that talk to GitHub say so when it is missing."""
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise ConfigError(
+            ROLES_FILE,
+            "github",
+            "expected a mapping like `github: {repo: OWNER/NAME, label: hero}`; "
+            f"found {describe(block)}",
+        )
+    if "token" in block or "github_token" in block:  # never echo it: it may be the token
+        raise ConfigError(
+            ROLES_FILE,
+            "github.token",
+            f"the GitHub token does not belong in {ROLES_FILE}: set GITHUB_TOKEN or put "
+            f"`github_token: ...` in {LOCAL_FILE}",
+        )
+    _check_keys(block, GITHUB_KEYS, ROLES_FILE, "key", prefix="github.")
+    r = _Reader(block, ROLES_FILE, prefix="github.")
+    repo = r.string("repo")
+    if repo is None or not GITHUB_REPO_RE.match(repo):
+        raise ConfigError(
+            ROLES_FILE,
+            "github.repo",
+            "expected the repository as OWNER/NAME (e.g. octo-org/app); "
+            f"found {'nothing' if repo is None else describe(repo)}",
+        )
+    label = r.string("label")
+    if label is None:
+        raise ConfigError(
+            ROLES_FILE,
+            "github.label",
+            "required; expected the label that marks issues for hero (e.g. hero); found nothing",
+        )
+    associations = tuple(a.upper() for a in r.string_list("allowed_associations"))
+    for name in associations:
+        if name not in GITHUB_ASSOCIATIONS:
+            raise ConfigError(
+                ROLES_FILE,
+                "github.allowed_associations",
+                f"expected names from {', '.join(GITHUB_ASSOCIATIONS)}"
+                f"{did_you_mean(name, GITHUB_ASSOCIATIONS)}; found {describe(name)}",
+            )
+    labels = block.get("labels")
+    if labels is None:
+        labels = {}
+    if not isinstance(labels, dict):
+        raise ConfigError(
+            ROLES_FILE,
+            "github.labels",
+            "expected a mapping like `labels: {in_progress: 'hero: in progress'}`; "
+            f"found {describe(labels)}",
+        )
+    _check_keys(labels, GITHUB_LABEL_KEYS, ROLES_FILE, "key", prefix="github.labels.")
+    lr = _Reader(labels, ROLES_FILE, prefix="github.labels.")
+    default_labels = GitHubLabels()
+    api_url = r.string("api_url")
+    if api_url is not None and not re.match(r"^https?://[^\s/]+", api_url):
+        raise ConfigError(
+            ROLES_FILE, "github.api_url", f"expected an http(s):// URL; found {describe(api_url)}"
+        )
+    return GitHubSettings(
+        repo=repo,
+        label=label,
+        interval_s=r.number("interval_s", 60.0),
+        allowed_associations=associations or GitHubSettings.allowed_associations,
+        labels=GitHubLabels(
+            in_progress=lr.string("in_progress") or default_labels.in_progress,
+            done=lr.string("done") or default_labels.done,
+            failed=lr.string("failed") or default_labels.failed,
+        ),
+        remote=r.string("remote") or "origin",
+        api_url=_github_api_url_from(api_url, env),
+        token=token,
+        verify=r.string_list("verify"),
+        scope=r.string_list("scope"),
+    )
+
+
+def _github_api_url_from(block_url: str | None, env: Mapping[str, str]) -> str:
+    chosen = (env.get("GITHUB_API_URL") or "").strip() or block_url or GITHUB_API_URL
+    return chosen.rstrip("/")
+
+
+def _github_api_url(github: GitHubSettings | None, env: Mapping[str, str]) -> str:
+    return github.api_url if github is not None else _github_api_url_from(None, env)
+
+
+def _local_github_token(home: Path) -> str | None:
+    """config.local.yaml's ``github_token`` (None when the file or the key is absent)."""
+    if not (home / LOCAL_FILE).exists():
+        return None
+    value = _read_mapping(home, LOCAL_FILE, secret=True).get("github_token")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(
+            LOCAL_FILE,
+            "github_token",
+            f"expected the GitHub token as a string (quote it); found {type_name(value)}",
+        )
+    return value.strip() or None
 
 
 def _role_missing_message(name: str) -> str:

@@ -233,6 +233,30 @@ max_round_tokens: null
 max_round_cost_usd: null
 max_round_wall_s: null
 
+# ---------------------------------------------------------------- GitHub issues
+
+# Open issues with a label become stories inbox/gh-<number>.md, and their endings are
+# reported on the issues (a pull request, comments, labels). `hero watch` does it in the same
+# process when this block is set; `hero github watch` does it alone. The token comes from
+# GITHUB_TOKEN or `github_token:` in config.local.yaml, never from this file.
+# github:
+#   repo: OWNER/NAME            # required: the repository whose issues to take
+#   label: hero                 # required: open issues with this label are taken
+#   interval_s: 60              # seconds between two looks at the issues. Default 60.
+#   # Whose issues are taken, by the author's author_association on GitHub. Default: people
+#   # with write access. Others: CONTRIBUTOR, FIRST_TIME_CONTRIBUTOR, FIRST_TIMER, NONE, ...
+#   allowed_associations: [OWNER, MEMBER, COLLABORATOR]
+#   labels:                     # set on the issue as its story runs and ends
+#     in_progress: "hero: in progress"
+#     done: "hero: done"
+#     failed: "hero: failed"
+#   remote: origin              # the target repository's remote story branches are pushed to
+#   # The API's base URL (GITHUB_API_URL overrides it). GitHub Enterprise: https://HOST/api/v3
+#   api_url: https://api.github.com
+#   # verify and scope of every story from an issue. Default: default_verify above; no scope.
+#   verify: []
+#   scope: []
+
 # ---------------------------------------------------------------- worker limits
 
 # Model turns (requests) in one Worker round. Default 100.
@@ -282,6 +306,11 @@ LOCAL_EXAMPLE = """\
 keys:
   openai: sk-your-key-here
   # local: only if your local server wants a key
+
+# The GitHub token for `hero github watch` and the github: block of config/roles.yaml
+# (GITHUB_TOKEN in the environment wins). It needs to read issues; the report-back also
+# writes issues and pull requests.
+# github_token: ghp_your-token-here
 """
 
 

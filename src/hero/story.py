@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +75,10 @@ KNOWN_FIELDS = (
     "depends_on",
     "base_ref",
     "allow_empty",
+    "source",
 )
+#: The keys of ``source:``, where a story taken from a GitHub issue came from.
+SOURCE_KEYS = ("repo", "issue", "url", "author")
 FLAT_VERIFY_TIER = "verify"
 
 _FEEDBACK_KEY = "reviewer feedback auto"
@@ -120,6 +123,8 @@ class Story:
     depends_on: tuple[str, ...] = ()
     base_ref: str | None = None
     allow_empty: bool = False  # may pass without a commit of its own
+    # where the story came from: {repo, issue, url, author} of a GitHub issue; None: a person
+    source: Mapping[str, Any] | None = field(default=None, hash=False)
     body: str = ""
     goal: str = ""
     acceptance_criteria: tuple[str, ...] = ()
@@ -411,6 +416,8 @@ def story_metadata(story: Story) -> dict[str, Any]:
         meta["base_ref"] = story.base_ref
     if story.allow_empty:
         meta["allow_empty"] = True
+    if story.source is not None:
+        meta["source"] = dict(story.source)
     return meta
 
 
@@ -557,6 +564,50 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
         "depends_on": depends_on,
         "base_ref": base_ref.strip() if isinstance(base_ref, str) else None,
         "allow_empty": bool(allow_empty),
+        "source": _source(meta.get("source"), path),
+    }
+
+
+def _source(value: Any, path: Path) -> dict[str, Any] | None:
+    """``source:``: a GitHub issue, as ``{repo: OWNER/NAME, issue: N, url: ..., author: ...}``
+    (repo and issue required)."""
+    if value is None:
+        return None
+    expected = "expected a mapping like `{repo: OWNER/NAME, issue: 12, url: ..., author: ...}`"
+    if not isinstance(value, dict):
+        raise StoryError(path, "source", f"{expected}; found {describe(value)}")
+    for key in value:
+        if key not in SOURCE_KEYS:
+            name = str(key)
+            raise StoryError(
+                path,
+                f"source.{name}",
+                f"unknown key{did_you_mean(name, SOURCE_KEYS)}; known keys: {', '.join(SOURCE_KEYS)}",
+            )
+    out: dict[str, Any] = {}
+    for key in ("repo", "issue"):
+        if value.get(key) is None:
+            raise StoryError(path, f"source.{key}", f"required; {expected}")
+    for key in ("repo", "url", "author"):
+        text = value.get(key)
+        if text is None:
+            continue
+        if not isinstance(text, str) or not text.strip() or "\n" in text:
+            raise StoryError(
+                path, f"source.{key}", f"expected a one-line string; found {describe(text)}"
+            )
+        out[key] = text.strip()
+    if not re.match(r"^[^/\s]+/[^/\s]+$", out["repo"]):
+        raise StoryError(path, "source.repo", f"expected OWNER/NAME; found {quote(out['repo'])}")
+    issue = value["issue"]
+    if isinstance(issue, bool) or not isinstance(issue, int) or issue < 1:
+        raise StoryError(
+            path, "source.issue", f"expected an issue number >= 1; found {describe(issue)}"
+        )
+    return {
+        "repo": out["repo"],
+        "issue": issue,
+        **{k: out[k] for k in ("url", "author") if k in out},
     }
 
 
@@ -844,6 +895,13 @@ def _sanitize_feedback(text: str) -> str:
     text = _normalize_newlines(str(text)).strip("\n").rstrip()
     if not text.strip():
         return "(no feedback text)"
+    return contain_sections(text)
+
+
+def contain_sections(text: str) -> str:
+    """``text`` made safe to put inside a story section: headings of level 1-3 demoted to
+    level 4 (outside code fences) and an unclosed fence closed, so that nothing in it can
+    open a section (``## Acceptance Criteria``, the feedback heading) or hide the ones after."""
     lines = text.split("\n")
     out: list[str] = []
     fence: str | None = None

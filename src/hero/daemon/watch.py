@@ -28,6 +28,12 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
     except ConfigError as exc:
         print(f"hero: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from hero.github.watch import github_problem, start_in_process
+
+    problem = github_problem(config)  # a github: block without a token, say
+    if problem is not None:
+        print(f"hero: configuration error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     log = configure(json=json_logs, secrets=config.secrets)
     lock = DaemonLock(config.home)
     try:
@@ -38,9 +44,14 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
 
     dispatcher = Dispatcher(config, model_factory(config, log), log=log)
     started = time.monotonic()
+    # Issues become inbox stories on a thread beside the dispatcher (roles.yaml's github:
+    # block); with --exit-when-idle its first sweep ends before the inbox is looked at.
+    github = start_in_process(config, log, wait_first_sweep=exit_when_idle)
     try:
         serve(dispatcher, log, exit_when_idle=exit_when_idle)
     finally:
+        if github is not None:
+            github.stop()
         lock.release()
     log.info("stopped", uptime_s=round(time.monotonic() - started, 1))
     return EXIT_OK

@@ -1,0 +1,319 @@
+"""`hero github watch`: issues in, reports out, every interval, as a service.
+
+One sweep is the intake (:func:`hero.github.intake.intake_sweep`: new labelled issues
+become inbox stories) and then the report-back (:func:`hero.github.report.report_sweep`:
+labels, pull requests and comments for the stories' endings). The watcher runs a sweep,
+waits ``interval_s`` and runs the next, until SIGTERM or Ctrl-C (``--once``: one sweep).
+
+Nothing GitHub does stops it: the client waits out rate limits and tries 5xx answers and
+dropped connections again with backoff (:mod:`hero.github.api`); a sweep that still fails
+is logged and the next one comes at its time; a failure of the report-back is logged and
+never stops the intake. A stop ends a rate-limit wait at once.
+
+``hero watch`` runs the same watcher on a thread when ``config/roles.yaml`` has a
+``github:`` block (:func:`start_in_process`), so one service takes issues and runs them.
+One watcher per home at a time (``runs/github/watch.lock``): a second is refused, so no
+two report the same ending at once.
+
+This module sits with the daemon in the layers (it sets up the daemon's logging); the
+intake, the report-back, the client and the settings sit below, with the outside world.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from hero.config import Config, ConfigError, GitHubSettings
+from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from hero.github.intake import intake_sweep
+from hero.github.settings import require_token, settings_for
+from hero.redact import Redactor
+
+if TYPE_CHECKING:
+    from hero.github.api import GitHub, Retry
+
+#: The watcher's lock, relative to the home: one watcher of GitHub per home.
+LOCK_FILE = Path("runs") / "github" / "watch.lock"
+#: Seconds ``hero watch`` waits for its GitHub thread to end at shutdown.
+STOP_JOIN_S = 5.0
+
+
+class Stopped(BaseException):
+    """The watcher was asked to stop during a wait. A BaseException, so that no ``except
+    Exception`` on the way up (the report-back's, per issue) takes it for a failure."""
+
+
+class WatcherBusy(Exception):
+    """Another watcher of GitHub holds this home."""
+
+
+class Watcher:
+    """The sweep every ``settings.interval_s`` until :meth:`stop`."""
+
+    def __init__(
+        self,
+        home: Path,
+        settings: GitHubSettings,
+        config: Config,
+        log: Any,
+        *,
+        retry: Retry | None = None,
+    ) -> None:
+        self.home = Path(home)
+        self.retry = retry
+        """How the client tries again (None: hero.github.api's default)."""
+        self.settings = settings
+        self.config = config
+        self.log = log
+        self.first_sweep = threading.Event()
+        """Set once the first sweep has ended (well or not)."""
+        self._stop = threading.Event()
+        self._redactor = Redactor((*config.secrets, *(s for s in (settings.token,) if s)))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def client(self) -> GitHub:
+        """The REST client of this watcher: its waits end when the watcher stops."""
+        from hero.github.api import DEFAULT_RETRY, GitHub
+
+        return GitHub(
+            self.settings.api_url,
+            self.settings.token,
+            self.settings.repo,
+            retry=self.retry or DEFAULT_RETRY,
+            sleep=self._sleep,
+            on_wait=lambda message: self.log.info("github wait", detail=message),
+        )
+
+    def run(self, *, once: bool = False) -> bool:
+        """Sweep until stopped (``once``: one sweep); whether the last sweep reached GitHub."""
+        ok = True
+        self.log.info(
+            "github watching",
+            repo=self.settings.repo,
+            label=self.settings.label,
+            interval_s=self.settings.interval_s,
+            api=self.settings.api_url,
+        )
+        try:
+            with self.client() as gh:
+                while not self._stop.is_set():
+                    ok = self.sweep(gh)
+                    self.first_sweep.set()
+                    if once or self._stop.wait(self.settings.interval_s):
+                        break
+        except Stopped:
+            pass
+        finally:
+            self.first_sweep.set()
+        return ok
+
+    def sweep(self, gh: GitHub) -> bool:
+        """Intake, then report-back; whether the intake reached GitHub. Raises only Stopped."""
+        from hero.github.api import GitHubError
+
+        ok = True
+        try:
+            written = intake_sweep(self.home, gh, self.settings, self.config, self.log)
+        except GitHubError as exc:
+            ok = False
+            self.log.warning(
+                "github unreachable",
+                error=self.scrub(exc),
+                note=f"tried again in {self.settings.interval_s:g} s",
+            )
+        except Exception as exc:  # noqa: BLE001 - one bad sweep must not stop the watcher; logged
+            ok = False
+            self.log.error("intake failed", error=self.scrub(f"{type(exc).__name__}: {exc}"))
+        else:
+            if written:
+                self.log.info("intake", written=[str(p.relative_to(self.home)) for p in written])
+        self._report(gh)
+        return ok
+
+    def _report(self, gh: GitHub) -> None:
+        try:
+            from hero.github.report import report_sweep
+
+            report_sweep(self.home, gh, self.settings, self.config, self.log)
+        except Exception as exc:  # noqa: BLE001 - the report-back never stops the watcher; logged
+            self.log.error("report failed", error=self.scrub(f"{type(exc).__name__}: {exc}"))
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stop.wait(seconds):
+            raise Stopped
+
+    def scrub(self, text: object) -> str:
+        """``text`` on one line, without any secret."""
+        return self._redactor.redact(" ".join(str(text).split()))
+
+
+# ----------------------------------------------------------------------------- the lock
+
+
+class WatcherLock:
+    """An flock on ``runs/github/watch.lock``, which holds the watcher's pid."""
+
+    def __init__(self, home: Path) -> None:
+        self.path = Path(home) / LOCK_FILE
+        self._fh: IO[str] | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")  # noqa: SIM115 - held for the watcher's life
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            pid = fh.read().strip() or "unknown"
+            fh.close()
+            raise WatcherBusy(
+                f"GitHub is already watched for {self.path.parents[2]} (pid {pid})"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def cmd_github_watch(args: argparse.Namespace, home: Path) -> int:
+    """`hero github watch`: 0 when stopped (or ``--once`` reached GitHub), 1 when ``--once``
+    could not, 2 for a usage or configuration error."""
+    from hero.config import load_config
+    from hero.daemon.logsetup import configure
+
+    try:
+        config = load_config(home, roles=())
+        settings = settings_for(config, repo=args.repo, label=args.label, interval_s=args.interval)
+        require_token(settings)
+    except ConfigError as exc:
+        print(f"hero: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    json_logs = {"auto": None, "console": False, "json": True}[args.log_format]
+    log = configure(json=json_logs, secrets=config.secrets)
+    watcher = Watcher(config.home, settings, config, log)
+    try:
+        watcher.client().close()  # a bad API URL or token is a usage error, said at once
+    except ValueError as exc:
+        print(f"hero: configuration error: {watcher.scrub(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    lock = WatcherLock(config.home)
+    try:
+        lock.acquire()
+    except WatcherBusy as exc:
+        print(f"hero: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        ok = _serve(watcher, log, once=args.once)
+    finally:
+        lock.release()
+    log.info("github stopped")
+    return EXIT_OK if ok or not args.once else EXIT_FAILED
+
+
+def _serve(watcher: Watcher, log: Any, *, once: bool) -> bool:
+    """Run ``watcher``, SIGTERM and SIGINT stopping it; a second signal exits at once."""
+    signals = {"count": 0}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        signals["count"] += 1
+        if signals["count"] == 1:
+            log.info("stopping", signal=signal.Signals(signum).name)
+            watcher.stop()
+        else:
+            os._exit(EXIT_INTERRUPTED)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return watcher.run(once=once)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+# ----------------------------------------------------------------------------- in hero watch
+
+
+class InProcess:
+    """The watcher on a thread of ``hero watch``; :meth:`stop` ends it."""
+
+    def __init__(self, watcher: Watcher, lock: WatcherLock) -> None:
+        self.watcher = watcher
+        self._lock = lock
+        self.thread = threading.Thread(target=self._run, name="hero-github", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.watcher.run()
+        except BaseException as exc:  # noqa: BLE001 - logged; the daemon goes on without it
+            self.watcher.log.error(
+                "github watcher stopped", error=self.watcher.scrub(f"{type(exc).__name__}: {exc}")
+            )
+        finally:
+            self.watcher.first_sweep.set()
+
+    def stop(self) -> None:
+        self.watcher.stop()
+        self.thread.join(STOP_JOIN_S)
+        self._lock.release()
+
+
+def github_problem(config: Config) -> str | None:
+    """Why ``hero watch`` cannot watch GitHub with this configuration (None: it can, or
+    there is no github block)."""
+    if config.github is None:
+        return None
+    try:
+        settings = settings_for(config)
+        require_token(settings)
+        Watcher(config.home, settings, config, None).client().close()
+    except ConfigError as exc:
+        return str(exc)
+    except ValueError as exc:  # an API URL or a token the client cannot use
+        return Redactor(config.secrets).redact(f"github: {exc}")
+    return None
+
+
+def start_in_process(
+    config: Config, log: Any, *, wait_first_sweep: bool = False
+) -> InProcess | None:
+    """Start the watcher of the ``github:`` block on a thread (None without one, or when
+    another watcher holds the home: logged). ``wait_first_sweep``: return once its first
+    sweep has ended, so that ``--exit-when-idle`` sees the stories it wrote."""
+    if config.github is None:
+        return None
+    settings = settings_for(config)
+    watcher = Watcher(config.home, settings, config, log)
+    lock = WatcherLock(config.home)
+    try:
+        lock.acquire()
+    except WatcherBusy as exc:
+        log.warning("github intake not started", reason=str(exc))
+        return None
+    running = InProcess(watcher, lock)
+    running.thread.start()
+    if wait_first_sweep:
+        watcher.first_sweep.wait()
+    return running
