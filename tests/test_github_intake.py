@@ -544,6 +544,9 @@ def test_hero_watch_with_a_github_block_takes_the_issue_and_runs_it(
         roles.read_text() + github_block(interval_s="3600", verify="['test -f sub.txt']")
     )
     n = issue(fake, author="alice")
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    subprocess.run(["git", "remote", "add", "origin", str(remote)], cwd=target_repo, check=True)
 
     done = hero(
         "watch", "--home", str(home), "--exit-when-idle", "--log-format", "json",
@@ -567,6 +570,12 @@ def test_hero_watch_with_a_github_block_takes_the_issue_and_runs_it(
     assert TOKEN not in done.stdout + done.stderr
     for path in files_under(home):
         assert TOKEN.encode() not in path.read_bytes(), f"the token is in {path}"
+    # The story ended after the last sweep: the report went out before hero watch exited.
+    pulls = fake.pulls(REPO)
+    assert [p["head"]["ref"] for p in pulls] == [f"hero/gh-{n}"]
+    assert f"Closes #{n}" in pulls[0]["body"]
+    assert [c for c in fake.comments(REPO, n) if pulls[0]["html_url"] in c["body"]]
+    assert "hero: done" in fake.labels(REPO, n)
 
 
 def test_hero_watch_with_a_github_block_and_no_token_exits_2(

@@ -274,10 +274,22 @@ class InProcess:
         finally:
             self.watcher.first_sweep.set()
 
-    def stop(self) -> None:
+    def stop(self, *, final_report: bool = True) -> None:
+        """End the watcher; then, with ``final_report``, report once more on the stories
+        that ended since its last sweep (``hero watch --exit-when-idle`` ends right after
+        them), best effort: no wait for a rate limit or a retry."""
         self.watcher.stop()
         self.thread.join(STOP_JOIN_S)
-        self._lock.release()
+        try:
+            if final_report and not self.thread.is_alive():
+                with self.watcher.client() as gh:
+                    self.watcher._report(gh)
+        except BaseException as exc:  # noqa: BLE001 - Stopped, or GitHub gone: said, not raised
+            self.watcher.log.warning(
+                "github report skipped at stop", error=self.watcher.scrub(repr(exc))
+            )
+        finally:
+            self._lock.release()
 
 
 def github_problem(config: Config) -> str | None:
