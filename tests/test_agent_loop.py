@@ -317,3 +317,42 @@ def test_trace_without_path_writes_nothing(
     result = run_agent(client_for(model), start_messages(), ctx, WorkerLimits(), Trace(None))
     assert result.stop_reason == "done"
     assert not (tmp_path / "trace.jsonl").exists()
+
+
+# ------------------------------------------------------------------------- output limit
+
+
+def test_a_reply_cut_by_the_output_limit_is_no_final_answer(
+    scripted: Start, ctx: ToolContext, tmp_path: Path
+) -> None:
+    model = scripted(
+        [
+            Reply(content="Here is the first half of my pla", finish_reason="length"),
+            Reply(
+                tool_calls=(ToolCall("write_file", {"path": "a.txt", "content": "hi\n"}, id="w1"),),
+            ),
+            Reply(content="all done"),
+        ]
+    )
+    result, messages, events = run(model, ctx, tmp_path)
+
+    assert result.stop_reason == "done" and result.final_message == "all done"
+    assert (ctx.root / "a.txt").read_text() == "hi\n"
+    # the model was told, in the very next request, that its reply was cut
+    second = model.requests[1].body["messages"]
+    assert second[-2] == {"role": "assistant", "content": "Here is the first half of my pla"}
+    assert second[-1]["role"] == "user" and "cut off" in second[-1]["content"]
+    assert "smaller steps" in second[-1]["content"]
+    finish = [e["finish_reason"] for e in events if e["event"] == "assistant"]
+    assert finish == ["length", "tool_calls", "stop"]
+
+
+def test_replies_cut_again_and_again_stop_the_round_with_the_reason(
+    scripted: Start, ctx: ToolContext, tmp_path: Path
+) -> None:
+    model = scripted(always(Reply(content="too long", finish_reason="length")))
+    result, _, _ = run(model, ctx, tmp_path)
+
+    assert result.stop_reason == "output_limit" and result.guardrail
+    assert "3 replies in a row were cut off" in result.detail
+    assert len(model.requests) == 3

@@ -26,7 +26,15 @@ from hero.trace import Trace
 
 #: Stop reasons. ``done`` is the model's own end of turn; the rest are guardrails.
 DONE = "done"
-GUARDRAILS = ("max_turns", "max_tool_calls", "max_wall_time", "loop")
+GUARDRAILS = ("max_turns", "max_tool_calls", "max_wall_time", "loop", "output_limit")
+#: Replies in a row cut off by the model's output limit before the round stops.
+MAX_CUT_REPLIES = 3
+#: What the model is told when its reply was cut off by the output limit.
+CUT_NOTE = (
+    "Your last reply was cut off: it reached the model's output limit (finish_reason "
+    "'length'), so it is not your final answer. Continue where it stopped, or work in "
+    "smaller steps: one tool call at a time, with shorter text and smaller file writes."
+)
 
 
 class Model(Protocol):
@@ -72,6 +80,7 @@ def run_agent(
     started = time.monotonic()
     last_call: tuple[str, str] | None = None
     repeats = 0
+    cut = 0  # replies in a row cut off by the output limit
     for message in messages:
         if redactor and isinstance(message.get("content"), str):
             message["content"] = redactor.redact(message["content"])
@@ -98,7 +107,18 @@ def run_agent(
             tokens_in=completion.tokens_in,
             tokens_out=completion.tokens_out,
             http_s=round(completion.http_s, 4),
+            finish_reason=completion.finish_reason,
         )
+        cut = cut + 1 if completion.finish_reason == "length" else 0
+        if not completion.tool_calls and cut:
+            # a reply the output limit cut off is no final answer: say so, and go on
+            if cut >= MAX_CUT_REPLIES:
+                result.stop_reason = "output_limit"
+                result.detail = f"{cut} replies in a row were cut off by the model's output limit"
+                break
+            messages.append({"role": "user", "content": CUT_NOTE})
+            trace.event("message", role="user", content=CUT_NOTE)
+            continue
         if not completion.tool_calls:
             result.final_message = completion.content
             break

@@ -74,6 +74,7 @@ class Reply:
     prompt_tokens: int | None = None  # None -> len(json of request messages) // 4
     completion_tokens: int | None = None  # None -> estimate from content and tool calls
     cost: float | None = None  # sent as usage.cost (a provider's reported cost); None: not sent
+    finish_reason: str | None = None  # None -> "tool_calls" with tool calls, else "stop"
 
     def __post_init__(self) -> None:
         if not isinstance(self.tool_calls, tuple):
@@ -504,7 +505,8 @@ class ScriptedModel:
                 {
                     "index": 0,
                     "message": message,
-                    "finish_reason": "tool_calls" if wire_calls else "stop",
+                    "finish_reason": reply.finish_reason
+                    or ("tool_calls" if wire_calls else "stop"),
                     "logprobs": None,
                 }
             ],
