@@ -22,7 +22,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -181,24 +181,24 @@ def repo_story_lock(common_dir: Path, story_id: StoryRef | str, home: Path) -> I
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-class DaemonLock:
-    """One daemon per home: an flock on runs/watch.lock, which holds the daemon's pid."""
+class PidLock:
+    """One holder per file: an flock held for the holder's life, the file holding its pid.
+    ``acquire`` raises ``busy(pid)`` (the holder's pid, or "unknown") when it is held."""
 
-    def __init__(self, home: Path) -> None:
-        self.path = daemon_lock_path(home)
+    def __init__(self, path: Path, busy: Callable[[str], Exception]) -> None:
+        self.path = Path(path)
+        self._busy = busy
         self._fh: IO[str] | None = None
 
     def acquire(self) -> None:
-        """Take the lock and write our pid; ``DaemonRunning`` (naming its pid) if held."""
+        """Take the lock and write our pid; ``busy(pid)`` naming the holder if held."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")  # noqa: SIM115 - held for the daemon's life
+        fh = open(self.path, "a+")  # noqa: SIM115 - held for the holder's life
         if not _take(fh):
             fh.seek(0)
             pid = fh.read().strip() or "unknown"
             fh.close()
-            raise DaemonRunning(
-                f"hero watch is already running for {self.path.parent.parent} (pid {pid})"
-            )
+            raise self._busy(pid)
         fh.seek(0)
         fh.truncate()
         fh.write(f"{os.getpid()}\n")
@@ -210,3 +210,16 @@ class DaemonLock:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
+
+
+class DaemonLock(PidLock):
+    """One daemon per home: an flock on runs/watch.lock, which holds the daemon's pid."""
+
+    def __init__(self, home: Path) -> None:
+        path = daemon_lock_path(home)
+        super().__init__(
+            path,
+            lambda pid: DaemonRunning(
+                f"hero watch is already running for {path.parent.parent} (pid {pid})"
+            ),
+        )

@@ -22,18 +22,18 @@ intake, the report-back, the client and the settings sit below, with the outside
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from hero.config import Config, ConfigError, GitHubSettings
 from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from hero.github.intake import intake_sweep
 from hero.github.settings import require_token, settings_for
+from hero.locks import PidLock
 from hero.redact import Redactor
 
 if TYPE_CHECKING:
@@ -163,36 +163,15 @@ class Watcher:
 # ----------------------------------------------------------------------------- the lock
 
 
-class WatcherLock:
-    """An flock on ``runs/github/watch.lock``, which holds the watcher's pid."""
+class WatcherLock(PidLock):
+    """One GitHub watcher per home: an flock on ``runs/github/watch.lock`` (holding its pid)."""
 
     def __init__(self, home: Path) -> None:
-        self.path = Path(home) / LOCK_FILE
-        self._fh: IO[str] | None = None
-
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(self.path, "a+")  # noqa: SIM115 - held for the watcher's life
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            pid = fh.read().strip() or "unknown"
-            fh.close()
-            raise WatcherBusy(
-                f"GitHub is already watched for {self.path.parents[2]} (pid {pid})"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}\n")
-        fh.flush()
-        self._fh = fh
-
-    def release(self) -> None:
-        if self._fh is not None:
-            fcntl.flock(self._fh, fcntl.LOCK_UN)
-            self._fh.close()
-            self._fh = None
+        path = Path(home) / LOCK_FILE
+        super().__init__(
+            path,
+            lambda pid: WatcherBusy(f"GitHub is already watched for {path.parents[2]} (pid {pid})"),
+        )
 
 
 # ----------------------------------------------------------------------------- the command
