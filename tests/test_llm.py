@@ -635,3 +635,25 @@ def test_odd_usage_counts_as_zero_tokens(raw_server: Callable[..., _RawServer]) 
     assert server.hits == 2
     assert (client.usage.tokens_in, client.usage.tokens_out) == (0, 4)
     assert client.usage.retries == 0
+
+
+def test_reasoning_field_is_read_when_there_is_no_reasoning_content(
+    raw_server: Callable[..., _RawServer],
+) -> None:
+    message = {"role": "assistant", "content": "fine", "reasoning": "THOUGHTS"}
+    odd = {"role": "assistant", "content": "fine", "reasoning": {"effort": "high"}}
+    server = raw_server(
+        [
+            _completion_body([{**GOOD_CHOICE, "message": message}]),
+            _completion_body([{**GOOD_CHOICE, "message": odd}]),
+        ]
+    )
+    client = make_client(server.base_url)
+
+    first = client.complete(MESSAGES)
+    second = client.complete(MESSAGES)
+
+    assert first.reasoning == "THOUGHTS"
+    assert first.message == {"role": "assistant", "content": "fine"}  # not sent back
+    assert second.reasoning == ""  # not a string: dropped, never an error
+    assert client.usage.retries == 0

@@ -61,6 +61,11 @@ def test_generated_provider_files(tmp_path: Path) -> None:
     openai = yaml.safe_load((providers / "openai.yaml").read_text(encoding="utf-8"))
     assert openai["name"] == "openai"
     assert openai["api_key_env"] == "OPENAI_API_KEY"
+    assert openai["output_tokens_param"] == "max_completion_tokens"  # reasoning models
+    for provider in (local, openai):  # documented, and the defaults
+        assert provider["context_window"] is None
+        assert provider["send_reasoning"] is False
+    assert local["output_tokens_param"] == "max_tokens"
     example = yaml.safe_load((tmp_path / "config.local.yaml.example").read_text(encoding="utf-8"))
     assert set(example) == {"keys"}
     assert "openai" in example["keys"]
@@ -89,6 +94,10 @@ def test_roles_file_documents_every_knob_with_its_default(tmp_path: Path) -> Non
         "llm_backoff_base_s": 2,
         "llm_backoff_max_s": 60,
         "llm_retry_after_max_s": 120,
+        "context_condense_at": 0.75,
+        "context_keep_turns": 6,
+        "context_window_default": 128000,
+        "output_reserve_default": 4096,
     }
     for key, value in expected.items():
         assert data[key] == value, key

@@ -108,6 +108,23 @@ def test_explicit_token_counts() -> None:
     assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (1234, 56, 1290)
 
 
+def test_cached_tokens_reasoning_and_extra_usage() -> None:
+    script = [
+        Reply(content="x", prompt_tokens=100, cached_tokens=80, reasoning="hmm"),
+        Reply(content="y", usage_extra={"prompt_cache_hit_tokens": 7}),
+        text("z"),
+    ]
+    with ScriptedModel(script) as m:
+        first, second, third = ask(m), ask(m), ask(m)
+    assert first.usage is not None and first.usage.prompt_tokens_details is not None
+    assert first.usage.prompt_tokens_details.cached_tokens == 80
+    assert first.choices[0].message.model_extra == {"reasoning_content": "hmm"}
+    assert second.usage is not None and second.usage.model_extra is not None
+    assert second.usage.model_extra["prompt_cache_hit_tokens"] == 7
+    assert third.usage is not None and third.usage.prompt_tokens_details is None
+    assert not third.choices[0].message.model_extra
+
+
 def test_tool_call_with_dict_arguments() -> None:
     with ScriptedModel([call("bash", command="echo hi")]) as m:
         resp = ask(m, tools=TOOLS)

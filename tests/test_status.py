@@ -156,6 +156,26 @@ def test_rows_carry_every_field(tmp_path: Path) -> None:
     assert "queue: empty" in lines
 
 
+def test_cached_input_tokens_are_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = running_state()
+    state.usage = {**state.usage, "tokens_cached": 8_100}
+    save_state(tmp_path, state)
+    save_state(tmp_path, RunState(id="plain", status="passed", usage={"tokens_in": 9}))
+
+    rows = {r["id"]: r for r in status_json(tmp_path, capsys)["stories"]}
+    text = status_text(tmp_path, capsys)
+
+    assert rows["fix-login"]["tokens_cached"] == 8_100
+    assert rows["plain"]["tokens_cached"] == 0
+    lines = text.splitlines()
+    run_line = next(line for line in lines if line.startswith("fix-login"))
+    assert "  12.3k (8100 cached)  " in run_line
+    plain_line = next(line for line in lines if line.startswith("plain"))
+    assert "cached" not in plain_line
+    header = next(line for line in lines if line.startswith("STORY"))
+    assert run_line.index("12.3k") == header.index("TOKENS") == plain_line.index("9 ")
+
+
 def test_json_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = running_state()
     state.started_at = time.time() - 192

@@ -197,11 +197,18 @@ class Meter:
 
 
 class Metered:
-    """A model whose every call is checked against a :class:`Meter` first."""
+    """A model whose every call is checked against a :class:`Meter` first. Any other
+    attribute is the wrapped model's (its ``usage``, its ``role`` with the context window
+    and output cap), so a caller sizing its requests sees through the wrapper."""
 
     def __init__(self, model: Completer, meter: Meter) -> None:
         self.model = model
         self.meter = meter
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("model", "meter"):  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.model, name)
 
     def complete(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None

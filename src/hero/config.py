@@ -39,7 +39,7 @@ LOCAL_FILE = "config.local.yaml"
 #: The largest config file hero reads: far more than any hand-written config needs.
 MAX_CONFIG_BYTES = 1 << 20
 
-ROLE_KEYS = ("provider", "model", "reasoning_effort")
+ROLE_KEYS = ("provider", "model", "reasoning_effort", "max_output_tokens")
 PROVIDER_KEYS = (
     "name",
     "base_url",
@@ -50,7 +50,14 @@ PROVIDER_KEYS = (
     "headers",
     "input_usd_per_mtok",
     "output_usd_per_mtok",
+    # long rounds (issue 11): the window, reasoning sent back, the output cap's field name
+    "context_window",
+    "send_reasoning",
+    "output_tokens_param",
 )
+#: The request fields a role's output cap may be sent as (OpenAI's reasoning models
+#: refuse ``max_tokens``).
+OUTPUT_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
 LOCAL_KEYS = ("keys", "github_token")
 KNOB_KEYS = (
     "target_repo",
@@ -84,6 +91,11 @@ KNOB_KEYS = (
     "max_round_wall_s",
     # GitHub issues as stories (issue 10): see GitHubSettings
     "github",
+    # long rounds (issue 11): see ContextSettings
+    "context_condense_at",
+    "context_keep_turns",
+    "context_window_default",
+    "output_reserve_default",
 )
 ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
 GITHUB_KEYS = (
@@ -139,6 +151,13 @@ class Provider:
     headers: Mapping[str, str] = field(default_factory=dict)
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
+    context_window: int | None = None
+    """The model's context window in tokens; None: roles.yaml's context_window_default."""
+    send_reasoning: bool = False
+    """Whether the reasoning text the endpoint returns is sent back in the assistant
+    message of later requests (``reasoning_content``; some providers require it)."""
+    output_tokens_param: str = "max_tokens"
+    """The request field a role's max_output_tokens is sent as (one of OUTPUT_TOKENS_PARAMS)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +167,14 @@ class RoleConfig:
     model: str
     reasoning_effort: str | None
     api_key: str | None = field(default=None, repr=False)
+    max_output_tokens: int | None = None
+    """The cap on one answer's tokens, sent as the provider's output_tokens_param; None:
+    not sent (and roles.yaml's output_reserve_default is kept free for the answer)."""
+
+    @property
+    def context_window(self) -> int | None:
+        """The provider's context window in tokens; None when its file gives none."""
+        return self.provider.context_window
 
 
 @dataclass(frozen=True)
@@ -210,6 +237,23 @@ class LlmSettings:
 
 
 @dataclass(frozen=True)
+class ContextSettings:
+    """How a round's conversation is kept inside the model's context window (roles.yaml)."""
+
+    condense_at: float = 0.75
+    """context_condense_at: the share of the usable window (the window minus the output
+    reserve) at which a round's history is condensed."""
+    keep_turns: int = 6
+    """context_keep_turns: the most recent worker turns whose tool results are kept whole
+    while condensing older turns is enough."""
+    window_default: int = 128_000
+    """context_window_default: the window in tokens when a provider file gives none."""
+    reserve_default: int = 4096
+    """output_reserve_default: tokens kept free for the answer when a role sets no
+    max_output_tokens."""
+
+
+@dataclass(frozen=True)
 class GitHubLabels:
     """The labels hero puts on an issue while and after its story runs."""
 
@@ -263,6 +307,7 @@ class Config:
     key_env_names: tuple[str, ...] = ()
     safety: Safety = Safety()
     budgets: Budgets = Budgets()
+    context: ContextSettings = ContextSettings()
     github: GitHubSettings | None = None
     """The ``github:`` block of roles.yaml; None when there is none."""
     github_token: str | None = field(default=None, repr=False)
@@ -282,6 +327,42 @@ class Config:
                 f"role not loaded (loaded roles: {loaded}); if config/roles.yaml has no "
                 f"`{name}:` block, add one like `{name}: {{provider: local}}`",
             ) from None
+
+
+def context_limits(config: Config, role: str) -> tuple[int, int]:
+    """(window, reserve) in tokens for the loaded role ``role``: the window is its provider's
+    context_window, else context_window_default; the reserve (kept free for the answer) is
+    its max_output_tokens, else output_reserve_default. ConfigError when the reserve would
+    leave less than half the window for the conversation."""
+    loaded = config.role(role)
+    settings = config.context
+    window = loaded.context_window or settings.window_default
+    reserve = loaded.max_output_tokens or settings.reserve_default
+    if reserve < window / 2:
+        return window, reserve
+    need = f"below half the context window ({window} / 2 = {window // 2})"
+    if loaded.max_output_tokens is not None:
+        raise ConfigError(
+            ROLES_FILE,
+            f"{role}.max_output_tokens",
+            f"expected a value {need}, leaving room for the conversation; found {reserve}. "
+            "Lower it, or give the provider file a larger context_window",
+        )
+    if loaded.context_window is not None:
+        raise ConfigError(
+            f"{PROVIDERS_DIR}/{loaded.provider.name}.yaml",
+            "context_window",
+            f"expected a window more than twice the output reserve ({reserve} tokens, "
+            f"output_reserve_default in {ROLES_FILE}); found {window}. Raise it, or set a "
+            f"smaller max_output_tokens on the {role} role",
+        )
+    raise ConfigError(
+        ROLES_FILE,
+        "output_reserve_default",
+        f"expected a value {need}, the window assumed by context_window_default; found "
+        f"{reserve}. Lower it, raise context_window_default, or give the provider file a "
+        "context_window",
+    )
 
 
 def resolve_home(cli_home: str | None, *, env: Mapping[str, str] | None = None) -> Path:
@@ -391,6 +472,13 @@ def _load(
     github = _github(data.get("github"), github_token, env)
     github_api_url = _github_api_url(github, env)
 
+    context = ContextSettings(
+        condense_at=r.fraction("context_condense_at", 0.75, above=0.1, at_most=0.95),
+        keep_turns=r.integer("context_keep_turns", 6),
+        window_default=r.integer("context_window_default", 128_000, minimum=1024),
+        reserve_default=r.integer("output_reserve_default", 4096, minimum=256),
+    )
+
     loaded: dict[str, RoleConfig] = {}
     for name in wanted:
         block = role_blocks[name]
@@ -398,7 +486,7 @@ def _load(
             raise ConfigError(ROLES_FILE, name, _role_missing_message(name))
         loaded[name] = _resolve_role(name, block, providers, local_keys, env)
 
-    return Config(
+    config = Config(
         home=home,
         target_repo=target_repo,
         target_base_ref=r.string("target_base_ref"),
@@ -420,10 +508,14 @@ def _load(
             round_cost_usd=r.optional_number("max_round_cost_usd"),
             round_wall_s=r.optional_number("max_round_wall_s"),
         ),
+        context=context,
         github=github,
         github_token=github_token,
         github_api_url=github_api_url,
     )
+    for name in loaded:  # a cap that leaves no room for the conversation fails at start-up
+        context_limits(config, name)
+    return config
 
 
 def _safety(r: _Reader) -> Safety:
@@ -647,6 +739,7 @@ def _role_block(data: Mapping[Any, Any], name: str) -> dict[str, Any] | None:
         "provider": provider,
         "model": r.string("model"),
         "reasoning_effort": r.string("reasoning_effort"),
+        "max_output_tokens": r.optional_integer("max_output_tokens"),
     }
 
 
@@ -673,6 +766,7 @@ def _resolve_role(
         model=block["model"] or provider.default_model,
         reasoning_effort=block["reasoning_effort"] or provider.default_reasoning_effort,
         api_key=_api_key(provider, local_keys, env),
+        max_output_tokens=block["max_output_tokens"],
     )
 
 
@@ -808,6 +902,15 @@ def _read_provider(home: Path, stem: str) -> Provider:
         raise ConfigError(
             rel, "insecure_tls", f"expected true or false; found {describe(insecure_tls)}"
         )
+    output_tokens_param = r.string("output_tokens_param") or "max_tokens"
+    if output_tokens_param not in OUTPUT_TOKENS_PARAMS:
+        raise ConfigError(
+            rel,
+            "output_tokens_param",
+            f"expected one of {', '.join(OUTPUT_TOKENS_PARAMS)}"
+            f"{did_you_mean(output_tokens_param, OUTPUT_TOKENS_PARAMS)}; "
+            f"found {describe(output_tokens_param)}",
+        )
     return Provider(
         name=stem,
         base_url=base_url.rstrip("/"),
@@ -818,6 +921,9 @@ def _read_provider(home: Path, stem: str) -> Provider:
         headers=_headers(data.get("headers"), rel),
         input_usd_per_mtok=r.optional_number("input_usd_per_mtok"),
         output_usd_per_mtok=r.optional_number("output_usd_per_mtok"),
+        context_window=r.optional_integer("context_window", minimum=1024),
+        send_reasoning=r.boolean("send_reasoning", False),
+        output_tokens_param=output_tokens_param,
     )
 
 
@@ -954,13 +1060,32 @@ class _Reader:
             raise self._error(key, f"expected a number >= 0 or null; found {describe(value)}")
         return float(value)
 
-    def optional_integer(self, key: str) -> int | None:
+    def optional_integer(self, key: str, *, minimum: int = 1) -> int | None:
         value = self.data.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self._error(key, f"expected a whole number >= 1 or null; found {describe(value)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self._error(
+                key, f"expected a whole number >= {minimum} or null; found {describe(value)}"
+            )
         return value
+
+    def fraction(self, key: str, default: float, *, above: float, at_most: float) -> float:
+        """A number in (above, at_most], like 0.75."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not above < value <= at_most  # False for NaN too
+        ):
+            raise self._error(
+                key,
+                f"expected a fraction > {above:g} and <= {at_most:g} (default {default:g}); "
+                f"found {describe(value)}",
+            )
+        return float(value)
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self.data.get(key)

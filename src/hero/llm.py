@@ -52,12 +52,16 @@ class Completion:
     http_s: float  # time inside the HTTP request(s) that succeeded
     finish_reason: str
     cost_usd: float = 0.0  # the provider's reported cost, else from its prices; 0 unknown
+    tokens_cached: int = 0  # of tokens_in, those the provider read from its prompt cache
+    reasoning: str = ""  # the reasoning text the endpoint returned; in `message` only when
+    # the provider's send_reasoning is set
 
 
 @dataclass
 class Usage:
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = 0
     llm_calls: int = 0
     cost_usd: float = 0.0
     retries: int = 0
@@ -110,6 +114,8 @@ class LlmClient:
         self._extra: dict[str, Any] = {}
         if role.reasoning_effort:
             self._extra["reasoning_effort"] = role.reasoning_effort
+        if role.max_output_tokens is not None:
+            self._extra[role.provider.output_tokens_param] = role.max_output_tokens
 
     def complete(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
@@ -240,11 +246,17 @@ class LlmClient:
                 }
                 for c in calls
             ]
+        reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+        if not isinstance(reasoning, str):  # reasoning only informs: an odd one is dropped
+            reasoning = ""
+        if reasoning and self.role.provider.send_reasoning:
+            message["reasoning_content"] = reasoning
         usage = response.get("usage")
         if not isinstance(usage, dict):
             usage = {}  # usage only counts: a missing or odd one is no reason to ask again
         tokens_in = _count(usage.get("prompt_tokens"))
         tokens_out = _count(usage.get("completion_tokens"))
+        tokens_cached = _cached_tokens(usage)
         cost = _reported_cost(usage)
         if cost is None:  # priced from the provider file, if it has prices
             provider = self.role.provider
@@ -256,6 +268,7 @@ class LlmClient:
         with self.usage.lock:
             self.usage.tokens_in += tokens_in
             self.usage.tokens_out += tokens_out
+            self.usage.tokens_cached += tokens_cached
             self.usage.llm_calls += 1
             self.usage.cost_usd += cost
         return Completion(
@@ -267,6 +280,8 @@ class LlmClient:
             http_s=http_s,
             finish_reason=str(choice.get("finish_reason") or ""),
             cost_usd=cost,
+            tokens_cached=tokens_cached,
+            reasoning=reasoning,
         )
 
     def _where(self) -> str:
@@ -347,6 +362,19 @@ def _count(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return 0
     return max(0, int(value))
+
+
+def _cached_tokens(usage: dict[str, Any]) -> int:
+    """The prompt tokens the provider read from its cache, in whichever shape it reports
+    them: OpenAI's ``prompt_tokens_details.cached_tokens``, DeepSeek's
+    ``prompt_cache_hit_tokens``, or ``cache_read_input_tokens`` (Anthropic's field, sent
+    by some gateways); 0 when none is reported."""
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and details.get("cached_tokens") is not None:
+        return _count(details.get("cached_tokens"))
+    if usage.get("prompt_cache_hit_tokens") is not None:
+        return _count(usage.get("prompt_cache_hit_tokens"))
+    return _count(usage.get("cache_read_input_tokens"))
 
 
 def _reported_cost(usage: dict[str, Any]) -> float | None:

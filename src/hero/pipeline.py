@@ -717,6 +717,7 @@ class StoryRun:
     def _save(self) -> None:
         usage = dict(self._usage_base) or {
             "tokens_in": 0,
+            "tokens_cached": 0,
             "tokens_out": 0,
             "llm_calls": 0,
             "cost_usd": 0.0,
@@ -726,6 +727,9 @@ class StoryRun:
             if part is None:
                 continue
             usage["tokens_in"] = usage.get("tokens_in", 0) + part.tokens_in
+            usage["tokens_cached"] = usage.get("tokens_cached", 0) + getattr(
+                part, "tokens_cached", 0
+            )
             usage["tokens_out"] = usage.get("tokens_out", 0) + part.tokens_out
             usage["llm_calls"] = usage.get("llm_calls", 0) + part.llm_calls
             usage["cost_usd"] = round(usage.get("cost_usd", 0.0) + part.cost_usd, 6)

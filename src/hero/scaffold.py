@@ -43,6 +43,18 @@ headers: {}
 # Optional prices in US dollars per million tokens, for cost reports. null = unknown.
 input_usd_per_mtok: null
 output_usd_per_mtok: null
+
+# The model's context window in tokens (at least 1024): a Worker round's conversation is
+# condensed before it outgrows it. null = context_window_default in config/roles.yaml.
+context_window: null
+
+# true = send the reasoning text the model returns back with its message in later requests
+# (some providers require it). false (the default) keeps it in the trace only.
+send_reasoning: false
+
+# The request field a role's max_output_tokens is sent as: max_tokens (the default) or
+# max_completion_tokens (OpenAI's reasoning models refuse max_tokens).
+output_tokens_param: max_completion_tokens
 """
 
 LOCAL_PROVIDER = """\
@@ -82,6 +94,20 @@ headers: {}
 # Optional prices in US dollars per million tokens, for cost reports. null = unknown.
 input_usd_per_mtok: null
 output_usd_per_mtok: null
+
+# The model's context window in tokens (at least 1024): a Worker round's conversation is
+# condensed before it outgrows it. Set it to what the server runs the model with (Ollama:
+# num_ctx / OLLAMA_CONTEXT_LENGTH; llama.cpp: -c; vLLM: --max-model-len), e.g. 32768.
+# null = context_window_default in config/roles.yaml.
+context_window: null
+
+# true = send the reasoning text the model returns back with its message in later requests
+# (some servers require it). false (the default) keeps it in the trace only.
+send_reasoning: false
+
+# The request field a role's max_output_tokens is sent as: max_tokens (the default) or
+# max_completion_tokens.
+output_tokens_param: max_tokens
 """
 
 ROLES_TEMPLATE = """\
@@ -92,6 +118,9 @@ ROLES_TEMPLATE = """\
 #   provider:          required
 #   model:             default: the provider's default_model
 #   reasoning_effort:  default: the provider's default_reasoning_effort (null = not sent)
+#   max_output_tokens: the cap on one answer's tokens, sent as the provider's
+#                      output_tokens_param; less than half its context_window.
+#                      Default: not sent (output_reserve_default below is kept free)
 # API keys never go here: see config.local.yaml.example.
 
 # The Worker edits code in the story's worktree with tools (bash, read/write/edit files, ...).
@@ -294,6 +323,31 @@ llm_backoff_max_s: 60
 # Longest wait a server's Retry-After (on a 429 or 503) is honoured for, in seconds; on a
 # longer ask hero waits this long, then tries again. A positive number. Default 120.
 llm_retry_after_max_s: 120
+
+# ---------------------------------------------------------------- context window
+
+# A Worker round's conversation never outgrows the model's context window (the provider
+# file's context_window) minus the room kept for the answer (the role's max_output_tokens,
+# else output_reserve_default). As it nears that limit hero condenses it: old tool results
+# become a short note of what they were, then, if that is not enough, the oldest turns
+# become one summary written by the model. The system prompt, the task and the reviewer's
+# feedback are always kept; assistant messages are kept until a summary replaces them.
+
+# The share of the usable window (the window minus the answer's room) at which a round's
+# history is condensed: more than 0.1, at most 0.95. Default 0.75.
+context_condense_at: 0.75
+
+# The most recent Worker turns whose tool results are kept whole while eliding and
+# summarizing older turns is enough (the last turn's are cut only as a last resort). Default 6.
+context_keep_turns: 6
+
+# The context window in tokens assumed when a provider file gives no context_window
+# (at least 1024). Default 128000.
+context_window_default: 128000
+
+# Tokens kept free for the answer when a role sets no max_output_tokens (at least 256, and
+# less than half the window). Default 4096.
+output_reserve_default: 4096
 """
 
 LOCAL_EXAMPLE = """\

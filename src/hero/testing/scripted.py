@@ -75,6 +75,11 @@ class Reply:
     completion_tokens: int | None = None  # None -> estimate from content and tool calls
     cost: float | None = None  # sent as usage.cost (a provider's reported cost); None: not sent
     finish_reason: str | None = None  # None -> "tool_calls" with tool calls, else "stop"
+    cached_tokens: int | None = None  # sent as usage.prompt_tokens_details.cached_tokens
+    reasoning: str | None = None  # sent as message.reasoning_content; None: not sent
+    # merged into usage as given: another provider's fields, e.g. DeepSeek's
+    # {"prompt_cache_hit_tokens": 800}
+    usage_extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.tool_calls, tuple):
@@ -483,6 +488,8 @@ class ScriptedModel:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if wire_calls:
             message["tool_calls"] = wire_calls
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
         prompt_tokens = reply.prompt_tokens
         if prompt_tokens is None:
             prompt_tokens = len(json.dumps(body.get("messages", []))) // 4
@@ -496,6 +503,9 @@ class ScriptedModel:
         }
         if reply.cost is not None:
             usage["cost"] = reply.cost
+        if reply.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        usage.update(reply.usage_extra)
         return {
             "id": f"chatcmpl-scripted-{next(self._completion_ids)}",
             "object": "chat.completion",

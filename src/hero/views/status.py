@@ -24,6 +24,10 @@ under their names (``max_story_tokens``, ...; null: no limit), or null when the
 configuration cannot be read (status still shows everything else). The table shows a story
 budget after the spend (``12.3k/50k``, ``$0.1200/$1.00``, a WALL column ``3m12s/1h00m``)
 and the budgets above the table.
+
+Cached input: each row has ``tokens_cached``, the part of ``tokens_in`` the provider read
+from its prompt cache (0 when it reports none); the TOKENS cell then ends with
+``(8.1k cached)``.
 """
 
 from __future__ import annotations
@@ -148,6 +152,7 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
     usage = state.usage if isinstance(state.usage, dict) else {}
     tokens_in = int(usage.get("tokens_in") or 0)
     tokens_out = int(usage.get("tokens_out") or 0)
+    tokens_cached = int(usage.get("tokens_cached") or 0)
     started = float(state.started_at or 0.0)
     finished = float(state.finished_at) if state.finished_at else None
     updated = float(state.updated_at or 0.0)
@@ -171,6 +176,7 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         "elapsed_s": None if elapsed is None else round(max(elapsed, 0.0), 3),
         "tokens": tokens_in + tokens_out,
         "tokens_in": tokens_in,
+        "tokens_cached": tokens_cached,  # of tokens_in, read from the provider's prompt cache
         "tokens_out": tokens_out,
         "cost_usd": float(usage.get("cost_usd") or 0.0),
         # what max_story_wall_s counts: the rounds' time, the live round's up to now
@@ -196,6 +202,7 @@ def _unreadable(ref: StoryRef, path: Path, reason: str, home: Path) -> dict[str,
         "elapsed_s": None,
         "tokens": 0,
         "tokens_in": 0,
+        "tokens_cached": 0,
         "tokens_out": 0,
         "cost_usd": 0.0,
         "wall_s": 0.0,
@@ -388,7 +395,8 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
             str(row["rounds_done"]),
             row["phase"] or "-",
             format_duration(row["elapsed_s"]),
-            _against(format_tokens(row["tokens"]), _limit(row, "max_story_tokens", _tokens_cap)),
+            _against(format_tokens(row["tokens"]), _limit(row, "max_story_tokens", _tokens_cap))
+            + _cached(row),
             _against(
                 format_cost(row["cost_usd"]) if row["cost_usd"] > 0 else "$0",
                 _limit(row, "max_story_cost_usd", _cost_cap),
@@ -450,6 +458,12 @@ def _against(spent: str, limit: str, *, unlimited: str | None = None) -> str:
     if limit:
         return f"{spent}/{limit}"
     return spent if unlimited is None else unlimited
+
+
+def _cached(row: dict[str, Any]) -> str:
+    """`` (8.1k cached)``: the input tokens read from the provider's prompt cache; "" none."""
+    cached = row.get("tokens_cached") or 0
+    return f" ({format_tokens(cached)} cached)" if cached > 0 else ""
 
 
 def _tokens_cap(n: float) -> str:
