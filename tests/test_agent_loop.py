@@ -265,18 +265,27 @@ def test_trace_events(scripted: Start, ctx: ToolContext, tmp_path: Path) -> None
     result, _, events = run(model, ctx, tmp_path)
 
     kinds = [e["event"] for e in events]
-    assert kinds == ["message", "message", "assistant", "tool_result", "assistant", "agent_end"]
+    assert kinds == [
+        "message",
+        "message",
+        "assistant",
+        "tool_start",
+        "tool_result",
+        "assistant",
+        "agent_end",
+    ]
     assert [e["role"] for e in events[:2]] == ["system", "user"]
     first = events[2]
     assert first["turn"] == 1
     assert first["tool_calls"][0]["id"] == "b1"
     assert first["tool_calls"][0]["name"] == "bash"
     assert json.loads(first["tool_calls"][0]["arguments"]) == {"command": "echo traced"}
-    tool = events[3]
+    assert (events[3]["id"], events[3]["name"]) == ("b1", "bash")  # tool_start
+    tool = events[4]
     assert (tool["id"], tool["name"], tool["is_error"]) == ("b1", "bash", False)
     assert "traced" in tool["content"]
-    assert events[4]["content"] == "finished"
-    end = events[5]
+    assert events[5]["content"] == "finished"
+    end = events[6]
     assert end["stop_reason"] == "done"
     assert (end["turns"], end["tool_calls"]) == (2, 1)
     assert all("t" in e and "ts" in e for e in events)

@@ -219,10 +219,20 @@ def test_odd_events_never_crash() -> None:
         {"event": "message", "role": "user", "content": [{"type": "text", "text": "hi"}, 3]},
         {"event": "round_start", "t": "soon", "ts": "later"},
         {"event": "x" * 50, "t": 99999.0, "nested": {"a": [1, 2]}},
+        {"event": "round_start", "resumed": "yes", "part": {"k": [1]}},
+        {"event": "resume_failed", "reason": None},
+        {"event": "message", "restart": True, "content": None},
+        {"event": "assistant", "reasoning": 5, "tokens_cached": "7", "finish_reason": "length"},
+        {"event": "assistant", "tokens_cached": -1, "tokens_in": "x", "reasoning": [None]},
+        {"event": "tool_result", "lost": ["odd"], "name": None},
+        {"event": "condense", "elided": "3", "cut": None, "summary": "not a dict"},
+        {"event": "condense", "summary": {"first": [1], "content": 3}, "tokens_after": "9"},
+        {"event": "agent_end", "condensations": "2", "parts": True},
     ]
     for event in odd:
         lines = format_event(event)
         assert lines and all(isinstance(line, str) for line in lines)
+    assert format_event({"event": "tool_start", "id": None, "name": {}}) == []
     assert format_event({"event": "message", "role": "user", "content": [{"text": "hi"}]})[
         0
     ].endswith("user      hi")
@@ -269,8 +279,11 @@ def test_torn_and_unreadable_lines_are_skipped(
         trace.event("tool_result", name="bash", content="first run")
     with open(path, "a", encoding="utf-8") as fh:
         fh.write('{"t": 1.5, "ts": 1.0, "event": "tool_res')  # a crash mid-write
-    with Trace(path) as trace:  # the resumed run appends on the same line
+    with Trace(path) as trace:  # the resumed run ends the torn line first
         trace.event("round_start", round=1, run=2)
+    with open(path, "a", encoding="utf-8") as fh:  # as a trace written before it did
+        fh.write('{"t": 1.7, "ts": 1.0, "event": "tool_res')
+        fh.write('{"t": 1.8, "event": "round_start", "round": 1, "run": 3}\n')
     with open(path, "a", encoding="utf-8") as fh:
         fh.write("garbage that is not json\n")
         fh.write('{"t": 9.0, "event": "agent_end", "stop_reason": "do')  # torn last line
@@ -281,8 +294,189 @@ def test_torn_and_unreadable_lines_are_skipped(
     assert "first run" in out
     assert "torn trace line skipped" in out
     assert "round 1 run 2" in out  # the record after the torn part is kept
+    assert "unreadable trace line skipped (40 chars)" in out  # the line hero ended
+    assert "round 1 run 3" in out
     assert "unreadable trace line skipped (24 chars)" in out
     assert "stop_reason" not in out and "worker" not in out  # the torn last line
+
+
+# --------------------------------------------------------------------------- long rounds
+
+
+def first_part(trace: Trace) -> None:
+    """A round's worker until hero is killed while a tool call runs (turn 2)."""
+    trace.event("round_start", round=1, run=1, branch="hero/s1", base="abc", started=1.0)
+    trace.event("message", role="system", content="You are a worker.")
+    trace.event("message", role="user", content="# Story s1")
+    call = {"id": "c1", "name": "bash", "arguments": json.dumps({"command": "pytest"})}
+    trace.event("assistant", turn=1, content="", tool_calls=[call], tokens_in=900)
+    trace.event("tool_start", turn=1, id="c1", name="bash")
+    trace.event("tool_result", turn=1, id="c1", name="bash", is_error=False, content="3 passed")
+    calls = [
+        {"id": "c2", "name": "bash", "arguments": json.dumps({"command": "make"})},
+        {"id": "c3", "name": "read_file", "arguments": json.dumps({"path": "a.py"})},
+    ]
+    trace.event("assistant", turn=2, content="", tool_calls=calls, tokens_in=950)
+    trace.event("tool_start", turn=2, id="c2", name="bash")  # killed while it ran
+
+
+def test_a_resumed_round(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save(tmp_path, current_round=1)
+    path = trace_path(tmp_path, "s1", 1)
+    with Trace(path) as trace:
+        first_part(trace)
+    with Trace(path) as trace:  # the next run goes on where the first stopped
+        trace.event(
+            "round_start", round=1, run=2, branch="hero/s1", base="abc", resumed=True, part=2
+        )
+        for call_id, name, lost in (("c2", "bash", "running"), ("c3", "read_file", "not_run")):
+            trace.event(
+                "tool_result", turn=2, id=call_id, name=name, is_error=True, content="[hero: ...]",
+                lost=lost,
+            )  # fmt: skip
+        trace.event("message", role="user", content="hero was restarted.\nCheck it.", restart=True)
+        trace.event(
+            "agent_end", stop_reason="done", turns=3, tool_calls=2, condensations=0, parts=2
+        )
+
+    code, out, _ = logs(tmp_path, capsys, "s1")
+
+    assert code == 0
+    assert "resumed   round 1 part 2 run 2 on hero/s1 at " in out
+    assert "start     round 1 run 1 on hero/s1 at " in out  # the first part: no part shown
+    assert line_of(out, "[LOST]").endswith(
+        "result    [LOST] bash: hero stopped while it ran: result unknown, not run again"
+    )
+    assert line_of(out, "[NOT RUN]").endswith(
+        "result    [NOT RUN] read_file: not run: hero stopped before it started"
+    )
+    restart = out.splitlines().index(line_of(out, "restart"))
+    assert out.splitlines()[restart].endswith("restart   hero was restarted.")
+    assert out.splitlines()[restart + 1].strip() == "Check it."
+    assert line_of(out, " worker ").endswith("worker    done: 3 turns, 2 tool calls, 2 parts")
+    # tool_start is not shown: each call and each result on one line, nothing more
+    assert [line[10:20].strip() for line in out.splitlines()[2:]] == [
+        *("start", "system", "user", "call", "result", "call", "call"),
+        *("resumed", "result", "result", "restart", "", "worker"),
+    ]
+
+
+def test_a_round_that_could_not_be_resumed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save(tmp_path, current_round=1)
+    with Trace(trace_path(tmp_path, "s1", 1)) as trace:
+        trace.event("round_start", round=1, run=2, branch="hero/s1")
+        trace.event("resume_failed", reason="line 7 of round-1.jsonl is torn or not JSON")
+
+    _, out, _ = logs(tmp_path, capsys, "s1")
+
+    failed = out.splitlines().index(line_of(out, " resume "))
+    assert [line[10:].rstrip() for line in out.splitlines()[failed : failed + 2]] == [
+        "resume    the trace could not be replayed (line 7 of round-1.jsonl is torn or not JSON):",
+        "          the round starts over",
+    ]
+
+
+def test_a_condensation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save(tmp_path, current_round=1)
+    summary = "\n".join(
+        [
+            "[summary by hero of turns 1-50, written to fit the context window]",
+            "",
+            "Files changed: calc.py, test_calc.py.",
+            "Commands run: pytest -q (2 failed, then all passed).",
+            "Open to-dos: docs for sub().",
+            "Tried: a rewrite of add(), reverted.",
+            "Known: the lint tier wants ruff format.",
+        ]
+    )
+    with Trace(trace_path(tmp_path, "s1", 1)) as trace:
+        trace.event("round_start", round=1, run=1)
+        trace.event(
+            "condense",
+            turn=57,
+            tokens_before=21300,
+            tokens_after=9800,
+            elided=[{"id": f"c{i}", "note": "[elided by hero ...]"} for i in range(12)],
+            summary={
+                "first": 1, "last": 50, "content": summary, "tokens_in": 9000,
+                "tokens_out": 400, "at": 2, "count": 150,
+            },
+            cut=[],
+        )  # fmt: skip
+        trace.event(
+            "condense", turn=90, tokens_before=30000, tokens_after=12000, summary=None,
+            elided=[{"id": "c99", "note": "x"}], cut=[{"id": "c100", "content": "y"}],
+        )  # fmt: skip
+        trace.event(
+            "condense", turn=190, tokens_before=121300, tokens_after=19800, cut=[{}, {}],
+            elided=[{}] * 120, summary={"first": 51, "last": 180, "content": "Short."},
+        )  # fmt: skip
+        trace.event(
+            "agent_end", stop_reason="done", turns=195, tool_calls=220, condensations=3, parts=1
+        )
+
+    _, out, _ = logs(tmp_path, capsys, "s1")
+
+    lines = out.splitlines()
+    first = lines.index(line_of(out, "condensed at turn 57"))
+    assert [line[10:].rstrip() for line in lines[first : first + 5]] == [
+        "condensed at turn 57: 12 results elided, turns 1-50 summarized; ~21,300 -> ~9,800 tokens",
+        "          Files changed: calc.py, test_calc.py.",
+        "          Commands run: pytest -q (2 failed, then all passed).",
+        "          Open to-dos: docs for sub().",
+        "          [... 2 more lines, 77 chars]",  # the summary's head line is not repeated
+    ]
+    assert line_of(out, "at turn 90").endswith(
+        "condensed at turn 90: 1 result elided, 1 result cut; ~30,000 -> ~12,000 tokens"
+    )
+    last = lines.index(line_of(out, "at turn 190"))
+    assert [line[10:].rstrip() for line in lines[last : last + 3]] == [
+        "condensed at turn 190: 120 results elided, turns 51-180 summarized, 2 results cut",
+        "          ~121,300 -> ~19,800 tokens",  # on its own line, not cut
+        "          Short.",
+    ]
+    assert line_of(out, " worker ").endswith(
+        "worker    done: 195 turns, 220 tool calls, 3 condensations"
+    )
+    assert max(len(line) for line in lines) <= WIDTH
+
+
+def test_reasoning_a_cut_reply_and_cached_tokens(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    save(tmp_path, current_round=1)
+    thoughts = "\n".join(f"thought {i}" for i in range(1, 8))
+    with Trace(trace_path(tmp_path, "s1", 1)) as trace:
+        trace.event("round_start", round=1, run=1)
+        trace.event(
+            "assistant", turn=1, content="Here is the start of", tool_calls=[],
+            tokens_in=5000, tokens_cached=4096, reasoning=thoughts, finish_reason="length",
+        )  # fmt: skip
+        trace.event(
+            "assistant", turn=2, content="", tool_calls=[], finish_reason="length"
+        )  # nothing but the cut
+        trace.event("assistant", turn=3, content="Done.", tool_calls=[], finish_reason="stop")
+
+    _, out, _ = logs(tmp_path, capsys, "s1")
+
+    lines = out.splitlines()
+    turn1 = lines.index(line_of(out, "reasoning"))
+    assert [line[10:].rstrip() for line in lines[turn1 : turn1 + 7]] == [
+        "reasoning thought 1",
+        "          thought 2",
+        "          thought 3",
+        "          [... 4 more lines, 40 chars]",
+        "assistant Here is the start of",
+        "          (reply cut off by the model's output limit: finish_reason length)",
+        "          (4,096 of 5,000 input tokens read from the prompt cache)",
+    ]
+    assert lines[turn1 + 7].endswith(
+        "assistant (reply cut off by the model's output limit: finish_reason length)"
+    )
+    assert lines[turn1 + 8].endswith("assistant Done.")
+    assert out.count("cut off") == 2 and out.count("prompt cache") == 1
 
 
 # --------------------------------------------------------------------------- selection
@@ -457,6 +651,26 @@ def test_follow_stops_on_request_and_notes_an_interrupted_story(tmp_path: Path) 
     thread.join(WAIT_S)
     assert result == [None]
     assert "--- s1:" not in sink.text()
+
+
+def test_follow_shows_nothing_for_a_tool_start(tmp_path: Path) -> None:
+    save(tmp_path, current_round=1)
+    sink = Sink()
+    with Trace(trace_path(tmp_path, "s1", 1)) as trace:
+        trace.event("tool_start", turn=1, id="c1", name="bash")  # the round's first line
+        thread, result = start_follow(tmp_path, sink)
+        wait_until(lambda: "=== round 1 ===" in sink.text(), "the round's header")
+        trace.event("tool_result", turn=1, id="c1", name="bash", content="live output")
+        wait_until(lambda: "live output" in sink.text(), "the result")
+    save(tmp_path, status="passed", current_round=1)
+
+    thread.join(WAIT_S)
+    assert result == ["passed"]
+    assert sink.text().splitlines()[1:] == [
+        "=== round 1 === runs/s1/round-1.jsonl",
+        line_of(sink.text(), "live output"),
+        "--- s1: passed",
+    ]
 
 
 # --------------------------------------------------------------------------- a real process

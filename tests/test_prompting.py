@@ -147,7 +147,15 @@ BUILT_IN = {
     "planner_system.md": ("planner", 0),
     "planner_task.md": ("planner", 1),
     "planner_retry.md": ("planner", 2),
+    "worker_condense.md": ("condense", 0),
 }
+
+
+def condense_messages_for(home: Path | None) -> list[str]:
+    """The summary request of a long round, over a history that quotes the story."""
+    from hero.roles.worker import condense_prompt
+
+    return [condense_prompt(home)("ASSISTANT: I read {{sub}}")]
 
 
 def planner_messages_for(story: Story, home: Path | None) -> list[str]:
@@ -174,6 +182,8 @@ def test_built_in_template_fits_the_values_its_role_passes(
         sent = worker_messages(story, tmp_path, None)[index]
     elif role == "planner":
         sent = planner_messages_for(story, None)[index]
+    elif role == "condense":
+        sent = condense_messages_for(None)[index]
     else:
         sent = reviewer_messages(story, tmp_path, None, *reviewer_model)[index]
     built_in = load_template(name)
@@ -199,12 +209,16 @@ def test_override_with_a_typo_fails_in_its_role_naming_the_file(
     # A system template takes no values; a task template has one name misspelt.
     name_kept = "{{errors}}" if name == "planner_retry.md" else "{{plan}}"
     kept = name_kept if name.startswith("planner") else "{{id}}"
+    if name == "worker_condense.md":
+        kept = "{{history}}"
     misspelt = kept.replace("}}", "x}}")
     typo = built_in + "{{verison}}\n" if "system" in name else built_in.replace(kept, misspelt)
     override.write_text(typo)
     model, client = reviewer_model
     with pytest.raises(PromptError) as err:
-        if name.startswith("worker"):
+        if name == "worker_condense.md":
+            condense_messages_for(home)
+        elif name.startswith("worker"):
             worker_messages(story, tmp_path, home)
         elif name.startswith("planner"):
             planner_messages_for(story, home)

@@ -16,12 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hero.agent.context import Context, ContextOverflow, Window
 from hero.agent.loop import AgentResult, Model, run_agent
-from hero.agent.tools import ToolContext
+from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
+from hero.agent.tools import ToolContext, tool_schemas
 from hero.agent.tools.policy import Policy
 from hero.agent.tools.scope import path_rules, undo_outside
 from hero.budget import BudgetExceeded, Meter
-from hero.config import Config
+from hero.config import Config, context_limits
 from hero.errors import Interrupted
 from hero.gitops import (
     GitError,
@@ -52,7 +54,7 @@ from hero.repoguard import (
 )
 from hero.roles.reviewer import APPROVED, Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
-from hero.roles.worker import build_messages
+from hero.roles.worker import build_messages, condense_prompt
 from hero.runner import RUN_MARKER, child_env, kill_marked
 from hero.sandbox import Sandbox, SandboxUnavailable
 from hero.sandbox import resolve as resolve_sandbox
@@ -179,6 +181,8 @@ class StoryRun:
                 self._leave_feedback(record)
             self._finish(Status.GAVE_UP)
             self.say(f"{self.key}: gave up after {len(state.rounds)} round(s)")
+        except ContextOverflow as exc:
+            self._fail(f"context window: {exc}")
         except LlmError as exc:
             self._fail(f"model error: {exc}")
         except GitError as exc:
@@ -420,20 +424,72 @@ class StoryRun:
         self.state.round_started_at = started
         self.state.current_round = n
         self._phase("worker", f"round {n}/{max_rounds}: worker")
-        messages = self._worker_messages(n, max_rounds, tiers)
+        trace_path = self.run_dir / f"round-{n}.jsonl"
+        replayed, unreplayable = self._replay(n, trace_path)
+        if replayed is not None:
+            messages = replayed.messages
+        else:
+            messages = self._worker_messages(n, max_rounds, tiers)
         ctx = self._tool_context(env)
-        with Trace(self.run_dir / f"round-{n}.jsonl", redact=self.redactor) as trace:
+        with Trace(trace_path, redact=self.redactor) as trace:
             trace.event(
-                "round_start", story=self.key, round=n, run=self.state.runs, branch=self.branch
+                "round_start",
+                story=self.key,
+                round=n,
+                run=self.state.runs,
+                branch=self.branch,
+                **round_start_fields(self.state.base_sha, self.state.started_at),
+                **({"resumed": True, "part": replayed.parts + 1} if replayed is not None else {}),
             )
+            if unreplayable:
+                trace.event("resume_failed", reason=unreplayable)
             guard = Guard(self.repo.path, self.worktree, self.branch, self._built_on())
-            result = self._work(messages, ctx, trace, guard)
+            if replayed is not None and replayed.done:
+                result = AgentResult.from_replay(replayed)
+                if replayed.ended is None:
+                    trace.event("agent_end", **result.end_event())
+                self.say(f"round {n}: the worker had finished before the stop; checking its work")
+            else:
+                result = self._work(messages, ctx, trace, guard, replayed)
             problems = self._rescue_round(n, result, guard)
             verify, verdict = self._check(n, result, problems, tiers, env, trace, guard)
             trace.event("verdict", **verdict.to_dict())
         self.say(f"round {n}: {verdict.verdict}: {verdict.summary}")
         self.state.head_sha = head_sha(self.worktree)
         return self._record(n, started, result, verify, verdict)
+
+    def _replay(self, n: int, trace_path: Path) -> tuple[Replayed | None, str]:
+        """The round's conversation so far, when an earlier run stopped in its middle
+        (see hero.agent.replay); else None, and why a trace that was there could not be
+        replayed (the round then starts over, as it always did)."""
+        try:
+            replayed = replay_round(
+                trace_path, base_sha=self.state.base_sha, started_at=self.state.started_at
+            )
+        except Unreplayable as exc:
+            self.say(f"round {n}: starts over: its trace cannot be replayed ({exc})")
+            return None, str(exc)
+        if replayed is not None and not replayed.done:
+            self.say(
+                f"round {n}: resumes at turn {replayed.turns + 1}, its conversation replayed "
+                f"from the trace ({replayed.turns} turns, {replayed.tool_calls} tool calls)"
+            )
+        return replayed, ""
+
+    def _context(self, head: int) -> Context:
+        """The worker's context window (the provider's ``context_window``, the role's
+        ``max_output_tokens``, the ``context_*`` knobs) for one round."""
+        knobs = self.config.context
+        if "worker" in self.config.roles:
+            window, reserve = context_limits(self.config, "worker")
+        else:  # a worker model handed in directly (tests, embedding)
+            window, reserve = knobs.window_default, knobs.reserve_default
+        return Context(
+            Window(window, reserve, knobs.condense_at, knobs.keep_turns),
+            tool_schemas(),
+            head=head,
+            render_summary_prompt=condense_prompt(self.home),
+        )
 
     def _worker_messages(
         self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...]
@@ -476,15 +532,30 @@ class StoryRun:
         return (rounds[-1].head_sha if rounds else "") or self.state.base_sha
 
     def _work(
-        self, messages: list[dict[str, Any]], ctx: ToolContext, trace: Trace, guard: Guard
+        self,
+        messages: list[dict[str, Any]],
+        ctx: ToolContext,
+        trace: Trace,
+        guard: Guard,
+        replayed: Replayed | None,
     ) -> AgentResult:
         """The worker's turn, watched by ``guard``. A turn stopped midway still has the
-        user's refs put back; the rest waits for the round to run again."""
+        user's refs put back; the rest waits for the round to go on (from its trace)."""
+        context = self._context(replayed.head if replayed is not None else len(messages))
         guard.watch()
         ctx.before_git = guard.check_programs
         try:
             model = self.meter.wrap(self.worker_model)
-            return run_agent(model, messages, ctx, self.config.worker_limits, trace)
+            return run_agent(
+                model,
+                messages,
+                ctx,
+                self.config.worker_limits,
+                trace,
+                context=context,
+                resume=replayed,
+                on_condense=lambda what: self.say(f"{self.key}: {what}"),
+            )
         except BaseException:
             try:
                 with self.repo.locked():

@@ -24,6 +24,8 @@ class Trace:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            if _torn(path):  # a line half written by a process that died: end it
+                self._fh.write("\n")
 
     def event(self, kind: str, **data: Any) -> None:
         if self._fh is None:
@@ -43,6 +45,16 @@ class Trace:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _torn(path: Path) -> bool:
+    """Whether the file's last line has no end (a crash mid-write)."""
+    with open(path, "rb") as fh:
+        fh.seek(0, 2)
+        if fh.tell() == 0:
+            return False
+        fh.seek(-1, 2)
+        return fh.read(1) != b"\n"
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hero.agent.context import Context
+from hero.agent.replay import LOST_NOT_RUN, LOST_RUNNING, Replayed, restart_note
 from hero.agent.tools import ToolContext, execute_tool, tool_schemas
 from hero.config import WorkerLimits
 from hero.errors import Interrupted
@@ -55,10 +57,42 @@ class AgentResult:
     llm_s: float = 0.0
     command_s: float = 0.0
     wall_s: float = 0.0
+    condensations: int = 0
+    parts: int = 1  # the attempts the round's worker ran in (more after a restart)
 
     @property
     def guardrail(self) -> bool:
         return self.stop_reason in GUARDRAILS
+
+    @classmethod
+    def from_replay(cls, replayed: Replayed) -> AgentResult:
+        """The result of a worker that had ended before hero stopped (only the checks of
+        its round were left to do)."""
+        end = replayed.ended or {}
+        return cls(
+            stop_reason=str(end.get("stop_reason") or DONE),
+            detail=str(end.get("detail") or ""),
+            turns=replayed.turns,
+            tool_calls=replayed.tool_calls,
+            tokens_in=replayed.tokens_in,
+            tokens_out=replayed.tokens_out,
+            final_message=replayed.final or "",
+            wall_s=replayed.wall_s,
+            condensations=replayed.condensations,
+            parts=replayed.parts,
+        )
+
+    def end_event(self) -> dict[str, Any]:
+        """The ``agent_end`` trace event's fields."""
+        return {
+            "stop_reason": self.stop_reason,
+            "detail": self.detail,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "wall_s": round(self.wall_s, 3),
+            "condensations": self.condensations,
+            "parts": self.parts,
+        }
 
 
 def run_agent(
@@ -69,10 +103,17 @@ def run_agent(
     trace: Trace,
     *,
     on_turn: Callable[[AgentResult], None] | None = None,
+    context: Context | None = None,
+    resume: Replayed | None = None,
+    on_condense: Callable[[str], None] | None = None,
 ) -> AgentResult:
     """Run until the model answers without tool calls or a guardrail stops it.
 
-    ``messages`` is extended in place, so the caller holds the whole conversation.
+    ``messages`` is extended in place, so the caller holds the whole conversation. With
+    ``context``, the history is condensed to fit the model's window before each request
+    (see hero.agent.context). With ``resume``, ``messages`` is a round's history replayed
+    from its trace (see hero.agent.replay): the conversation goes on, its counts and wall
+    time carried over, after one message telling the model hero was restarted.
     """
     tools = tool_schemas()
     redactor = Redactor(ctx.secrets)
@@ -81,21 +122,45 @@ def run_agent(
     last_call: tuple[str, str] | None = None
     repeats = 0
     cut = 0  # replies in a row cut off by the output limit
-    for message in messages:
-        if redactor and isinstance(message.get("content"), str):
-            message["content"] = redactor.redact(message["content"])
-        trace.event("message", role=message["role"], content=message.get("content"))
+    if resume is None:
+        for message in messages:
+            if redactor and isinstance(message.get("content"), str):
+                message["content"] = redactor.redact(message["content"])
+            trace.event("message", role=message["role"], content=message.get("content"))
+    else:
+        _resume(result, messages, resume, trace)
+        started -= resume.wall_s
     while True:
         if ctx.cancel is not None and ctx.cancel.is_set():
             raise Interrupted("stopped between worker turns")
         if _limit_reached(result, limits, started, next_step="turn"):
             break
+        if context is not None:
+            done = context.fit(messages, model, result.turns)
+            if done is not None:
+                result.condensations += 1
+                if done.summary:
+                    result.tokens_in += done.summary["tokens_in"]
+                    result.tokens_out += done.summary["tokens_out"]
+                trace.event("condense", **done.to_event())
+                if on_condense is not None:
+                    on_condense(done.describe())
+            context.sent(messages)
         completion = model.complete(messages, tools)
+        if context is not None:
+            context.reported(completion.tokens_in)
         result.turns += 1
         result.tokens_in += completion.tokens_in
         result.tokens_out += completion.tokens_out
         result.llm_s += completion.http_s
         messages.append(completion.message)
+        extra: dict[str, Any] = {}
+        if completion.tokens_cached:
+            extra["tokens_cached"] = completion.tokens_cached
+        if completion.reasoning:
+            extra["reasoning"] = completion.reasoning
+            if "reasoning_content" in completion.message:
+                extra["reasoning_sent"] = completion.message["reasoning_content"]
         trace.event(
             "assistant",
             turn=result.turns,
@@ -108,6 +173,7 @@ def run_agent(
             tokens_out=completion.tokens_out,
             http_s=round(completion.http_s, 4),
             finish_reason=completion.finish_reason,
+            **extra,
         )
         cut = cut + 1 if completion.finish_reason == "length" else 0
         if not completion.tool_calls and cut:
@@ -139,6 +205,7 @@ def run_agent(
                 stopped = True
                 break
             t0 = time.monotonic()
+            trace.event("tool_start", turn=result.turns, id=call.id, name=call.name)
             outcome = execute_tool(ctx, call.name, call.arguments)
             result.tool_calls += 1
             result.command_s += outcome.command_s
@@ -158,15 +225,37 @@ def run_agent(
         if stopped:
             break
     result.wall_s = time.monotonic() - started
-    trace.event(
-        "agent_end",
-        stop_reason=result.stop_reason,
-        detail=result.detail,
-        turns=result.turns,
-        tool_calls=result.tool_calls,
-        wall_s=round(result.wall_s, 3),
-    )
+    trace.event("agent_end", **result.end_event())
     return result
+
+
+def _resume(
+    result: AgentResult, messages: list[dict[str, Any]], resume: Replayed, trace: Trace
+) -> None:
+    """Carry a replayed round's counts over, answer its lost calls, and tell the model."""
+    result.turns = resume.turns
+    result.tool_calls = resume.tool_calls
+    result.tokens_in = resume.tokens_in
+    result.tokens_out = resume.tokens_out
+    result.condensations = resume.condensations
+    result.parts = resume.parts + 1
+    for lost in resume.lost:
+        content = LOST_RUNNING if lost.started else LOST_NOT_RUN
+        messages.append({"role": "tool", "tool_call_id": lost.id, "content": content})
+        trace.event(
+            "tool_result",
+            turn=resume.turns,
+            id=lost.id,
+            name=lost.name,
+            is_error=True,
+            content=content,
+            lost="running" if lost.started else "not_run",
+        )
+        if lost.started:
+            result.tool_calls += 1
+    note = restart_note(resume)
+    messages.append({"role": "user", "content": note})
+    trace.event("message", role="user", content=note, restart=True)
 
 
 def _limit_reached(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hero.prompting import render
+from hero.prompting import load_template, render
 from hero.roles.repo import MAX_RULES_CHARS as MAX_RULES_CHARS
 from hero.roles.repo import repo_rules
 from hero.story import Story, VerifyTier
@@ -64,3 +65,12 @@ def build_messages(
         max_rounds=max_rounds,
     )
     return [{"role": "system", "content": system}, {"role": "user", "content": task}]
+
+
+def condense_prompt(home: Path | None) -> Callable[[str], str]:
+    """The prompt that asks the model for a summary of a round's older turns (the
+    ``worker_condense.md`` template, overridable per home); checked now, so that a broken
+    override fails the round before its first turn, not in the middle of it."""
+    template = load_template("worker_condense.md", home)
+    template.render(history="")
+    return lambda history: template.render(history=history)

@@ -7,9 +7,12 @@ outside ``runs/``.
 The traces are ``runs/<id>/round-N.jsonl``, or ``runs/plans/<plan>/<id>/round-N.jsonl``
 (see :mod:`hero.trace`). Each round gets a
 header, then one line per event with its time offset in the round: the prompts' first
-lines, the assistant's text, each tool call as ``name(args)``, each tool result's first
-lines (``[ERROR]`` when the tool failed), the checks, the reviewer's answer and the verdict.
-Long texts are cut with a note saying how much was left out. An event kind this module
+lines, the assistant's reasoning and text, each tool call as ``name(args)``, each tool
+result's first lines (``[ERROR]`` when the tool failed, ``[LOST]`` or ``[NOT RUN]`` when hero
+stopped), each condensation of the worker's history, the checks, the reviewer's answer and
+the verdict. A round resumed after hero was restarted says so. Long texts are cut with a
+note saying how much was left out; ``tool_start`` events are not shown (each is followed
+by its call's result). An event kind this module
 does not know is shown generically; a line that is not JSON is noted and skipped; a torn
 last line (a crash mid-write, or a line still being written) is skipped.
 
@@ -283,43 +286,86 @@ def format_event(event: dict[str, Any]) -> list[str]:
 
 def _round_start(e: dict[str, Any]) -> list[str]:
     parts = [f"round {e.get('round', '?')}"]
+    if e.get("resumed") and _count(e.get("part")):
+        parts.append(f"part {e['part']}")
     if e.get("run") is not None:
         parts.append(f"run {e['run']}")
     if e.get("branch"):
         parts.append(f"on {e['branch']}")
     if isinstance(e.get("ts"), int | float):
         parts.append("at " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts"])))
-    return _lines(e, "start", " ".join(parts))
+    # resumed: the round goes on after hero was restarted (see hero.agent.replay)
+    return _lines(e, "resumed" if e.get("resumed") else "start", " ".join(parts))
+
+
+def _resume_failed(e: dict[str, Any]) -> list[str]:
+    reason = _text(e.get("reason")).strip() or "no reason given"
+    text = f"the trace could not be replayed ({reason}): the round starts over"
+    return _lines(e, "resume", *_block(text, PROMPT_LINES, wrap=True))
 
 
 def _message(e: dict[str, Any]) -> list[str]:
     role = str(e.get("role") or "message")
     limit = TEXT_LINES if role == "assistant" else PROMPT_LINES
-    return _lines(e, role, *_block(_text(e.get("content")), limit, wrap=True))
+    label = "restart" if e.get("restart") else role  # the note telling the model hero restarted
+    return _lines(e, label, *_block(_text(e.get("content")), limit, wrap=True))
 
 
 def _assistant(e: dict[str, Any]) -> list[str]:
     out: list[str] = []
+    reasoning = _text(e.get("reasoning"))
+    if reasoning.strip():
+        out += _lines(e, "reasoning", *_block(reasoning, PROMPT_LINES, wrap=True))
+    said = False
     text = _text(e.get("content"))
     if text.strip():
-        out += _lines(e, "assistant", *_block(text, TEXT_LINES, wrap=True))
+        said = True
+        out += _lines(None if out else e, "assistant", *_block(text, TEXT_LINES, wrap=True))
     calls = e.get("tool_calls") or []
     for call in calls:
+        said = True
         if isinstance(call, dict):
             shown = f"{call.get('name', '?')}({_args(call.get('arguments'))})"
         else:
             shown = _one_line(call)
         out += _lines(None if out else e, "call", shown)
-    if not out:
-        out = _lines(e, "assistant", "(empty answer)")
+    cut_off = e.get("finish_reason") == "length"
+    if not said and not cut_off:
+        out += _lines(None if out else e, "assistant", "(empty answer)")
+    if cut_off:  # hero tells the model so and goes on: this was no final answer
+        note = "(reply cut off by the model's output limit: finish_reason length)"
+        out += _lines(None if out else e, "assistant" if not said else "", note)
+    cached = e.get("tokens_cached")
+    if _count(cached):
+        of = f" of {e['tokens_in']:,}" if _count(e.get("tokens_in")) else ""
+        out += _lines(None, "", f"({cached:,}{of} input tokens read from the prompt cache)")
     return out
+
+
+#: A result lost when hero stopped (``tool_result``'s ``lost``), said short: the message
+#: the model got in its place is in the trace, and long.
+_LOST = {
+    "running": "hero stopped while it ran: result unknown, not run again",
+    "not_run": "not run: hero stopped before it started",
+}
+
+
+def _tool_start(e: dict[str, Any]) -> list[str]:
+    # one per tool call, right before its tool_result: shown, it would double every tool
+    # line (a call that never got a result is shown by the resumed round's lost result)
+    return []
 
 
 def _tool_result(e: dict[str, Any]) -> list[str]:
     mark = "[ERROR] " if e.get("is_error") else ""
     took = e.get("duration_s")
     took = f" ({_seconds(took)})" if isinstance(took, int | float) and took >= 1 else ""
-    lines = _block(_text(e.get("content")), RESULT_LINES) or ["(no output)"]
+    lost = e.get("lost")
+    if lost:
+        mark = "[NOT RUN] " if lost == "not_run" else "[LOST] "
+        lines = [_LOST.get(str(lost)) or _one_line(lost)]
+    else:
+        lines = _block(_text(e.get("content")), RESULT_LINES) or ["(no output)"]
     lines[0] = f"{mark}{e.get('name', '?')}{took}: {lines[0]}"
     return _lines(e, "result", *lines)
 
@@ -329,9 +375,46 @@ def _agent_end(e: dict[str, Any]) -> list[str]:
         f"{e.get('stop_reason', '?')}: {e.get('turns', '?')} turns, "
         f"{e.get('tool_calls', '?')} tool calls"
     )
+    condensations, parts = _count(e.get("condensations")), _count(e.get("parts"))
+    if condensations:
+        line += f", {_plural(condensations, 'condensation')}"
+    if parts > 1:  # the round went on after hero was restarted
+        line += f", {parts} parts"
     if e.get("wall_s") is not None:
         line += f", {_seconds(e['wall_s'])}"
     return _lines(e, "worker", line, *_block(_text(e.get("detail")), PROMPT_LINES, wrap=True))
+
+
+def _condense(e: dict[str, Any]) -> list[str]:
+    """One condensation of the worker's history (see hero.agent.context)."""
+    summary = e.get("summary") if isinstance(e.get("summary"), dict) else None
+    done = []
+    elided = len(e["elided"]) if isinstance(e.get("elided"), list) else 0
+    if elided:
+        done.append(f"{_plural(elided, 'result')} elided")
+    if summary is not None:
+        first, last = _one_line(summary.get("first", "?")), _one_line(summary.get("last", "?"))
+        turns = f"turn {first}" if first == last else f"turns {first}-{last}"
+        done.append(f"{turns} summarized")
+    cut_results = len(e["cut"]) if isinstance(e.get("cut"), list) else 0
+    if cut_results:
+        done.append(f"{_plural(cut_results, 'result')} cut")
+    lines = [f"at turn {_one_line(e.get('turn', '?'))}: {', '.join(done) or 'nothing changed'}"]
+    before, after = e.get("tokens_before"), e.get("tokens_after")
+    if _count(before) or _count(after):
+        tokens = f"~{_count(before):,} -> ~{_count(after):,} tokens"
+        if len(lines[0]) + 2 + len(tokens) <= WIDTH - _PREFIX:
+            lines[0] += f"; {tokens}"
+        else:  # on a line of its own rather than cut or wrapped in its middle
+            lines.append(tokens)
+    if summary is not None:
+        content = _text(summary.get("content"))
+        # the summary's first line repeats what the line above says
+        head, _, rest = content.partition("\n")
+        if head.startswith("[summary by hero"):
+            content = rest
+        lines += _block(content, PROMPT_LINES, wrap=True)
+    return _lines(e, "condensed", *lines)
 
 
 def _verify(e: dict[str, Any]) -> list[str]:
@@ -406,9 +489,12 @@ def _generic(e: dict[str, Any]) -> list[str]:
 
 _FORMATTERS = {
     "round_start": _round_start,
+    "resume_failed": _resume_failed,
     "message": _message,
     "assistant": _assistant,
+    "tool_start": _tool_start,
     "tool_result": _tool_result,
+    "condense": _condense,
     "agent_end": _agent_end,
     "verify": _verify,
     "review_request": _review_request,
@@ -441,6 +527,15 @@ def _offset(t: Any) -> str:
         return f"+{int(t // 60):02d}:{t % 60:04.1f}"
     s = int(t)
     return f"+{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _count(value: Any) -> int:
+    """``value`` when it is a count (an int >= 0, not a bool), else 0."""
+    return max(value, 0) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _seconds(value: Any) -> str:

@@ -1,0 +1,255 @@
+"""Resume a round mid-conversation: rebuild the worker's history from the round's trace.
+
+The trace holds every message of the round as it entered the history (the first
+messages, each assistant message, each tool result, each condensation), so replaying it
+gives the exact history the next request would have carried, byte for byte (which also
+keeps the provider's prompt cache warm).
+
+A round's trace may hold several attempts: a ``round_start`` event opens one, and a
+``round_start`` with ``resumed: true`` continues it. Only the last attempt of the current
+run record counts (``round_start`` carries the record's ``base`` and ``started``); an
+older one (a fresh start after an error, say) is ignored.
+
+A torn or odd trace is never guessed at: :class:`Unreplayable` says why, and the round
+starts over.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hero.agent.context import apply_condense
+
+#: What the model is told in place of a result that was lost when hero stopped.
+LOST_RUNNING = (
+    "[hero: this result was lost: hero was stopped while this call ran, so whether it "
+    "finished, and what it did, is unknown. Check the worktree before running it again.]"
+)
+LOST_NOT_RUN = "[hero: this call was not run: hero was stopped before it started.]"
+
+
+class Unreplayable(Exception):
+    """The round's trace cannot be replayed (torn, unreadable or inconsistent)."""
+
+
+@dataclass(frozen=True)
+class LostCall:
+    id: str
+    name: str
+    started: bool  # it was running when hero stopped (not merely asked for)
+
+
+@dataclass
+class Replayed:
+    """A round's worker conversation as its trace left it."""
+
+    messages: list[dict[str, Any]]
+    head: int  # the first messages (system prompt, task)
+    parts: int  # attempts so far (1: the round was never resumed)
+    turns: int = 0
+    tool_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    wall_s: float = 0.0
+    condensations: int = 0
+    lost: list[LostCall] = field(default_factory=list)
+    ended: dict[str, Any] | None = None  # the agent_end event, when the worker had ended
+    final: str | None = None  # the worker's last answer, when it had given it
+
+    @property
+    def done(self) -> bool:
+        """The worker's part of the round was over: only the checks remain."""
+        return self.ended is not None or self.final is not None
+
+
+def round_start_fields(base_sha: str, started_at: float | None) -> dict[str, Any]:
+    """What ties a round's trace to its run record (see :func:`replay_round`)."""
+    return {"base": base_sha, "started": started_at}
+
+
+def replay_round(path: Path, *, base_sha: str, started_at: float | None) -> Replayed | None:
+    """The conversation of the round whose trace is ``path``, for the run record whose
+    base is ``base_sha`` and which started at ``started_at``; None when there is nothing
+    to resume (no trace, no attempt of this record, or no model answer yet). Raises
+    Unreplayable when the trace cannot be trusted."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Unreplayable(f"cannot read {path.name}: {exc.strerror or exc}") from exc
+    events: list[dict[str, Any] | int] = []  # an int: the number of a line that is no event
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            events.append(number)
+            continue
+        events.append(event if isinstance(event, dict) else number)
+    start = _last_start(events)
+    if start is None:
+        return None
+    opening = events[start]
+    assert isinstance(opening, dict)
+    if opening.get("base") != base_sha or opening.get("started") != started_at:
+        return None  # an attempt of an earlier run record
+    segment = events[start:]
+    bad = [e for e in segment if isinstance(e, int)]
+    if bad:
+        return _raise(f"line {bad[0]} of {path.name} is torn or not JSON")
+    replayed = _walk([e for e in segment if isinstance(e, dict)], path.name)
+    if replayed.turns == 0 and replayed.ended is None:
+        return None  # no answer yet: starting over loses nothing
+    return replayed
+
+
+def _last_start(events: list[dict[str, Any] | int]) -> int | None:
+    for i in range(len(events) - 1, -1, -1):
+        e = events[i]
+        if isinstance(e, dict) and e.get("event") == "round_start" and not e.get("resumed"):
+            return i
+    return None
+
+
+def _raise(why: str) -> Replayed:
+    raise Unreplayable(why)
+
+
+def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
+    out = Replayed(messages=[], head=0, parts=0)
+    messages = out.messages
+    pending: dict[str, str] = {}  # the last assistant message's calls without a result
+    started: set[str] = set()
+    part_start: float | None = None
+    last_ts: float | None = None
+    last_finish = ""
+    for e in events:
+        kind = e.get("event")
+        ts = e.get("ts")
+        if kind == "round_start":
+            if part_start is not None and last_ts is not None:
+                out.wall_s += max(0.0, last_ts - part_start)
+            out.parts += 1
+            part_start = ts if isinstance(ts, int | float) else None
+            last_ts = part_start
+            continue
+        if isinstance(ts, int | float) and out.ended is None:
+            last_ts = ts
+        if kind == "message":
+            if pending:
+                _raise(f"{name}: a message between a tool call and its result")
+            messages.append({"role": _text(e, "role"), "content": e.get("content")})
+            if out.turns == 0:
+                out.head = len(messages)
+        elif kind == "assistant":
+            if pending:
+                _raise(f"{name}: an answer while tool calls had no result")
+            message, calls = _assistant(e)
+            messages.append(message)
+            pending = calls
+            started = set()
+            out.turns += 1
+            out.tokens_in += _int(e.get("tokens_in"))
+            out.tokens_out += _int(e.get("tokens_out"))
+            last_finish = str(e.get("finish_reason") or "")
+        elif kind == "tool_start":
+            started.add(str(e.get("id")))
+        elif kind == "tool_result":
+            call_id = str(e.get("id"))
+            if call_id not in pending:
+                _raise(f"{name}: a tool result for a call that was not asked for ({call_id})")
+            del pending[call_id]
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": e.get("content")})
+            if e.get("lost") != "not_run":
+                out.tool_calls += 1
+        elif kind == "condense":
+            apply_condense(messages, e)
+            out.condensations += 1
+            summary = e.get("summary")
+            if isinstance(summary, dict):
+                out.tokens_in += _int(summary.get("tokens_in"))
+                out.tokens_out += _int(summary.get("tokens_out"))
+        elif kind == "agent_end":
+            out.ended = e
+            break
+    if part_start is not None and last_ts is not None:
+        out.wall_s += max(0.0, last_ts - part_start)
+    if out.ended is not None:
+        out.wall_s = float(out.ended.get("wall_s") or out.wall_s)
+    out.lost = [LostCall(i, n, i in started) for i, n in pending.items()]
+    last = messages[-1] if messages else None
+    if (
+        out.ended is None
+        and last is not None
+        and last.get("role") == "assistant"
+        and not last.get("tool_calls")
+        and last_finish != "length"
+    ):
+        out.final = str(last.get("content") or "")
+    if out.ended is not None and out.ended.get("stop_reason") == "done":
+        out.final = next(
+            (str(m.get("content") or "") for m in reversed(messages) if m["role"] == "assistant"),
+            "",
+        )
+    return out
+
+
+def _assistant(e: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The assistant message as it entered the history (the same keys in the same order
+    as ``hero.llm`` builds it), and its calls by id."""
+    message: dict[str, Any] = {"role": "assistant", "content": e.get("content") or ""}
+    calls: dict[str, str] = {}
+    wire = []
+    for call in e.get("tool_calls") or ():
+        if not isinstance(call, dict):
+            raise Unreplayable("a malformed tool call in the trace")
+        call_id, name = str(call.get("id")), str(call.get("name"))
+        wire.append(
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": str(call.get("arguments", ""))},
+            }
+        )
+        calls[call_id] = name
+    if wire:
+        message["tool_calls"] = wire
+    if isinstance(e.get("reasoning_sent"), str):
+        message["reasoning_content"] = e["reasoning_sent"]
+    return message, calls
+
+
+def _text(e: dict[str, Any], key: str) -> str:
+    value = e.get(key)
+    if not isinstance(value, str):
+        raise Unreplayable(f"an event without its {key}")
+    return value
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def restart_note(replayed: Replayed) -> str:
+    """The one message that tells the model hero was restarted mid-round."""
+    lost = [c for c in replayed.lost if c.started]
+    if lost:
+        what = (
+            f"The result of your last tool call ({', '.join(c.name for c in lost)}) was lost: "
+            "it was running when hero stopped, and whether it finished is unknown."
+        )
+    elif replayed.lost:
+        what = "Your last tool calls were not run; run them again if you still need them."
+    else:
+        what = "Your last request got no answer; go on from here."
+    return (
+        "hero was restarted (a crash, a reboot or a stop) in the middle of this round, and "
+        f"this conversation goes on where it stopped. {what} The worktree is as the stop "
+        "left it, and hero may have committed work left uncommitted: check it (git status, "
+        "git log, the files you were changing) before going on. Do not start over."
+    )
