@@ -74,6 +74,8 @@ from hero.story import Story, VerifyTier, append_feedback, parse_story
 from hero.trace import Trace
 
 Progress = Callable[[str], None]
+#: During the worker's turn the run record (and its usage) is saved at most this often.
+USAGE_SAVE_S = 1.0
 
 
 def run_story(
@@ -132,6 +134,7 @@ class StoryRun:
         self.state = RunState(id=story.id, plan=story.plan)
         self._usage_base: dict[str, Any] = {}
         self._save_lock = threading.Lock()
+        self._saved_at = 0.0  # time.monotonic() of the last save
         self._frozen = False
         # where the worker's and the checks' commands run; set by _prepare_worktree
         self.worker_sandbox: Sandbox | None = None
@@ -555,6 +558,7 @@ class StoryRun:
                 context=context,
                 resume=replayed,
                 on_condense=lambda what: self.say(f"{self.key}: {what}"),
+                on_turn=self._turn_done,
             )
         except BaseException:
             try:
@@ -566,6 +570,13 @@ class StoryRun:
             for line in guard.problems:
                 self.say(f"{self.key}: {line}")
             raise
+
+    def _turn_done(self, _result: AgentResult) -> None:
+        """Save the record (its usage) now and then during a long worker turn: a run killed
+        with SIGKILL then leaves its spend on record for the budgets, give or take the
+        last ``USAGE_SAVE_S`` seconds of it."""
+        if time.monotonic() - self._saved_at >= USAGE_SAVE_S:
+            self._save()
 
     def _rescue_round(self, n: int, result: AgentResult, guard: Guard) -> list[str]:
         """Commit what the worker left, put the worktree back on the branch, and undo what
@@ -811,6 +822,7 @@ class StoryRun:
                 return
             self.state.usage = usage
             save_state(self.home, self.state, self.redactor)
+            self._saved_at = time.monotonic()
 
     def _recover_branch(self, old: RunState) -> bool:
         """Recreate a deleted story branch from the run record (see ``recover_branch``):

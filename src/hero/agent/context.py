@@ -185,11 +185,19 @@ class Context:
         self._sent = self._total + self._tools
         self.largest = max(self.largest, self._scaled(self._sent))
 
-    def reported(self, prompt_tokens: int) -> None:
-        """The provider counted the last request at ``prompt_tokens``."""
-        if prompt_tokens > 0 and self._sent > 0:
+    def reported(self, prompt_tokens: int, estimated: int | None = None) -> None:
+        """The provider counted the last request (``estimated`` raw, else the one
+        :meth:`sent` saw) at ``prompt_tokens``."""
+        estimated = self._sent if estimated is None else estimated
+        if prompt_tokens > 0 and estimated > 0:
             low, high = RATIO_BOUNDS
-            self._ratio = min(high, max(low, prompt_tokens / self._sent))
+            self._ratio = min(high, max(low, prompt_tokens / estimated))
+
+    @property
+    def last_sent(self) -> int:
+        """The raw estimate of the last request sent (for the trace: a resumed round
+        scales its estimate as the live one did, see :meth:`reported`)."""
+        return self._sent
 
     def _scaled(self, raw: int) -> int:
         return int(raw * self._ratio) + 1

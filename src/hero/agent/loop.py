@@ -130,6 +130,8 @@ def run_agent(
     else:
         _resume(result, messages, resume, trace)
         started -= resume.wall_s
+        if context is not None and resume.calibration is not None:
+            context.reported(*resume.calibration)  # scale estimates as the live round did
     while True:
         if ctx.cancel is not None and ctx.cancel.is_set():
             raise Interrupted("stopped between worker turns")
@@ -155,6 +157,8 @@ def run_agent(
         result.llm_s += completion.http_s
         messages.append(completion.message)
         extra: dict[str, Any] = {}
+        if context is not None:
+            extra["estimate"] = context.last_sent  # what the provider's count calibrates
         if completion.tokens_cached:
             extra["tokens_cached"] = completion.tokens_cached
         if completion.reasoning:

@@ -57,6 +57,9 @@ class Replayed:
     condensations: int = 0
     lost: list[LostCall] = field(default_factory=list)
     ended: dict[str, Any] | None = None  # the agent_end event, when the worker had ended
+    #: (prompt tokens the provider counted, hero's raw estimate) of the last request
+    #: both are known for: the resumed round scales its estimates as the live one did
+    calibration: tuple[int, int] | None = None
     final: str | None = None  # the worker's last answer, when it had given it
 
     @property
@@ -143,7 +146,10 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
         if kind == "message":
             if pending:
                 _raise(f"{name}: a message between a tool call and its result")
-            messages.append({"role": _text(e, "role"), "content": e.get("content")})
+            role = _text(e, "role")
+            if role not in ("system", "user") or (role == "system" and messages):
+                _raise(f"{name}: a {role!r} message where hero writes none")
+            messages.append({"role": role, "content": e.get("content")})
             if out.turns == 0:
                 out.head = len(messages)
         elif kind == "assistant":
@@ -157,6 +163,8 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             out.tokens_in += _int(e.get("tokens_in"))
             out.tokens_out += _int(e.get("tokens_out"))
             last_finish = str(e.get("finish_reason") or "")
+            if _int(e.get("tokens_in")) > 0 and _int(e.get("estimate")) > 0:
+                out.calibration = (_int(e.get("tokens_in")), _int(e.get("estimate")))
         elif kind == "tool_start":
             started.add(str(e.get("id")))
         elif kind == "tool_result":
