@@ -10,6 +10,7 @@ once per module; each test reads what the server received and what the trace hol
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -573,6 +574,50 @@ def test_a_task_larger_than_the_window_is_a_context_overflow(
     assert "context window (4000)" in message and "output reserve (1000)" in message
     assert "larger context_window" in message  # what to do about it
     assert model.requests == []
+
+
+def test_a_runaway_summary_is_cut_and_the_round_goes_on(scripted: Start, tmp_path: Path) -> None:
+    """A model that answers the summary request with far more than it was given cannot
+    push the history over the window: the summary is cut to a quarter of the trigger."""
+    for i in range(3):
+        (tmp_path / f"f{i}.txt").write_text(file_text(i))
+    turns = 40
+    asked = itertools.count(1)  # the worker's requests (the summary's are not counted)
+
+    def handler(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return text("S" * 200_000)
+        k = next(asked)
+        if k >= turns:
+            return text("done")
+        return Reply(tool_calls=(ToolCall("read_file", {"path": f"f{k % 3}.txt"}, id=f"t{k}"),))
+
+    model = scripted(handler)
+    window = Window(window=16_000, reserve=2000, keep_turns=2)
+    context = Context(window, tool_schemas())
+    messages = [
+        {"role": "system", "content": "You are a worker."},
+        {"role": "user", "content": "Read the files."},
+    ]
+    with Trace(tmp_path / "t.jsonl") as trace:
+        result = run_agent(
+            client_for(model),
+            messages,
+            ToolContext(root=tmp_path, env=child_env()),
+            WorkerLimits(max_turns=turns + 5, max_tool_calls=turns + 5, loop_repeats=100),
+            trace,
+            context=context,
+        )
+    assert result.stop_reason == "done" and result.turns == turns
+    assert context.summaries >= 1
+    summaries = [m for m in messages if str(m["content"]).startswith("[summary by hero")]
+    assert len(summaries) == 1
+    assert "characters of summary cut by hero" in summaries[0]["content"]
+    assert len(summaries[0]["content"]) < window.trigger * 3 // 4 + 200
+    limit = window.limit
+    for request in model.requests:
+        body = request.body
+        assert sum(estimate_message(m) for m in body["messages"]) < limit
 
 
 def test_hero_run_ends_in_error_when_the_task_passes_the_window(

@@ -317,6 +317,9 @@ class Context:
         tokens = (completion.tokens_in, completion.tokens_out)
         if not text:  # an empty answer: a plain digest of what was done keeps the essentials
             text = digest(messages[at : at + count])
+        most = self.window.trigger * CHARS_PER_TOKEN // 4  # a summary is no new history
+        if len(text) > most:
+            text = text[:most] + f"\n[... {len(text) - most} characters of summary cut by hero]"
         content = SUMMARY_HEAD.format(first=first, last=last) + "\n\n" + text
         apply_summary(messages, at, count, content)
         self.summaries += 1
