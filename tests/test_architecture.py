@@ -21,8 +21,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.cli", "hero.__main__"),  # 1  entry points: arguments, exit codes
     ("hero.app", "hero.demo", "hero.scaffold", "hero.planning"),  # 2  commands a user runs
     ("hero.views.*",),  # 3  what `hero status` / `hero logs` show
-    # 4  scheduling, the inbox watcher; the GitHub watcher (a service beside it, with its logs)
-    ("hero.daemon.*", "hero.github.watch"),
+    # 4  scheduling, the inbox watcher; the GitHub watcher (a service beside it, with its logs);
+    #    the Celery engine (stories sent to `hero worker` processes, which run the pipeline)
+    ("hero.daemon.*", "hero.github.watch", "hero.engine.*"),
     ("hero.pipeline",),  # 5  the round loop for one story
     ("hero.roles.*",),  # 6  worker, verifier, reviewer: one job each
     ("hero.agent.*",),  # 7  the tool-calling loop and its tools

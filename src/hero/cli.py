@@ -187,11 +187,37 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="log format (default: console on a terminal, else json)",
     )
+
+    worker = sub.add_parser(
+        "worker",
+        parents=[home],
+        help="run stories a coordinator sends (engine: celery), as a Celery worker",
+        description="A Celery worker that runs the stories `hero watch` sends with engine: "
+        "celery in config/roles.yaml. It keeps a clone of target_remote and a home of its own "
+        "in --workdir, and pushes each story's branch to the remote. SIGTERM stops it: the "
+        "stories it runs are recorded as interrupted and sent to another worker. Arguments "
+        "after `--` go to `celery worker` as they are.",
+    )
+    worker.add_argument(
+        "--workdir", metavar="DIR", help="where the clone and the runs live (default HOME/worker)"
+    )
+    worker.add_argument(
+        "--concurrency", "-c", type=int, default=1, metavar="N", help="stories at once (default 1)"
+    )
+    worker.add_argument(
+        "--queues", "-Q", metavar="Q1,Q2", help="queues to take stories from (default engine_queue)"
+    )
+    worker.add_argument(
+        "--hostname", "-n", metavar="NAME", help="the worker's name (celery's -n; default: host)"
+    )
+    worker.add_argument("--loglevel", "-l", default="INFO", help="celery's log level (INFO)")
+    worker.add_argument("celery_args", nargs="*", help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -214,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
 
             fmt = {"auto": None, "console": False, "json": True}[args.log_format]
             return watch(_home(args), exit_when_idle=args.exit_when_idle, json_logs=fmt)
+        if args.command == "worker":
+            from hero.engine.cli import cmd_worker
+
+            return cmd_worker(args, _home(args))
         if args.command == "plan":
             from hero.planning import cmd_plan
 

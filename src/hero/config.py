@@ -58,7 +58,7 @@ PROVIDER_KEYS = (
 #: The request fields a role's output cap may be sent as (OpenAI's reasoning models
 #: refuse ``max_tokens``).
 OUTPUT_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
-LOCAL_KEYS = ("keys", "github_token")
+LOCAL_KEYS = ("keys", "github_token", "broker_url", "state_url")
 KNOB_KEYS = (
     "target_repo",
     "target_base_ref",
@@ -96,7 +96,16 @@ KNOB_KEYS = (
     "context_keep_turns",
     "context_window_default",
     "output_reserve_default",
+    # many machines (issue 12): see EngineSettings
+    "engine",
+    "broker_url",
+    "state_url",
+    "target_remote",
+    "lease_s",
+    "engine_queue",
+    "broker_visibility_timeout_s",
 )
+ENGINES = ("local", "celery")
 ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
 GITHUB_KEYS = (
     "repo",
@@ -254,6 +263,34 @@ class ContextSettings:
 
 
 @dataclass(frozen=True)
+class EngineSettings:
+    """Where stories run (roles.yaml): in this process's threads (``local``), or on
+    ``hero worker`` processes through Celery (``celery``, see hero.engine)."""
+
+    kind: str = "local"
+    broker_url: str = field(default="", repr=False)
+    """Celery's broker (and result backend): env HERO_BROKER_URL, else config.local.yaml's
+    broker_url, else roles.yaml's (which may not hold a password)."""
+    state_url: str = field(default="", repr=False)
+    """The Redis that holds hero's leases and the mirrored records: env HERO_STATE_URL, else
+    config.local.yaml's, else roles.yaml's, else broker_url when that is a Redis URL."""
+    target_remote: str = ""
+    """A git URL every worker can reach: workers clone it and push story branches to it."""
+    lease_s: float = 30.0
+    """A running story's lease: renewed every third of it; a dead worker's story is sent
+    again once it has expired for as long again."""
+    queue: str = "hero"
+    """engine_queue: the Celery queue, and the prefix of hero's keys in Redis."""
+    visibility_timeout_s: float = 43200.0
+    """broker_visibility_timeout_s: Redis's redelivery of a task taken but not acknowledged.
+    hero acknowledges a story when a worker starts it, so it never applies to a running one."""
+
+    @property
+    def remote(self) -> bool:
+        return self.kind == "celery"
+
+
+@dataclass(frozen=True)
 class GitHubLabels:
     """The labels hero puts on an issue while and after its story runs."""
 
@@ -308,6 +345,7 @@ class Config:
     safety: Safety = Safety()
     budgets: Budgets = Budgets()
     context: ContextSettings = ContextSettings()
+    engine: EngineSettings = EngineSettings()
     github: GitHubSettings | None = None
     """The ``github:`` block of roles.yaml; None when there is none."""
     github_token: str | None = field(default=None, repr=False)
@@ -479,6 +517,8 @@ def _load(
         reserve_default=r.integer("output_reserve_default", 4096, minimum=256),
     )
 
+    engine = _engine(r, home, env, secrets)
+
     loaded: dict[str, RoleConfig] = {}
     for name in wanted:
         block = role_blocks[name]
@@ -509,6 +549,7 @@ def _load(
             round_wall_s=r.optional_number("max_round_wall_s"),
         ),
         context=context,
+        engine=engine,
         github=github,
         github_token=github_token,
         github_api_url=github_api_url,
@@ -538,6 +579,83 @@ def _safety(r: _Reader) -> Safety:
         allow_commands=_rules(r, "allow_commands"),
         deny_commands=_rules(r, "deny_commands"),
     )
+
+
+def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) -> EngineSettings:
+    """The engine settings; the URLs' passwords join ``secrets``."""
+    kind = r.data.get("engine")
+    if kind is None:
+        kind = "local"
+    if kind not in ENGINES:
+        hint = did_you_mean(str(kind), ENGINES) if isinstance(kind, str) else ""
+        raise r._error(
+            "engine", f"expected one of {', '.join(ENGINES)}{hint}; found {describe(kind)}"
+        )
+    local = _read_mapping(home, LOCAL_FILE, secret=True) if (home / LOCAL_FILE).exists() else {}
+    urls: dict[str, str] = {}
+    for key, env_name in (("broker_url", "HERO_BROKER_URL"), ("state_url", "HERO_STATE_URL")):
+        in_roles = r.string(key)
+        if in_roles and _url_password(in_roles):
+            raise r._error(
+                key,
+                f"holds a password; put the URL in {LOCAL_FILE} (`{key}: ...`) or in the "
+                f"environment ({env_name}) instead, so that roles.yaml holds no secret",
+            )
+        value = local.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(LOCAL_FILE, key, f"expected a URL string; found {type_name(value)}")
+        chosen = (env.get(env_name) or "").strip() or (value or "").strip() or in_roles or ""
+        if chosen and not re.match(r"^[a-z][a-z0-9+.-]*://", chosen):
+            raise ConfigError(ROLES_FILE, key, "expected a URL like redis://host:6379/0")
+        password = _url_password(chosen)
+        if password:
+            secrets.append(password)
+        urls[key] = chosen
+    broker = urls["broker_url"]
+    state = urls["state_url"] or (broker if broker.startswith(("redis://", "rediss://")) else "")
+    queue = r.string("engine_queue") or "hero"
+    if not _NAME_RE.match(queue):
+        raise r._error(
+            "engine_queue", f"expected letters, digits, '.', '_' or '-'; found {queue!r}"
+        )
+    settings = EngineSettings(
+        kind=kind,
+        broker_url=broker,
+        state_url=state,
+        target_remote=r.string("target_remote") or "",
+        lease_s=r.number("lease_s", 30.0),
+        queue=queue,
+        visibility_timeout_s=r.number("broker_visibility_timeout_s", 43200.0),
+    )
+    if settings.remote:
+        if not broker:
+            raise r._error(
+                "broker_url",
+                "required with engine: celery; expected a URL like redis://host:6379/0 (here, in "
+                f"{LOCAL_FILE} or in HERO_BROKER_URL)",
+            )
+        if not state.startswith(("redis://", "rediss://", "unix://")):
+            raise r._error(
+                "state_url",
+                "required with engine: celery when broker_url is not a Redis URL; expected "
+                "redis://host:6379/0 (hero keeps its leases and records there)",
+            )
+        if not settings.target_remote:
+            raise r._error(
+                "target_remote",
+                "required with engine: celery; expected a git URL every worker can reach "
+                "(a bare repository on a shared path, ssh://..., https://...)",
+            )
+    return settings
+
+
+def _url_password(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password or ""
+    except ValueError:
+        return ""
 
 
 def _rules(r: _Reader, key: str) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hero.agent.loop import Model
 from hero.config import Config
@@ -40,7 +40,7 @@ from hero.names import StoryRef
 from hero.pipeline import StoryRun, finish_done_move
 from hero.redact import Redactor
 from hero.runner import kill_marked
-from hero.state import StateError, Status, file_digest, load_state, state_dir
+from hero.state import RunState, StateError, Status, file_digest, load_state, state_dir
 from hero.story import MAX_STORY_BYTES, Story, StoryError, parse_story
 
 #: Seconds a clean stop waits for running stories before recording them as interrupted.
@@ -54,11 +54,19 @@ STARTUP_HOLD_SETTLES = 3
 ModelFactory = Callable[[threading.Event], tuple[Model, Model]]
 
 
+class _Run(Protocol):
+    """A story's run: ``pipeline.StoryRun`` here, or ``engine.remote.RemoteRun`` on a worker."""
+
+    def run(self) -> RunState: ...
+
+    def force_interrupted(self) -> None: ...
+
+
 @dataclass
 class _Running:
     story: Story
     path: Path
-    run: StoryRun
+    run: _Run
     cancel: threading.Event
     thread: threading.Thread
     started: float = field(default_factory=time.monotonic)
@@ -100,6 +108,7 @@ class Dispatcher:
         self._digests_lock = threading.Lock()
         self._said: dict[Path, str] = {}  # what was last logged of a story kept waiting
         self._plans_lock = threading.Lock()  # one thread finishes a plan at a time
+        self._engine: tuple[Any, Any] | None = None  # (store, celery app) with engine: celery
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -387,21 +396,25 @@ class Dispatcher:
             if not path.exists():
                 return
             cancel = threading.Event()
-            worker, reviewer = self.make_models(cancel)
             log = self.log.bind(story=story.ref.key)
+            run: _Run
+            if self.config.engine.remote:
+                run = self._remote_run(story, path, log, cancel)
+            else:
+                worker, reviewer = self.make_models(cancel)
 
-            def progress(msg: str, log: Any = log) -> None:
-                log.info(msg)
+                def progress(msg: str, log: Any = log) -> None:
+                    log.info(msg)
 
-            run = StoryRun(
-                story,
-                self.config,
-                worker,
-                reviewer,
-                self.repo,
-                progress=progress,
-                cancel=cancel,
-            )
+                run = StoryRun(
+                    story,
+                    self.config,
+                    worker,
+                    reviewer,
+                    self.repo,
+                    progress=progress,
+                    cancel=cancel,
+                )
             key = story.ref.key
             thread = threading.Thread(
                 target=self._run_one, args=(key,), name=f"story-{key}", daemon=True
@@ -409,6 +422,19 @@ class Dispatcher:
             self._running[key] = _Running(story, path, run, cancel, thread)
         log.info("started", file=path.name)
         thread.start()
+
+    def _remote_run(self, story: Story, path: Path, log: Any, cancel: threading.Event) -> _Run:
+        """The story sent to a ``hero worker`` (engine: celery) and watched from here."""
+        from hero.engine.remote import RemoteRun
+
+        if self._engine is None:
+            from hero.engine.app import make_app
+            from hero.engine.store import Store
+
+            engine = self.config.engine
+            self._engine = (Store(engine.state_url, engine.queue, engine.lease_s), make_app(engine))
+        store, app = self._engine
+        return RemoteRun(story, path, self.config, store, app, self.repo, log, cancel)
 
     def _run_one(self, story_id: str) -> None:
         running = self._running[story_id]

@@ -37,7 +37,6 @@ people (:func:`_defang`).
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,9 +46,8 @@ from typing import Any
 from hero.config import Config, GitHubSettings
 from hero.fsio import atomic_write
 from hero.github.api import GitHub, GitHubError
-from hero.gitops import GitError, git
+from hero.gitops import GitError, git, push_env
 from hero.redact import Redactor
-from hero.runner import PUSH_REFUSED_URL
 from hero.state import RunState, StateError, Status, load_state, state_dir
 from hero.story import StoryError, parse_story
 from hero.yamlio import ValueProblem, read_file
@@ -320,37 +318,7 @@ def _push(issue: _Issue, repo: Path, remote: str) -> None:
     )
 
 
-def _push_env(repo: Path, remote: str) -> dict[str, str]:
-    """What lets hero's own push through the refusal every git hero starts carries.
-
-    ``runner.child_env`` gives every child, hero's own git included, a ``pushInsteadOf``
-    that turns every push URL into one that fails (``PUSH_REFUSED_URL``): the worker must
-    not push. That rewrite applies to push URLs derived from ``remote.<name>.url``, never
-    to an explicit ``remote.<name>.pushurl``. So for this one push the remote's own URLs
-    (``insteadOf`` applied, as git would push to them) are given as its push URLs, through
-    ``GIT_CONFIG_*`` (not ``-c``: a URL may hold a credential, and a command line is seen
-    by every user of the machine). A remote with push URLs of its own, or one that a rule
-    of the user's ``pushInsteadOf`` already sends elsewhere, is pushed to as it is.
-    """
-    pushes = git(repo, "remote", "get-url", "--push", "--all", remote).splitlines()
-    if not any(url.startswith(PUSH_REFUSED_URL) for url in pushes):
-        return {}
-    fetches = git(repo, "remote", "get-url", "--all", remote).splitlines()
-    if len(fetches) != len(pushes):
-        raise GitError(f"remote {remote!r} of {repo}: its push URLs do not match its URLs")
-    urls = [
-        f if p.startswith(PUSH_REFUSED_URL) else p for p, f in zip(pushes, fetches, strict=True)
-    ]
-    try:  # after the GIT_CONFIG_* entries hero's git inherits (see gitops.git_env)
-        n = max(0, int(os.environ.get("GIT_CONFIG_COUNT", "0")))
-    except ValueError:
-        n = 0
-    env: dict[str, str] = {}
-    for i, url in enumerate(urls, start=n):
-        env[f"GIT_CONFIG_KEY_{i}"] = f"remote.{remote}.pushurl"
-        env[f"GIT_CONFIG_VALUE_{i}"] = url
-    env["GIT_CONFIG_COUNT"] = str(n + len(urls))
-    return env
+_push_env = push_env  # the name this module's tests know
 
 
 def _base_branch(gh: GitHub, config: Config, settings: GitHubSettings) -> str:

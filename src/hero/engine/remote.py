@@ -1,0 +1,306 @@
+"""The coordinator's side of one story on the Celery engine: send it, mirror what the
+worker publishes into this home, send it again when it is lost.
+
+:class:`RemoteRun` stands where ``pipeline.StoryRun`` stands with the local engine (the
+dispatcher runs either in a thread): ``run()`` returns the story's record once it has
+ended, and until then the coordinator's home holds, as with the local engine, the story's
+record (``runs/state``), traces and verify logs (``runs/<id>/``), its file with the
+feedback hero appends, and the progress lines in the log. ``hero status`` and
+``hero logs -f`` read them as they always do.
+
+A story is lost when, for ``2 x lease_s``, it has no lease (no worker runs it), no pending
+mark (it waits in no queue) and no end for the dispatch that sent it: a worker killed with
+``kill -9``, a machine gone, a broker restarted without its data. It is then sent again,
+with the record and current trace as mirrored here, and resumes from its last saved step
+on whichever worker takes it. A coordinator that restarts finds the story's lease or
+pending mark and waits for that dispatch rather than sending a second one.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hero import __version__
+from hero.config import Config
+from hero.engine.store import Store
+from hero.errors import Interrupted
+from hero.fsio import atomic_write
+from hero.gitops import GitError, TargetRepo, git
+from hero.pipeline import done_path_for, move_story_file
+from hero.state import TERMINAL, RunState, StateError, Status, load_state, save_state
+from hero.story import Story
+
+#: How often the coordinator looks at a running story in Redis.
+POLL_S = 0.2
+
+
+class RemoteRun:
+    """One story, run by some ``hero worker``, watched from here."""
+
+    def __init__(
+        self,
+        story: Story,
+        path: Path,
+        config: Config,
+        store: Store,
+        app: Any,
+        repo: TargetRepo,
+        log: Any,
+        cancel: threading.Event,
+    ) -> None:
+        self.story = story
+        self.path = path  # the story file in this home's inbox
+        self.config = config
+        self.home = config.home
+        self.store = store
+        self.app = app
+        self.repo = repo
+        self.log = log
+        self.cancel = cancel
+        self.ref = story.ref
+        self.key = self.ref.key
+        self.dispatch = ""
+        self._state_text: str | None = None
+        self._story_text: str | None = None
+        self._log_index = 0
+        self._lost_since: float | None = None
+
+    # -- the StoryRun interface ------------------------------------------------------------
+
+    def force_interrupted(self) -> None:
+        """Nothing to record here: the story runs on, on its worker, and this home picks
+        it up again when the coordinator restarts."""
+
+    def run(self) -> RunState:
+        self._adopt_or_send()
+        return self._wait()
+
+    def _wait(self) -> RunState:
+        """Mirror the dispatch sent until it ends; send it again if it is lost."""
+        grace = 2 * self.config.engine.lease_s
+        while True:
+            if self.cancel.wait(POLL_S):
+                raise Interrupted("the coordinator stopped; the story runs on its worker")
+            try:
+                self._mirror()
+                done = self.store.done(self.key)
+                if done.get("dispatch") == self.dispatch and done.get("status"):
+                    return self._ended(done)
+                if self._lost():
+                    self._lost_since = self._lost_since or time.monotonic()
+                    if time.monotonic() - self._lost_since >= grace:
+                        self.log.warning(
+                            "sent again", reason="no worker holds it and no queue has it"
+                        )
+                        self._send()
+                else:
+                    self._lost_since = None
+            except Exception as exc:
+                if not _broker_error(exc):
+                    raise
+                self._wait_for_broker(exc)
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def _adopt_or_send(self) -> None:
+        """A dispatch of this story that is alive (a lease, a pending mark) is waited for,
+        after a coordinator restart; otherwise the story is sent."""
+        while True:
+            try:
+                current = self.store.redis.get(self.store.key("dispatch", self.key))
+                alive = self.store.holder(self.key) or self.store.pending(self.key)
+                if current and alive:
+                    self.dispatch = current.decode() if isinstance(current, bytes) else current
+                    self._log_index = len(self.store.log_lines(self.key, 0))
+                    self.log.info("following", dispatch=self.dispatch, worker=alive)
+                    return
+                self._send()
+                return
+            except Exception as exc:
+                if not _broker_error(exc):
+                    raise
+                if self.cancel.is_set():
+                    raise Interrupted("the coordinator stopped") from exc
+                self._wait_for_broker(exc)
+
+    def _send(self) -> None:
+        """Send the story (a new dispatch), with what this home knows of it."""
+        self.dispatch = uuid.uuid4().hex
+        store, key = self.store, self.key
+        store.redis.set(store.key("dispatch", key), self.dispatch)
+        store.redis.delete(store.key("done", key), store.key("log", key))
+        self._log_index = 0
+        store.mark_pending(key, self.dispatch)
+        self.app.send_task(
+            "hero.run_story",
+            args=[self.payload()],
+            queue=self.config.engine.queue,
+            task_id=f"{key.replace('/', '.')}-{self.dispatch}",
+        )
+        self._lost_since = None
+        self.log.info("sent", dispatch=self.dispatch, queue=self.config.engine.queue)
+
+    def payload(self) -> dict[str, Any]:
+        """What a worker needs of the story: its file, this home's record of it and its
+        current round's trace, its dependencies' records."""
+        ref, home = self.ref, self.home
+        record = _read_text(ref.state_path(home))
+        files: dict[str, str] = {}
+        if record:
+            try:
+                state = RunState.from_dict(json.loads(record))
+            except (ValueError, TypeError):
+                state = None
+            if state is not None and state.status not in (Status.PASSED,):
+                trace = ref.run_dir(home) / f"round-{len(state.rounds) + 1}.jsonl"
+                text = _read_text(trace)
+                if text is not None:
+                    files[trace.name] = text
+        deps: dict[str, str] = {}
+        for dep in self.story.depends_on:
+            from hero.names import StoryRef
+
+            dep_ref = StoryRef(self.story.plan, dep)
+            text = _read_text(dep_ref.state_path(home))
+            if text:
+                deps[dep_ref.key] = text
+        return {
+            "key": self.key,
+            "plan": ref.plan,
+            "id": ref.id,
+            "file_name": self.path.name,
+            "story_text": _read_text(self.path) or "",
+            "version": __version__,
+            "state": record,
+            "files": files,
+            "deps": deps,
+            "base_ref": self.story.base_ref
+            or self.config.target_base_ref
+            or _current_branch(self.repo),
+            "dispatch": self.dispatch,
+            "sent_at": time.time(),
+        }
+
+    def _lost(self) -> bool:
+        """Nobody runs the story and no queue holds it (read in this order: a worker takes
+        the lease before it clears the pending mark)."""
+        store, key = self.store, self.key
+        if store.pending(key) is not None:
+            return False
+        return store.holder(key) is None
+
+    def _wait_for_broker(self, exc: BaseException) -> None:
+        self.log.warning("broker unreachable", error=" ".join(str(exc).split())[:200])
+        self.cancel.wait(1.0)
+
+    # -- mirroring ----------------------------------------------------------------------------
+
+    def _mirror(self) -> None:
+        """What the worker published, into this home: the story file, the traces and logs,
+        then the record (whose digest is the file's), then the progress lines."""
+        store, key = self.store, self.key
+        story_text = store.story_text(key)
+        if story_text is not None and story_text != self._story_text:
+            if self.path.exists() and _read_text(self.path) != story_text:
+                atomic_write(self.path, story_text.encode("utf-8"))
+            self._story_text = story_text
+        run_dir = self.ref.run_dir(self.home)
+        for name in store.file_names(key):
+            if "/" in name or name.startswith(".") or not name:
+                continue
+            local = run_dir / name
+            have = local.stat().st_size if local.exists() else 0
+            if store.file_length(key, name) > have:
+                data = store.file_bytes(key, name, have)
+                run_dir.mkdir(parents=True, exist_ok=True)
+                with open(local, "ab") as fh:
+                    fh.write(data)
+        text = store.state(key)
+        if text is not None and text != self._state_text:
+            self._save_record(text)
+            self._state_text = text
+        lines = store.log_lines(key, self._log_index)
+        for line in lines:
+            self.log.info(line)
+        self._log_index += len(lines)
+
+    def _save_record(self, text: str) -> None:
+        try:
+            state = RunState.from_dict(json.loads(text))
+        except (ValueError, TypeError) as exc:
+            self.log.warning("unreadable record from the worker", error=str(exc)[:200])
+            return
+        state.story_path = str(self.path)
+        if state.status == Status.PASSED:  # as the pipeline does: record first, then move
+            state.story_path = str(done_path_for(self.home, self.path, self.ref))
+            save_state(self.home, state)
+            move_story_file(self.path, Path(state.story_path))
+            self.path = Path(state.story_path)
+        else:
+            save_state(self.home, state)
+
+    def _ended(self, done: dict[str, str]) -> RunState:
+        self._mirror()
+        try:
+            state = load_state(self.home, self.ref)
+        except StateError:
+            state = None
+        if state is None:
+            state = RunState(id=self.ref.id, plan=self.ref.plan, status=Status.ERROR)
+            state.error = f"worker {done.get('worker')} ended the story ({done.get('status')})"
+        if state.status not in TERMINAL:
+            # stopped on its worker (a worker shutting down): send it on to another one
+            self.log.info("stopped on its worker", status=state.status.value)
+            self._send()
+            return self._wait()
+        self._fetch_branch(state)
+        self.store.forget(self.key)
+        return state
+
+    def _fetch_branch(self, state: RunState) -> None:
+        """The story branch from the remote into this home's repository, as with the local
+        engine (its plan's branch and `git log` need it here)."""
+        if not state.head_sha:
+            return
+        branch = self.ref.branch
+        remote = self.config.engine.target_remote
+        try:
+            git(
+                self.repo.path,
+                "fetch",
+                "--quiet",
+                "--",
+                remote,
+                f"+refs/heads/{branch}:refs/heads/{branch}",
+                timeout_s=600,
+            )
+        except GitError as exc:
+            self.log.warning("branch not fetched", branch=branch, error=str(exc)[:300])
+
+
+def _broker_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says Redis or the broker is away (then wait and look again)."""
+    import redis.exceptions
+
+    if isinstance(exc, OSError | redis.exceptions.RedisError):
+        return True
+    return type(exc).__module__.split(".")[0] in ("kombu", "amqp", "celery")
+
+
+def _current_branch(repo: TargetRepo) -> str:
+    try:
+        return repo.current_branch()
+    except GitError:
+        return ""
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
