@@ -332,6 +332,8 @@ class GitHubSettings:
 class Config:
     home: Path
     target_repo: Path
+    """The repository stories run on. A `hero worker` home (engine: celery) may name none:
+    its clone of target_remote, ``<home>/worker/repo``, stands in."""
     target_base_ref: str | None = None
     max_retries: int = 3
     max_parallel: int = 2
@@ -788,6 +790,10 @@ def _role_missing_message(name: str) -> str:
 
 def _target_repo(home: Path, r: _Reader) -> Path:
     raw = r.data.get("target_repo")
+    if raw is None and r.data.get("engine") == "celery" and r.data.get("target_remote"):
+        # a `hero worker` home: its repository is its clone of target_remote (`hero watch`
+        # refuses a home whose target_repo is no repository)
+        return home / "worker" / "repo"
     if raw is None:
         raise ConfigError(
             ROLES_FILE,

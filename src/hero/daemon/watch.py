@@ -28,6 +28,13 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
     except ConfigError as exc:
         print(f"hero: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if not (config.target_repo / ".git").exists():  # a worker home has none: no coordinator
+        print(
+            "hero: configuration error: config/roles.yaml: target_repo: required for `hero "
+            "watch`; expected the path of the git repository hero works on",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     from hero.github.watch import github_problem, start_in_process
 
     problem = github_problem(config)  # a github: block without a token, say

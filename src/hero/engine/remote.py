@@ -8,7 +8,7 @@ record (``runs/state``), traces and verify logs (``runs/<id>/``), its file with 
 feedback hero appends, and the progress lines in the log. ``hero status`` and
 ``hero logs -f`` read them as they always do.
 
-A story is lost when, for ``2 x lease_s``, it has no lease (no worker runs it), no pending
+A story is lost when, for ``lease_s``, it has no lease (no worker runs it), no pending
 mark (it waits in no queue) and no end for the dispatch that sent it: a worker killed with
 ``kill -9``, a machine gone, a broker restarted without its data. It is then sent again,
 with the record and current trace as mirrored here, and resumes from its last saved step
@@ -82,7 +82,9 @@ class RemoteRun:
 
     def _wait(self) -> RunState:
         """Mirror the dispatch sent until it ends; send it again if it is lost."""
-        grace = 2 * self.config.engine.lease_s
+        # a worker whose lease vanished (a broker that lost its data) takes it again within
+        # a third of it: a lease, then, is grace enough
+        grace = self.config.engine.lease_s
         while True:
             if self.cancel.wait(POLL_S):
                 raise Interrupted("the coordinator stopped; the story runs on its worker")
