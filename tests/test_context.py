@@ -662,3 +662,29 @@ def test_cached_tokens_are_in_the_trace(scripted: Start, tmp_path: Path) -> None
     assistants = [e for e in read_trace(path) if e["event"] == "assistant"]
     assert [e.get("tokens_cached") for e in assistants] == [120, None, 340]
     assert all(e["tokens_in"] > 0 for e in assistants)
+
+
+def test_reasoning_is_kept_in_the_trace_and_not_sent_back(scripted: Start, tmp_path: Path) -> None:
+    """The endpoint's reasoning text is in the trace, never in the history the next
+    request carries (the provider sets no send_reasoning)."""
+    model = scripted(
+        [
+            Reply(tool_calls=(ToolCall("ls", {}, id="l1"),), reasoning="I should look first."),
+            Reply(content="done", reasoning="All there."),
+        ]
+    )
+    path = tmp_path / "t.jsonl"
+    with Trace(path) as trace:
+        run_agent(
+            client_for(model),
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "t"}],
+            ToolContext(root=tmp_path, env=child_env()),
+            WorkerLimits(),
+            trace,
+            context=Context(Window(), tool_schemas()),
+        )
+    assistants = [e for e in read_trace(path) if e["event"] == "assistant"]
+    assert [e.get("reasoning") for e in assistants] == ["I should look first.", "All there."]
+    assert not any("reasoning_sent" in e for e in assistants)
+    second = json.dumps(model.requests[1].body["messages"])
+    assert "I should look first." not in second and "reasoning" not in second
