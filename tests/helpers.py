@@ -68,7 +68,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(") ", 1)[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):  # gone, or going (ProcessLookupError mid-read)
         return False
 
 

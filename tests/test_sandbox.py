@@ -255,6 +255,31 @@ def test_a_detached_process_does_not_outlive_its_command(story: Story) -> None:
     assert _processes_with(token) == []
 
 
+def test_detached_processes_are_gone_when_their_command_returns(story: Story) -> None:
+    """bwrap returns once the command exits, while the init of its PID namespace (in a
+    session of its own) is still killing what is left there: run_command waits for the
+    namespace to be empty. Many processes, none holding the output pipe (whose end of file
+    run_command waits for), make that teardown take long."""
+    token = f"hero-sandbox-tree-{uuid.uuid4().hex}"
+    code = (
+        "import os, time\n"
+        "for _ in range(50):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(300)\n"
+        "        os._exit(0)\n"
+        f"open('up', 'w').write('up\\n'); time.sleep(300)  # {token}"
+    )
+    command = (
+        f"mkfifo up && {{ setsid {PY} -c {shlex.quote(code)} >/dev/null 2>&1 & }} && "
+        "read a < up && echo $a"
+    )
+
+    result = story.run(command)
+
+    assert result.output.strip() == "up", result.output
+    assert _processes_with(token) == []
+
+
 def _processes_with(token: str) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
@@ -262,10 +287,10 @@ def _processes_with(token: str) -> list[int]:
             continue
         try:
             cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-        except OSError:
+            if token.encode() in cmdline and alive(int(name)):
+                found.append(int(name))
+        except OSError:  # gone meanwhile (reading its stat may say ESRCH)
             continue
-        if token.encode() in cmdline and alive(int(name)):
-            found.append(int(name))
     return found
 
 

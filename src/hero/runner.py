@@ -14,13 +14,16 @@ marker (``kill_marked``), so nothing a story started outlives the command that s
 
 ``run_command`` may run the command inside a sandbox (``hero.sandbox``): the sandbox's
 ``wrap`` turns ``sh -c COMMAND`` into the argv that confines it. There the command has its own
-PID namespace, so every process it started ends with it, and ``kill_marked`` is a second net.
+PID namespace, so every process it started ends with it: ``run_command`` holds the namespace's
+init (PID 1, ``_NamespaceInit``) from before the command starts, and when the command returns it
+kills the init and waits until the namespace is empty. ``kill_marked`` is a second net.
 
 ``child_env`` is the environment every child gets: no secrets, nothing that waits on a person.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -62,9 +65,18 @@ _GIT_CONFIG = ((f"url.{PUSH_REFUSED_URL}.pushInsteadOf", ""),)
 
 class Wrapper(Protocol):
     """What confines a command (``hero.sandbox.Sandbox``): the argv that runs ``argv`` in
-    ``cwd`` inside it."""
+    ``cwd`` inside it, in a PID namespace of its own. It writes to ``info_fd``, as JSON, the
+    ``child-pid`` of the namespace's init (PID 1), then closes it; it starts the command
+    only once ``block_fd`` reads something or end of file."""
 
-    def wrap(self, argv: Sequence[str], cwd: Path) -> list[str]: ...
+    def wrap(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        *,
+        info_fd: int | None = None,
+        block_fd: int | None = None,
+    ) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -316,13 +328,67 @@ def _terminate_group(proc: subprocess.Popen[bytes], watcher: _ExitWatcher) -> No
     proc.wait()
 
 
-def _wait_group_gone(pgid: int, timeout_s: float) -> None:
-    """Wait until no live process is left in the group ``pgid``, at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.0005
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
+def _poll_ms(timeout_s: float) -> int:
+    """``timeout_s`` as a poll timeout: whole milliseconds, rounded up, never negative."""
+    return max(0, int(timeout_s * 1000 + 0.999))
+
+
+class _NamespaceInit:
+    """The init (PID 1) of a sandboxed command's PID namespace, held by a pidfd.
+
+    bwrap returns as soon as the command exits, and its init, in a session of its own (not
+    in the command's process group), is killed only then (``--die-with-parent``). When the
+    init dies the kernel kills every other process in its namespace, and the init is seen to
+    exit (its pidfd polls readable) only once they are all gone and reaped: its exit is the
+    end of the namespace."""
+
+    def __init__(self, pidfd: int) -> None:
+        self.pidfd = pidfd
+
+    def end(self, timeout_s: float) -> bool:
+        """SIGKILL the init, then wait until it, and so every process in its namespace, is
+        gone, at most ``timeout_s``; True once they are."""
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except OSError:
+            pass  # it has exited already
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(_poll_ms(timeout_s)))
+
+    def close(self) -> None:
+        os.close(self.pidfd)
+
+
+def _namespace_init(
+    wrapper: subprocess.Popen[bytes], info_fd: int, deadline: float
+) -> _NamespaceInit | None:
+    """The init of the PID namespace of ``wrapper`` (bwrap, started with ``--info-fd`` and
+    ``--block-fd``, whose command has not been let start yet), from what it writes to
+    ``info_fd``. None when it made no namespace (it failed first), when it says nothing by
+    ``deadline``, or where pidfds are not available."""
+    data = b""
+    poller = select.poll()
+    poller.register(info_fd, select.POLLIN)
+    while True:
+        if not poller.poll(_poll_ms(deadline - time.monotonic())):
+            return None
+        chunk = os.read(info_fd, _READ_CHUNK)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        pid = int(json.loads(data)["child-pid"])
+        pidfd = os.pidfd_open(pid)
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
+        return None
+    # The init waits on the block fd, so it is there unless bwrap failed before it was
+    # done; then its pid may have been reused: the pidfd must be of wrapper's child.
+    fields = _stat_fields(pid)
+    if len(fields) < 2 or int(fields[1]) != wrapper.pid:
+        os.close(pidfd)
+        return None
+    return _NamespaceInit(pidfd)
 
 
 def _supervise(
@@ -390,6 +456,61 @@ def _exit_code(proc: subprocess.Popen[bytes], timed_out: bool, cancelled: bool) 
     return 128 - rc if rc < 0 else rc
 
 
+def _start(
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    pass_fds: Sequence[int] = (),
+) -> subprocess.Popen[bytes]:
+    """Start a command of ``run_command``: own session, stdin from /dev/null, one pipe."""
+    return subprocess.Popen(
+        list(argv),
+        cwd=str(cwd),
+        env=None if env is None else dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        pass_fds=pass_fds,
+    )
+
+
+def _start_sandboxed(
+    sandbox: Wrapper,
+    argv: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    *,
+    deadline: float,
+) -> tuple[subprocess.Popen[bytes], _NamespaceInit | None, int]:
+    """Start ``argv`` in ``sandbox``, and the init of its PID namespace, got hold of before
+    the sandbox is let start the command (so it cannot have exited, its pid reused). Also
+    the read end of bwrap's info pipe, to close once bwrap is gone: when ``deadline`` passed
+    first, bwrap may write to it still (and would die of SIGPIPE were it closed)."""
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    try:
+        try:
+            wrapped = sandbox.wrap(argv, cwd, info_fd=info_w, block_fd=block_r)
+            proc = _start(wrapped, cwd, env, pass_fds=(info_w, block_r))
+        finally:
+            os.close(info_w)
+            os.close(block_r)
+        try:
+            init = _namespace_init(proc, info_r, deadline)
+        except BaseException:
+            # The init waits on the block fd still, in bwrap's process group.
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    except BaseException:
+        os.close(info_r)
+        raise
+    finally:
+        os.close(block_w)  # the sandbox starts the command
+    return proc, init, info_r
+
+
 def run_command(
     command: str,
     cwd: Path,
@@ -409,33 +530,36 @@ def run_command(
     marker = None if env is None else env.get(RUN_MARKER)
     before = running_pids() if marker else None
     argv = ["sh", "-c", command]
-    proc = subprocess.Popen(
-        argv if sandbox is None else sandbox.wrap(argv, cwd),
-        cwd=str(cwd),
-        env=None if env is None else dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    init: _NamespaceInit | None = None
+    info = -1
+    if sandbox is None:
+        proc = _start(argv, cwd, env)
+    else:
+        proc, init, info = _start_sandboxed(sandbox, argv, cwd, env, deadline=start + timeout_s)
     capture = _Capture(max_output_bytes)
 
     def end_leftovers() -> None:
         # What left the group (setsid, nohup, a daemon) ends with the command too.
-        if sandbox is not None:
-            # bwrap returns once the command exits; its PID namespace (whose init stays in
-            # this group) is being torn down: wait until every process in it is gone.
-            _wait_group_gone(proc.pid, _KILL_WAIT_S)
+        if init is not None:
+            # bwrap returns once the command exits, while its PID namespace may still
+            # hold processes: end it, and wait until every process in it is gone.
+            init.end(_KILL_WAIT_S)
         if marker and before is not None:
             kill_marked(marker, spare=before)
 
-    timed_out, cancelled = _supervise(
-        proc,
-        [(proc.stdout, capture)],
-        deadline=start + timeout_s,
-        cancel=cancel,
-        end_leftovers=end_leftovers,
-    )
+    try:
+        timed_out, cancelled = _supervise(
+            proc,
+            [(proc.stdout, capture)],
+            deadline=start + timeout_s,
+            cancel=cancel,
+            end_leftovers=end_leftovers,
+        )
+    finally:
+        if init is not None:
+            init.close()
+        if info >= 0:
+            os.close(info)
     output, dropped = capture.result()
     return CommandResult(
         command=command,

@@ -99,10 +99,26 @@ class Sandbox:
     network: bool = False
     """Whether commands share hero's network (else: a namespace with only a loopback)."""
 
-    def wrap(self, argv: Sequence[str], cwd: Path) -> list[str]:
-        """The argv that runs ``argv`` in ``cwd`` (a path inside the worktree) in the sandbox."""
+    def wrap(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        *,
+        info_fd: int | None = None,
+        block_fd: int | None = None,
+    ) -> list[str]:
+        """The argv that runs ``argv`` in ``cwd`` (a path inside the worktree) in the sandbox.
+
+        ``info_fd``: bwrap writes to it, as JSON, the ``child-pid`` of the init (PID 1) of
+        the command's PID namespace, then closes it. ``block_fd``: the sandbox waits to
+        start the command until it can read from this fd (or its write end is closed)."""
         net = () if self.network else ("--unshare-net",)
-        return [*self.prefix, *net, "--chdir", str(cwd), "--", *argv]
+        fds: list[str] = []
+        if info_fd is not None:
+            fds += ["--info-fd", str(info_fd)]
+        if block_fd is not None:
+            fds += ["--block-fd", str(block_fd)]
+        return [*self.prefix, *net, *fds, "--chdir", str(cwd), "--", *argv]
 
     def with_network(self, network: bool) -> Sandbox:
         return dataclasses.replace(self, network=network)
