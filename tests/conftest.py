@@ -16,6 +16,9 @@ from hero.testing.scripted import ScriptedModel
 
 GIT_ENV = {**DEFAULT_IDENTITY, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 
+#: The Celery engine's harness (redis_server, remote, cluster): see engine_support.
+pytest_plugins = ["engine_support"]
+
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(

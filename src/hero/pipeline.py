@@ -135,6 +135,9 @@ class StoryRun:
         self._usage_base: dict[str, Any] = {}
         self._save_lock = threading.Lock()
         self._saved_at = 0.0  # time.monotonic() of the last save
+        #: called after each save of the record (the Celery engine publishes it then, so
+        #: that a step is done, for any other machine, before the next one starts)
+        self.on_save: Callable[[], None] | None = None
         self._frozen = False
         # where the worker's and the checks' commands run; set by _prepare_worktree
         self.worker_sandbox: Sandbox | None = None
@@ -823,6 +826,8 @@ class StoryRun:
             self.state.usage = usage
             save_state(self.home, self.state, self.redactor)
             self._saved_at = time.monotonic()
+        if self.on_save is not None:
+            self.on_save()
 
     def _recover_branch(self, old: RunState) -> bool:
         """Recreate a deleted story branch from the run record (see ``recover_branch``):

@@ -31,6 +31,7 @@ from hero.engine.store import Store
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
 from hero.gitops import GitError, TargetRepo, git
+from hero.locks import story_lock
 from hero.pipeline import done_path_for, move_story_file
 from hero.state import TERMINAL, RunState, StateError, Status, load_state, save_state
 from hero.story import Story
@@ -77,8 +78,11 @@ class RemoteRun:
         it up again when the coordinator restarts."""
 
     def run(self) -> RunState:
-        self._adopt_or_send()
-        return self._wait()
+        # the story's lock in this home, as a local run holds it: `hero status` then shows
+        # the story as running (not stale), and `hero run` of it here is refused
+        with story_lock(self.home, self.ref):
+            self._adopt_or_send()
+            return self._wait()
 
     def _wait(self) -> RunState:
         """Mirror the dispatch sent until it ends; send it again if it is lost."""

@@ -45,9 +45,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-#: KEYS: lease, target[, files set]; ARGV: owner, op, value[, expected length, name]
+#: KEYS: lease, target[, files set]; ARGV: owner, op, value, expected length, name, lease ms.
+#: -2: another worker holds the lease. A lease that vanished (a broker that lost its data)
+#: is taken again, as a renewal would. -1: an append whose expected length is not the file's.
 _WRITE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[6])
+elseif v ~= ARGV[1] then
   return -2
 end
 if ARGV[2] == 'set' then
@@ -58,12 +63,12 @@ elseif ARGV[2] == 'append' then
   end
   redis.call('APPEND', KEYS[2], ARGV[3])
 elseif ARGV[2] == 'push' then
-  redis.call('RPUSH', KEYS[2], ARGV[3])
+  return redis.call('RPUSH', KEYS[2], ARGV[3])
 end
 if KEYS[3] then
   redis.call('SADD', KEYS[3], ARGV[5])
 end
-return redis.call('STRLEN', KEYS[2]) + 0
+return redis.call('STRLEN', KEYS[2])
 """
 
 
@@ -134,7 +139,7 @@ class Store:
                 self.key("file", story, name),
                 self.key("files", story),
             ],
-            args=[owner, "append", data, offset, name],
+            args=[owner, "append", data, offset, name, self.lease_ms],
         )
         if result == -2:
             raise LeaseLost(story)
@@ -147,13 +152,14 @@ class Store:
                 self.key("file", story, name),
                 self.key("files", story),
             ],
-            args=[owner, "set", data, 0, name],
+            args=[owner, "set", data, 0, name, self.lease_ms],
         )
         if result == -2:
             raise LeaseLost(story)
 
     def _checked(self, story: str, owner: str, target: str, op: str, value: str) -> None:
-        if self._write(keys=[self.key("lease", story), target], args=[owner, op, value]) == -2:
+        args: list[str | int] = [owner, op, value, 0, "", self.lease_ms]
+        if self._write(keys=[self.key("lease", story), target], args=args) == -2:
             raise LeaseLost(story)
 
     def set_done(self, story: str, dispatch: str, status: str, worker: str) -> None:

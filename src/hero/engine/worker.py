@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -125,6 +124,7 @@ class _Run:
         self._story_text = ""
         self._pushed_head = ""
         self._tip_checked = 0.0
+        self._publish_lock = threading.Lock()
         self._last_problem = ""
         self._stop_keeping = threading.Event()
         self._publishing_on = threading.Event()
@@ -332,6 +332,7 @@ class _Run:
         worker = LlmClient(config.role("worker"), config.llm, cancel=self.cancel)
         reviewer = LlmClient(config.role("reviewer"), config.llm, cancel=self.cancel)
         run = StoryRun(story, config, worker, reviewer, repo, progress, self.cancel)
+        run.on_save = self._saved
         publisher = threading.Thread(
             target=self._publishing, name=f"publish-{self.key}", daemon=True
         )
@@ -362,6 +363,14 @@ class _Run:
         self.lost.set()
         self.cancel.set()
 
+    def _saved(self) -> None:
+        """The pipeline saved the record: publish it (and push the branch) before it goes
+        on, so that a step it finished is never done again by the next worker."""
+        try:
+            self._publish(final=False)
+        except Exception as exc:  # noqa: BLE001 - the publisher thread tries again
+            LOG.warning("%s: could not publish yet: %s", self.key, exc)
+
     def _publishing(self) -> None:
         while not self._publishing_on.wait(PUBLISH_S):
             try:
@@ -377,7 +386,12 @@ class _Run:
                 continue
 
     def _publish(self, *, final: bool) -> None:
-        """Push the branch if its head moved, then the record, the story file, the files."""
+        """Push the branch if its head moved, then the record, the story file, the files
+        (one caller at a time: the publishing thread, the pipeline's saves)."""
+        with self._publish_lock:
+            self._publish_locked(final=final)
+
+    def _publish_locked(self, *, final: bool) -> None:
         if self.lost.is_set():
             return
         home, ref, store, key = self.home, self.ref, self.store, self.key
@@ -464,7 +478,10 @@ def _read(path: Path) -> str | None:
 
 
 def worker_name(hostname: str | None) -> str:
-    return hostname or socket.gethostname()
+    """The worker's name as Celery gives it (``-n w1@%h`` -> ``w1@<host>``)."""
+    from celery.utils.nodenames import default_nodename, host_format
+
+    return str(host_format(default_nodename(hostname or None)))
 
 
 def register(app: Any, fleet_of: Callable[[], Fleet]) -> None:
