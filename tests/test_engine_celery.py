@@ -598,3 +598,56 @@ def test_the_local_engine_imports_nothing_of_celery_or_redis(
     )
     assert "LOADED [] CODES [0, 0]" in done.stdout, done.stdout + done.stderr
     assert json.loads((home / "runs" / "state" / "l1.json").read_text())["status"] == "passed"
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def test_a_plan_runs_on_workers_with_code_flowing_along_its_edges(
+    cluster: Cluster, scripted, target_repo: Path, remote: Path
+) -> None:
+    """A diamond plan (a; b and c on a; d on b and c) over two workers: each story starts
+    from its dependencies' passed heads (which only the remote and the records carry from
+    machine to machine), and the coordinator finishes the plan's branch."""
+    from test_e2e_plan import write_plan, write_plan_story
+
+    model = scripted(Policy())
+    home = cluster.home(model)
+    folder = write_plan(home, "dia", {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]})
+    for sid, deps, needs in (
+        ("b", ["a"], ["a"]),
+        ("c", ["a"], ["a"]),
+        ("d", ["b", "c"], ["a", "b", "c"]),
+    ):  # each story's check needs the files its dependencies committed
+        write_plan_story(
+            folder,
+            sid,
+            deps=deps,
+            verify=[f"test -f {n}-r1.txt" for n in [*needs, sid]],
+        )
+    write_plan_story(folder, "a", verify=["test -f a-r1.txt"])
+    backlog(*sorted(folder.glob("*.md")))
+    for _ in range(2):
+        cluster.start_worker()
+
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+
+    def record(sid: str) -> dict:
+        path = home / "runs" / "state" / "plans" / "dia" / f"{sid}.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    for sid in "abcd":
+        state = record(sid)
+        assert state.get("status") == "passed", (sid, state, cluster.outputs())
+        assert [r["round"] for r in state["rounds"]] == [1]
+        assert branch_sha(remote, f"hero/plans/dia/{sid}") == state["head_sha"]
+    d_head = record("d")["head_sha"]
+    for sid in "abc":
+        head = record(sid)["head_sha"]
+        assert is_ancestor(remote, head, d_head), sid
+    # the plan's branch, made here from the branches the coordinator fetched
+    plan_branch = branch_sha(target_repo, "hero/plan/dia")
+    assert plan_branch is not None
+    assert is_ancestor(target_repo, d_head, "hero/plan/dia")
+    assert (home / "done" / "dia" / "d.md").is_file()

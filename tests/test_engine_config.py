@@ -1,0 +1,118 @@
+"""The Celery engine's settings (issue 12): engine, broker_url, state_url, target_remote,
+lease_s, engine_queue, broker_visibility_timeout_s; where a broker password may live."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hero.config import ConfigError, EngineSettings, load_config
+from hero.redact import Redactor
+
+PROVIDER = "name: local\nbase_url: http://127.0.0.1:11434/v1\ndefault_model: m\n"
+ROLES = "worker:\n  provider: local\nreviewer:\n  provider: local\n"
+CELERY = "engine: celery\nbroker_url: redis://10.0.0.1:6379/0\ntarget_remote: /srv/app.git\n"
+
+
+def make_home(tmp_path: Path, roles: str, *, repo: bool = True, local: str = "") -> Path:
+    home = tmp_path / "home"
+    (home / "config" / "providers").mkdir(parents=True)
+    if repo:
+        subprocess.run(["git", "init", "-q", str(home / "repo")], check=True)
+        roles += "target_repo: repo\n"
+    (home / "config" / "roles.yaml").write_text(ROLES + roles, encoding="utf-8")
+    (home / "config" / "providers" / "local.yaml").write_text(PROVIDER, encoding="utf-8")
+    if local:
+        (home / "config.local.yaml").write_text(local, encoding="utf-8")
+    return home
+
+
+def error_of(home: Path, env: dict[str, str] | None = None) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_config(home, env=env or {})
+    return info.value
+
+
+def test_the_local_engine_is_the_default(tmp_path: Path) -> None:
+    config = load_config(make_home(tmp_path, ""), env={})
+    assert config.engine == EngineSettings()
+    assert not config.engine.remote
+
+
+def test_every_engine_setting_is_read(tmp_path: Path) -> None:
+    home = make_home(
+        tmp_path,
+        CELERY + "lease_s: 12\nengine_queue: team-a\nbroker_visibility_timeout_s: 600\n",
+    )
+    engine = load_config(home, env={}).engine
+    assert engine.remote and engine.kind == "celery"
+    assert engine.broker_url == "redis://10.0.0.1:6379/0"
+    assert engine.state_url == engine.broker_url  # a Redis broker holds hero's keys too
+    assert engine.target_remote == "/srv/app.git"
+    assert (engine.lease_s, engine.queue, engine.visibility_timeout_s) == (12, "team-a", 600)
+
+
+def test_a_password_in_roles_yaml_is_refused_without_being_echoed(tmp_path: Path) -> None:
+    home = make_home(
+        tmp_path,
+        "engine: celery\nbroker_url: redis://:s3cret-pw@10.0.0.1:6379/0\n"
+        "target_remote: /srv/app.git\n",
+    )
+    error = error_of(home)
+    assert error.key == "broker_url" and "config.local.yaml" in str(error)
+    assert "s3cret-pw" not in str(error)
+
+
+def test_the_password_comes_from_config_local_or_the_environment_and_is_a_secret(
+    tmp_path: Path,
+) -> None:
+    home = make_home(tmp_path, CELERY, local="broker_url: redis://:from-local-file@10.0.0.1/0\n")
+    config = load_config(home, env={})
+    assert config.engine.broker_url == "redis://:from-local-file@10.0.0.1/0"
+    assert "from-local-file" in config.secrets
+    assert "from-local-file" not in repr(config.engine)  # never printed with the settings
+    env = {"HERO_BROKER_URL": "redis://:from-env@10.0.0.2/1"}
+    config = load_config(home, env=env)
+    assert config.engine.broker_url == "redis://:from-env@10.0.0.2/1"  # the environment wins
+    said = Redactor(config.secrets).redact(f"connecting to {config.engine.broker_url}")
+    assert "from-env" not in said
+
+
+def test_a_broker_that_is_not_redis_needs_a_state_url(tmp_path: Path) -> None:
+    home = make_home(
+        tmp_path, "engine: celery\nbroker_url: amqp://mq:5672//\ntarget_remote: /srv/app.git\n"
+    )
+    assert error_of(home).key == "state_url"
+    config = load_config(home, env={"HERO_STATE_URL": "redis://10.0.0.3:6379/2"})
+    assert config.engine.broker_url == "amqp://mq:5672//"
+    assert config.engine.state_url == "redis://10.0.0.3:6379/2"
+
+
+@pytest.mark.parametrize(
+    ("roles", "key", "fragment"),
+    [
+        ("engine: kubernetes\n", "engine", "expected one of local, celery"),
+        ("engine: celery\ntarget_remote: /srv/app.git\n", "broker_url", "required"),
+        ("engine: celery\nbroker_url: redis://h:6379/0\n", "target_remote", "required"),
+        (CELERY + "engine_queue: 'a b'\n", "engine_queue", "expected letters"),
+        (CELERY + "lease_s: 0\n", "lease_s", ""),
+        ("broker_url: not a url\n", "broker_url", "expected a URL"),
+    ],
+)
+def test_bad_engine_settings_name_the_key(
+    tmp_path: Path, roles: str, key: str, fragment: str
+) -> None:
+    error = error_of(make_home(tmp_path, roles))
+    assert error.key == key
+    assert fragment in str(error)
+
+
+def test_a_worker_home_needs_no_target_repo_but_a_coordinator_does(tmp_path: Path) -> None:
+    home = make_home(tmp_path, CELERY, repo=False)
+    config = load_config(home, env={})
+    assert config.target_repo == home / "worker" / "repo"  # the worker's clone stands in
+    from hero.daemon.watch import watch
+
+    assert watch(home, exit_when_idle=True) == 2  # `hero watch` needs a repository
