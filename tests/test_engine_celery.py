@@ -651,3 +651,47 @@ def test_a_plan_runs_on_workers_with_code_flowing_along_its_edges(
     assert plan_branch is not None
     assert is_ancestor(target_repo, d_head, "hero/plan/dia")
     assert (home / "done" / "dia" / "d.md").is_file()
+
+
+def test_a_task_that_fails_on_its_worker_ends_the_story_in_error_once(
+    cluster: Cluster, scripted, write_story
+) -> None:
+    """Whatever a worker cannot foresee (here a story text that is no story, sent as a
+    broken or hostile coordinator could) ends that story in error with the reason and the
+    dispatch marked over: it does not come back to some worker every lease for ever."""
+    from hero.config import load_config
+    from hero.engine.app import make_app
+    from hero.engine.remote import RemoteRun
+    from hero.engine.store import Store
+    from hero.gitops import TargetRepo
+    from hero.story import parse_story
+
+    model = scripted(Policy())
+    home = cluster.home(model)
+    path = write_story(home, "bad1", verify=["true"])
+    worker = cluster.start_worker()
+    config = load_config(home, roles=("worker", "reviewer"))
+    engine = config.engine
+    store = Store(engine.state_url, engine.queue, engine.lease_s)
+    app = make_app(engine)
+    run = RemoteRun(
+        parse_story(path),
+        path,
+        config,
+        store,
+        app,
+        TargetRepo(config.target_repo),
+        None,
+        threading.Event(),
+    )
+    run.dispatch = "1" * 32
+    payload = {**run.payload(), "story_text": "no frontmatter, no story\x00"}
+    app.send_task("hero.run_story", args=[payload], task_id=f"bad1-{run.dispatch}")
+    done = wait_for(lambda: store.done("bad1"), "the dispatch marked over", procs=(worker,))
+    assert done["dispatch"] == run.dispatch and done["status"] == "error"
+    record = json.loads(store.state("bad1") or "{}")
+    assert record["status"] == "error"
+    assert record["error"].startswith("worker w1@") and "failed: StoryError" in record["error"]
+    assert store.holder("bad1") is None  # the lease is let go
+    assert worker_turns(model, "bad1") == []
+    app.close()

@@ -103,6 +103,12 @@ def run_story_task(fleet: Fleet, payload: dict[str, Any]) -> dict[str, str]:
     run = _Run(fleet, payload, ref, owner)
     try:
         return run.go()
+    except Exception as exc:
+        # a bug, or a failure hero could not foresee: the story ends in error here, once,
+        # rather than coming back to some worker every lease for ever
+        LOG.exception("%s: the worker failed", key)
+        reason = f"worker {fleet.name} failed: {type(exc).__name__}: {exc}"
+        return {"key": key, "status": run.fail(reason)}
     finally:
         store.release(key, owner)
 
@@ -173,6 +179,19 @@ class _Run:
             status = self._record_error(f"could not push {self.ref.branch} to target_remote: {exc}")
         self._done(status)
         return {"key": key, "status": status}
+
+    def fail(self, reason: str) -> str:
+        """End the story in error with ``reason`` and say the dispatch is over."""
+        if self.lost.is_set():
+            return "lost"
+        self._stop_keeping.set()
+        try:
+            status = self._record_error(reason)
+        except Exception:  # nothing more can be recorded here
+            LOG.exception("%s: could not record the failure", self.key)
+            return Status.ERROR.value
+        self._done(status)
+        return status
 
     def _record_error(self, reason: str) -> str:
         """End the story in error with ``reason`` (its record here and published)."""
