@@ -564,6 +564,24 @@ def test_a_worker_that_cannot_reach_the_remote_refuses(
     assert worker_turns(model, "far1") == []
 
 
+def test_a_token_in_the_remote_url_never_reaches_the_coordinator(
+    cluster: Cluster, scripted, write_story
+) -> None:
+    """A worker refusing a remote it cannot reach quotes the URL, less its credential."""
+    model = scripted(Policy())
+    home = cluster.home(model)
+    backlog(write_story(home, "tok1", verify=["true"]))
+    secret = "ghp-not-a-real-token-4242"
+    cluster.start_worker(target_remote=f"http://hero:{secret}@127.0.0.1:9/app.git")
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+
+    state = wait_refused(coordinator, "tok1")
+    assert "target_remote" in state["error"] and "127.0.0.1:9" in state["error"]
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+    record = (home / "runs" / "state" / "tok1.json").read_text()
+    assert secret not in record and secret not in coordinator.output()
+
+
 def test_a_worker_calls_itself_as_celery_does(cluster: Cluster, scripted) -> None:
     cluster.home(scripted(Policy()))
     worker = cluster.start_worker("w1")  # --hostname w1@%h

@@ -620,6 +620,9 @@ def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) 
         raise r._error(
             "engine_queue", f"expected letters, digits, '.', '_' or '-'; found {queue!r}"
         )
+    remote_password = _url_password(r.string("target_remote") or "")
+    if remote_password:  # https://user:TOKEN@host/repo.git
+        secrets.append(remote_password)
     settings = EngineSettings(
         kind=kind,
         broker_url=broker,

@@ -37,6 +37,7 @@ from hero.errors import Interrupted
 from hero.fsio import atomic_write
 from hero.gitops import GitError, TargetRepo, git, push_env
 from hero.names import StoryRef
+from hero.redact import Redactor
 from hero.state import RunState, Status, load_state, save_state
 from hero.story import parse_story
 
@@ -134,6 +135,8 @@ class _Run:
         self._last_problem = ""
         self._stop_keeping = threading.Event()
         self._publishing_on = threading.Event()
+        self._laid_out = False
+        self.redactor = Redactor(fleet.config.secrets)  # errors may quote a remote's URL
 
     def go(self) -> dict[str, str]:
         store, key = self.store, self.key
@@ -160,6 +163,7 @@ class _Run:
                 f"{self.fleet.config.engine.target_remote}: {exc}",
             )
         story_path = self._lay_out(record, repo)
+        self._laid_out = True
         with self.fleet.lock:
             self.fleet.cancels.add(self.cancel)
         keeper = threading.Thread(target=self._keep, name=f"lease-{key}", daemon=True)
@@ -177,6 +181,8 @@ class _Run:
             self._publish(final=True)
         except GitError as exc:  # the branch did not reach the remote: not an ending to trust
             status = self._record_error(f"could not push {self.ref.branch} to target_remote: {exc}")
+        if self.lost.is_set():  # another worker has the story now: its ending is its own
+            return {"key": key, "status": "lost"}
         self._done(status)
         return {"key": key, "status": status}
 
@@ -195,12 +201,19 @@ class _Run:
 
     def _record_error(self, reason: str) -> str:
         """End the story in error with ``reason`` (its record here and published)."""
-        state = load_state(self.home, self.ref) or RunState(id=self.ref.id, plan=self.ref.plan)
+        state = load_state(self.home, self.ref) if self._laid_out else None
+        if state is None:  # before the story was laid out here: the record as sent
+            record = self.store.state(self.key) or self.payload.get("state")
+            state = (
+                RunState.from_dict(json.loads(record))
+                if record
+                else RunState(id=self.ref.id, plan=self.ref.plan)
+            )
         state.status = Status.ERROR
         state.phase = ""
-        state.error = " ".join(reason.split())
+        state.error = self.redactor.redact(" ".join(reason.split()))
         state.finished_at = time.time()
-        save_state(self.home, state)
+        save_state(self.home, state, self.redactor)
         try:
             self.store.put_state(self.key, self.owner, json.dumps(state.to_dict(), indent=2))
             self.store.push_log(self.key, self.owner, f"{self.key}: error: {state.error}")
@@ -219,7 +232,7 @@ class _Run:
         )
         state.status = Status.ERROR
         state.phase = ""
-        state.error = reason
+        state.error = reason = self.redactor.redact(reason)
         state.finished_at = time.time()
         try:
             self.store.push_log(self.key, self.owner, f"{self.key}: refused: {reason}")
