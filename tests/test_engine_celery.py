@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import git
@@ -80,6 +81,25 @@ def review_rounds(model, sid: str) -> list[int]:
         for r in list(model.requests)
         if is_review(r.body) and story_of(r.body) == sid
     ]
+
+
+def coordinator_side(home: Path, path: Path) -> tuple[Any, Any, Any]:
+    """(RemoteRun, Store, Celery app) for the story file ``path`` of ``home``: what the
+    coordinator would use, for a test that sends the task itself."""
+    from hero.config import load_config
+    from hero.engine.app import make_app
+    from hero.engine.remote import RemoteRun
+    from hero.engine.store import Store
+    from hero.gitops import TargetRepo
+    from hero.story import parse_story
+
+    config = load_config(home, roles=("worker", "reviewer"))
+    engine = config.engine
+    store = Store(engine.state_url, engine.queue, engine.lease_s)
+    app = make_app(engine)
+    repo = TargetRepo(config.target_repo)
+    run = RemoteRun(parse_story(path), path, config, store, app, repo, None, threading.Event())
+    return run, store, app
 
 
 def long_once(pid_file: str, flag: Path) -> str:
@@ -340,13 +360,6 @@ def test_two_workers_offered_the_same_story_run_it_once(
 ) -> None:
     """The same task (the payload the coordinator builds) sent twice, to two workers on
     queues of their own, as a broker redelivery would: one runs it, the other returns."""
-    from hero.config import load_config
-    from hero.engine.app import make_app
-    from hero.engine.remote import RemoteRun
-    from hero.engine.store import Store
-    from hero.gitops import TargetRepo
-    from hero.story import parse_story
-
     gate = threading.Event()
     model = scripted(Policy(gates={"d1": gate}))
     home = cluster.home(model)
@@ -354,20 +367,7 @@ def test_two_workers_offered_the_same_story_run_it_once(
     w1 = cluster.start_worker(args=("--queues", "only-w1"))
     w2 = cluster.start_worker(args=("--queues", "only-w2"))
 
-    config = load_config(home, roles=("worker", "reviewer"))
-    engine = config.engine
-    store = Store(engine.state_url, engine.queue, engine.lease_s)
-    app = make_app(engine)
-    run = RemoteRun(
-        parse_story(path),
-        path,
-        config,
-        store,
-        app,
-        TargetRepo(config.target_repo),
-        None,
-        threading.Event(),
-    )
+    run, store, app = coordinator_side(home, path)
     run.dispatch = "0" * 32
     payload = run.payload()
     task_id = f"d1-{run.dispatch}"
@@ -677,31 +677,11 @@ def test_a_task_that_fails_on_its_worker_ends_the_story_in_error_once(
     """Whatever a worker cannot foresee (here a story text that is no story, sent as a
     broken or hostile coordinator could) ends that story in error with the reason and the
     dispatch marked over: it does not come back to some worker every lease for ever."""
-    from hero.config import load_config
-    from hero.engine.app import make_app
-    from hero.engine.remote import RemoteRun
-    from hero.engine.store import Store
-    from hero.gitops import TargetRepo
-    from hero.story import parse_story
-
     model = scripted(Policy())
     home = cluster.home(model)
     path = write_story(home, "bad1", verify=["true"])
     worker = cluster.start_worker()
-    config = load_config(home, roles=("worker", "reviewer"))
-    engine = config.engine
-    store = Store(engine.state_url, engine.queue, engine.lease_s)
-    app = make_app(engine)
-    run = RemoteRun(
-        parse_story(path),
-        path,
-        config,
-        store,
-        app,
-        TargetRepo(config.target_repo),
-        None,
-        threading.Event(),
-    )
+    run, store, app = coordinator_side(home, path)
     run.dispatch = "1" * 32
     payload = {**run.payload(), "story_text": "no frontmatter, no story\x00"}
     app.send_task("hero.run_story", args=[payload], task_id=f"bad1-{run.dispatch}")
