@@ -116,3 +116,25 @@ def test_a_worker_home_needs_no_target_repo_but_a_coordinator_does(tmp_path: Pat
     from hero.daemon.watch import watch
 
     assert watch(home, exit_when_idle=True) == 2  # `hero watch` needs a repository
+
+
+def test_without_the_celery_extra_the_commands_say_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain `pip install hero` has no Celery: `hero worker`, `hero watch` and
+    `hero run-plan` with engine: celery say so and how to fix it, not a traceback."""
+    import importlib.util
+
+    from hero.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("celery", "redis") else real(name, *a),
+    )
+    home = make_home(tmp_path, CELERY)
+    for argv in (["worker"], ["watch", "--exit-when-idle"], ["run-plan", "p"]):
+        assert main([*argv, "--home", str(home)]) == 2
+        err = capsys.readouterr().err
+        assert "needs celery and redis" in err and "pip install" in err, argv

@@ -34,6 +34,12 @@ def cmd_run_plan(args: argparse.Namespace, home: Path) -> int:
         config = load_config(home, roles=("worker", "reviewer"))
     except ConfigError as exc:
         return _usage(f"configuration error: {exc}")
+    if config.engine.remote:
+        from hero.engine.app import missing
+
+        lacking = missing()
+        if lacking is not None:
+            return _usage(f"configuration error: {lacking}")
     try:
         plan = read_plan(config.home, name)
     except PlanError as exc:

@@ -28,6 +28,13 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
     except ConfigError as exc:
         print(f"hero: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if config.engine.remote:
+        from hero.engine.app import missing
+
+        problem = missing()
+        if problem is not None:
+            print(f"hero: configuration error: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     if not (config.target_repo / ".git").exists():  # a worker home has none: no coordinator
         print(
             "hero: configuration error: config/roles.yaml: target_repo: required for `hero "

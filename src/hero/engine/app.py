@@ -25,6 +25,21 @@ from hero.config import EngineSettings
 TASK_NAME = "hero.run_story"
 
 
+def missing() -> str | None:
+    """Why the Celery engine cannot run in this Python (its extra is not installed), or
+    None when it can."""
+    import importlib.util
+
+    absent = [m for m in ("celery", "redis") if importlib.util.find_spec(m) is None]
+    if not absent:
+        return None
+    return (
+        f"engine: celery needs {' and '.join(absent)}, which this Python lacks; install "
+        "hero with its Celery extra: pip install 'hero[celery]' (from a checkout: "
+        "pip install -e '.[celery]')"
+    )
+
+
 def make_app(engine: EngineSettings) -> Any:
     """The Celery application for ``engine`` (imports Celery: only with ``engine: celery``)."""
     from celery import Celery

@@ -27,6 +27,12 @@ def cmd_worker(args: argparse.Namespace, home: Path) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    from hero.engine.app import missing
+
+    problem = missing()
+    if problem is not None:
+        print(f"hero: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if args.concurrency < 1:
         print("hero: --concurrency: expected 1 or more", file=sys.stderr)
         return EXIT_USAGE
