@@ -85,6 +85,17 @@ def kill9(hero: Hero) -> None:
     assert hero.proc.wait(timeout=STOP_TIMEOUT_S) == -signal.SIGKILL
 
 
+def run_until_killed(
+    home: Path, story: Path, tmp_path: Path, procs: list[Any], pid_file: Path
+) -> Hero:
+    """`hero run` of ``story``, killed with SIGKILL once its command wrote ``pid_file``."""
+    hero = Hero(home, story, tmp_path, "first")
+    procs.append(hero)
+    procs.append(hero.wait_for_file(pid_file))
+    kill9(hero)
+    return hero
+
+
 def trace_events(home: Path, n: int = 1) -> list[dict[str, Any]]:
     """The round's trace, every line (a torn one is a test failure here)."""
     path = home / "runs" / "s1" / f"round-{n}.jsonl"
@@ -132,10 +143,7 @@ def test_kill_during_turn_7_resumes_at_turn_7(
     story = write_story(home, "s1", verify=["test -f early.txt"])
     worktree = home / "worktrees" / "s1"
 
-    hero = Hero(home, story, tmp_path, "first")
-    procs.append(hero)
-    procs.append(hero.wait_for_file(worktree / "t7.pid"))
-    kill9(hero)
+    run_until_killed(home, story, tmp_path, procs, worktree / "t7.pid")
     first = workers(model.requests)
     assert [step_of(b) for b in first] == list(range(7))  # turns 1-7 asked, no more
     n_before = len(model.requests)
@@ -277,10 +285,7 @@ def test_a_condensed_round_resumes_with_its_condensed_history(
     story = write_story(home, "s1", verify=["test -f early.txt"])
     worktree = home / "worktrees" / "s1"
 
-    hero = Hero(home, story, tmp_path, "first")
-    procs.append(hero)
-    procs.append(hero.wait_for_file(worktree / "t10.pid"))
-    kill9(hero)
+    hero = run_until_killed(home, story, tmp_path, procs, worktree / "t10.pid")
     assert "s1: context condensed at turn 8: 5 tool result(s) elided" in hero.output()
     first = workers(model.requests)
     turn10 = first[9]["messages"]
@@ -383,10 +388,7 @@ def test_a_torn_trace_starts_the_round_over(
     story = write_story(home, "s1", verify=["test -f early.txt"])
     worktree = home / "worktrees" / "s1"
 
-    hero = Hero(home, story, tmp_path, "first")
-    procs.append(hero)
-    procs.append(hero.wait_for_file(worktree / "t2.pid"))
-    kill9(hero)
+    run_until_killed(home, story, tmp_path, procs, worktree / "t2.pid")
     trace = home / "runs" / "s1" / "round-1.jsonl"
     lines_before = trace.read_text().count("\n")
     with open(trace, "a") as fh:  # a line half written when the process died
@@ -439,10 +441,7 @@ def test_the_turn_limit_counts_across_parts(
     story = write_story(home, "s1", verify=["true"], max_retries=1)
     worktree = home / "worktrees" / "s1"
 
-    hero = Hero(home, story, tmp_path, "first")
-    procs.append(hero)
-    procs.append(hero.wait_for_file(worktree / "t5.pid"))
-    kill9(hero)
+    run_until_killed(home, story, tmp_path, procs, worktree / "t5.pid")
     assert len(workers(model.requests)) == 5
     n_before = len(model.requests)
 
@@ -534,10 +533,7 @@ def test_a_trace_of_an_earlier_run_record_is_not_replayed(
     story = write_story(home, "s1", verify=["test -f early.txt"])
     worktree = home / "worktrees" / "s1"
 
-    hero = Hero(home, story, tmp_path, "first")
-    procs.append(hero)
-    procs.append(hero.wait_for_file(worktree / "t2.pid"))
-    kill9(hero)
+    run_until_killed(home, story, tmp_path, procs, worktree / "t2.pid")
     long[0] = False
     old_base = load_state(home)["base_sha"]
     (home / "runs" / "state" / "s1.json").unlink()  # the user drops the run record
