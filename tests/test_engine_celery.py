@@ -469,6 +469,39 @@ def test_coordinator_killed_mid_run_then_restarted_follows_the_story_to_its_end(
     assert (home / "done" / "c1.md").is_file()
 
 
+def test_a_story_that_ended_while_the_coordinator_was_down_is_not_run_again(
+    cluster: Cluster, scripted, write_story
+) -> None:
+    """The worker ends the story (here: it gives up) while no coordinator runs; the next
+    coordinator takes that ending as it is, and sends nothing (a resend would give the story
+    a fresh budget of rounds and pay for them again)."""
+    gate = threading.Event()
+    no = verdict("CHANGES_REQUESTED", "Not yet.")
+    model = scripted(Policy(gates={"g1": gate}, reviews={"g1": lambda n: no}))
+    home = cluster.home(model, max_retries=1)
+    backlog(write_story(home, "g1", verify=["true"]))
+    worker = cluster.start_worker()
+    first = cluster.start_coordinator()
+    try:
+        wait_for(lambda: worker_turns(model, "g1"), "g1 on its worker", procs=(first, worker))
+        first.kill9()
+    finally:
+        gate.set()
+    wait_for(
+        lambda: (worker.state("g1") or {}).get("status") == "gave_up",
+        "g1 given up on its worker",
+        procs=(worker,),
+    )
+    second = cluster.start_coordinator("--exit-when-idle")
+    assert second.wait_exit() == 0, cluster.outputs()
+    assert second.events("sent", story="g1") == []
+    state = second.state("g1")
+    assert state is not None and state["status"] == "gave_up", cluster.outputs()
+    assert [r["round"] for r in state["rounds"]] == [1]
+    assert reviews_of(model, "g1") == 1  # one round, paid once
+    assert len(worker.received()) == 1
+
+
 # --------------------------------------------------------------------------- long stories
 
 

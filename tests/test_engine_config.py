@@ -138,3 +138,20 @@ def test_without_the_celery_extra_the_commands_say_what_to_install(
         assert main([*argv, "--home", str(home)]) == 2
         err = capsys.readouterr().err
         assert "needs celery and redis" in err and "pip install" in err, argv
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("https://hero:tok-in-password-1@git.example/app.git", "tok-in-password-1"),
+        ("https://ghp_tokenAsTheUser123@github.com/o/app.git", "ghp_tokenAsTheUser123"),
+    ],
+)
+def test_a_credential_in_target_remote_is_a_secret(tmp_path: Path, url: str, secret: str) -> None:
+    home = make_home(
+        tmp_path, f"engine: celery\nbroker_url: redis://h:6379/0\ntarget_remote: {url}\n"
+    )
+    config = load_config(home, env={})
+    assert secret in config.secrets
+    assert secret not in repr(config)
+    assert "git" not in config.secrets  # ssh's user names are no secrets

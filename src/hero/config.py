@@ -274,7 +274,7 @@ class EngineSettings:
     state_url: str = field(default="", repr=False)
     """The Redis that holds hero's leases and the mirrored records: env HERO_STATE_URL, else
     config.local.yaml's, else roles.yaml's, else broker_url when that is a Redis URL."""
-    target_remote: str = ""
+    target_remote: str = field(default="", repr=False)
     """A git URL every worker can reach: workers clone it and push story branches to it."""
     lease_s: float = 30.0
     """A running story's lease: renewed every third of it; a dead worker's story is sent
@@ -620,9 +620,7 @@ def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) 
         raise r._error(
             "engine_queue", f"expected letters, digits, '.', '_' or '-'; found {queue!r}"
         )
-    remote_password = _url_password(r.string("target_remote") or "")
-    if remote_password:  # https://user:TOKEN@host/repo.git
-        secrets.append(remote_password)
+    secrets.extend(_url_credentials(r.string("target_remote") or ""))
     settings = EngineSettings(
         kind=kind,
         broker_url=broker,
@@ -652,6 +650,23 @@ def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) 
                 "(a bare repository on a shared path, ssh://..., https://...)",
             )
     return settings
+
+
+def _url_credentials(url: str) -> list[str]:
+    """The credentials of a git URL: its password (``https://user:TOKEN@host``), or a
+    token given as the user of an http(s) URL (``https://TOKEN@github.com``)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username or "", parts.password or ""
+    except ValueError:
+        return []
+    if password:
+        return [password]
+    if parts.scheme in ("http", "https") and len(user) >= 8:
+        return [user]
+    return []
 
 
 def _url_password(url: str) -> str:

@@ -70,6 +70,7 @@ class RemoteRun:
         self._story_text: str | None = None
         self._log_index = 0
         self._lost_since: float | None = None
+        self._sent: set[str] = set()  # every dispatch of the story this run made or followed
 
     # -- the StoryRun interface ------------------------------------------------------------
 
@@ -95,8 +96,11 @@ class RemoteRun:
             try:
                 self._mirror()
                 done = self.store.done(self.key)
-                if done.get("dispatch") == self.dispatch and done.get("status"):
-                    return self._ended(done)
+                if done.get("dispatch") in self._sent and done.get("status"):
+                    state = self._ended(done)
+                    if state is not None:
+                        return state
+                    continue  # stopped on its worker, and sent on to another
                 if self._lost():
                     self._lost_since = self._lost_since or time.monotonic()
                     if time.monotonic() - self._lost_since >= grace:
@@ -118,10 +122,14 @@ class RemoteRun:
         after a coordinator restart; otherwise the story is sent."""
         while True:
             try:
-                current = self.store.redis.get(self.store.key("dispatch", self.key))
+                value = self.store.redis.get(self.store.key("dispatch", self.key))
+                current = value.decode() if isinstance(value, bytes) else str(value or "")
                 alive = self.store.holder(self.key) or self.store.pending(self.key)
-                if current and alive:
-                    self.dispatch = current.decode() if isinstance(current, bytes) else current
+                # a dispatch that still runs, or that ended while this coordinator was down
+                ended = self.store.done(self.key).get("dispatch") == current
+                if current and (alive or ended):
+                    self.dispatch = current
+                    self._sent.add(current)
                     self._log_index = len(self.store.log_lines(self.key, 0))
                     self.log.info("following", dispatch=self.dispatch, worker=alive)
                     return
@@ -137,6 +145,7 @@ class RemoteRun:
     def _send(self) -> None:
         """Send the story (a new dispatch), with what this home knows of it."""
         self.dispatch = uuid.uuid4().hex
+        self._sent.add(self.dispatch)
         store, key = self.store, self.key
         store.redis.set(store.key("dispatch", key), self.dispatch)
         store.redis.delete(store.key("done", key), store.key("log", key))
@@ -155,14 +164,11 @@ class RemoteRun:
         """What a worker needs of the story: its file, this home's record of it and its
         current round's trace, its dependencies' records."""
         ref, home = self.ref, self.home
-        record = _read_text(ref.state_path(home))
+        state = load_state(home, ref)  # StateError for a record that cannot be read
+        record = json.dumps(state.to_dict(), indent=2) if state is not None else None
         files: dict[str, str] = {}
-        if record:
-            try:
-                state = RunState.from_dict(json.loads(record))
-            except (ValueError, TypeError):
-                state = None
-            if state is not None and state.status not in (Status.PASSED,):
+        if state is not None:
+            if state.status != Status.PASSED:
                 trace = ref.run_dir(home) / f"round-{len(state.rounds) + 1}.jsonl"
                 text = _read_text(trace)
                 if text is not None:
@@ -189,7 +195,6 @@ class RemoteRun:
             or self.config.target_base_ref
             or _current_branch(self.repo),
             "dispatch": self.dispatch,
-            "sent_at": time.time(),
         }
 
     def _lost(self) -> bool:
@@ -250,7 +255,9 @@ class RemoteRun:
         else:
             save_state(self.home, state)
 
-    def _ended(self, done: dict[str, str]) -> RunState:
+    def _ended(self, done: dict[str, str]) -> RunState | None:
+        """The story's record once a dispatch of it is over; None when it only stopped on
+        its worker (a worker shutting down) and was sent on to another one."""
         self._mirror()
         try:
             state = load_state(self.home, self.ref)
@@ -263,7 +270,7 @@ class RemoteRun:
             # stopped on its worker (a worker shutting down): send it on to another one
             self.log.info("stopped on its worker", status=state.status.value)
             self._send()
-            return self._wait()
+            return None
         self._fetch_branch(state)
         self.store.forget(self.key)
         return state
@@ -293,7 +300,7 @@ def _broker_error(exc: BaseException) -> bool:
     """Whether ``exc`` says Redis or the broker is away (then wait and look again)."""
     import redis.exceptions
 
-    if isinstance(exc, OSError | redis.exceptions.RedisError):
+    if isinstance(exc, ConnectionError | TimeoutError | redis.exceptions.RedisError):
         return True
     return type(exc).__module__.split(".")[0] in ("kombu", "amqp", "celery")
 

@@ -112,8 +112,12 @@ class Store:
     def mark_pending(self, story: str, task_id: str) -> None:
         self.redis.set(self.key("pending", story), task_id)
 
-    def clear_pending(self, story: str) -> None:
-        self.redis.delete(self.key("pending", story))
+    def clear_pending(self, story: str, dispatch: str | None = None) -> None:
+        """Drop the pending mark (only if it is ``dispatch``'s, when given)."""
+        if dispatch is None:
+            self.redis.delete(self.key("pending", story))
+        else:
+            self._release(keys=[self.key("pending", story)], args=[dispatch])
 
     def pending(self, story: str) -> str | None:
         value = self.redis.get(self.key("pending", story))
@@ -162,10 +166,11 @@ class Store:
         if self._write(keys=[self.key("lease", story), target], args=args) == -2:
             raise LeaseLost(story)
 
-    def set_done(self, story: str, dispatch: str, status: str, worker: str) -> None:
-        """The run of ``dispatch`` is over (``status``): the coordinator may stop waiting."""
+    def set_done(self, story: str, owner: str, dispatch: str, status: str, worker: str) -> None:
+        """The run of ``dispatch`` is over (``status``): the coordinator may stop waiting.
+        Under the lease, like every write a worker makes."""
         record = {"dispatch": dispatch, "status": status, "worker": worker}
-        self.redis.set(self.key("done", story), json.dumps(record))
+        self._checked(story, owner, self.key("done", story), "set", json.dumps(record))
 
     def done(self, story: str) -> dict[str, str]:
         value = self.redis.get(self.key("done", story))

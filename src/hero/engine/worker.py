@@ -100,17 +100,23 @@ def run_story_task(fleet: Fleet, payload: dict[str, Any]) -> dict[str, str]:
     owner = f"{fleet.name}:{os.getpid()}:{threading.get_ident()}"
     store = fleet.store
     if not store.take(key, owner):
+        # this delivery will not run: its pending mark goes (if it is still this one's),
+        # so the coordinator sees the story as held, or lost, not as waiting in a queue
+        store.clear_pending(key, str(payload.get("dispatch") or ""))
         return {"key": key, "status": "busy", "reason": f"runs on {store.holder(key)}"}
     run = _Run(fleet, payload, ref, owner)
+    keeper = threading.Thread(target=run.keep, name=f"lease-{key}", daemon=True)
+    keeper.start()  # from the lease on: a slow clone or fetch must not let it lapse
     try:
         return run.go()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure ends the story once, recorded
         # a bug, or a failure hero could not foresee: the story ends in error here, once,
         # rather than coming back to some worker every lease for ever
-        LOG.exception("%s: the worker failed", key)
         reason = f"worker {fleet.name} failed: {type(exc).__name__}: {exc}"
+        LOG.error("%s: %s", key, run.redactor.redact(reason))
         return {"key": key, "status": run.fail(reason)}
     finally:
+        run.stop_keeping()
         store.release(key, owner)
 
 
@@ -166,12 +172,9 @@ class _Run:
         self._laid_out = True
         with self.fleet.lock:
             self.fleet.cancels.add(self.cancel)
-        keeper = threading.Thread(target=self._keep, name=f"lease-{key}", daemon=True)
-        keeper.start()
         try:
             state = self._run(story_path, repo)
         finally:
-            self._stop_keeping.set()
             with self.fleet.lock:
                 self.fleet.cancels.discard(self.cancel)
         status = state.status.value if state is not None else Status.INTERRUPTED.value
@@ -190,12 +193,11 @@ class _Run:
         """End the story in error with ``reason`` and say the dispatch is over."""
         if self.lost.is_set():
             return "lost"
-        self._stop_keeping.set()
+        status = Status.ERROR.value
         try:
             status = self._record_error(reason)
-        except Exception:  # nothing more can be recorded here
+        except Exception:  # nothing more can be recorded: the ending still is
             LOG.exception("%s: could not record the failure", self.key)
-            return Status.ERROR.value
         self._done(status)
         return status
 
@@ -218,7 +220,7 @@ class _Run:
             self.store.put_state(self.key, self.owner, json.dumps(state.to_dict(), indent=2))
             self.store.push_log(self.key, self.owner, f"{self.key}: error: {state.error}")
         except LeaseLost:
-            pass
+            self._lose()
         return Status.ERROR.value
 
     # -- refusing ------------------------------------------------------------------------
@@ -243,7 +245,12 @@ class _Run:
         return {"key": self.key, "status": "refused", "reason": reason}
 
     def _done(self, status: str) -> None:
-        self.store.set_done(self.key, self.dispatch, status, self.fleet.name)
+        if self.lost.is_set():
+            return
+        try:
+            self.store.set_done(self.key, self.owner, self.dispatch, status, self.fleet.name)
+        except LeaseLost:
+            self._lose()
 
     # -- laying the story out --------------------------------------------------------------
 
@@ -300,7 +307,6 @@ class _Run:
             state.story_path = str(story_path)
             state.worktree = str(ref.worktree(home))
             save_state(home, state)
-            self._pushed_head = state.head_sha
         elif state_file.exists():
             state_file.unlink()
         self._branch_from_remote(repo)
@@ -325,6 +331,7 @@ class _Run:
                 f"{REMOTE_REFS}{branch}",
                 check=False,
             ).strip()
+            self._pushed_head = remote_sha  # what a push of this run may replace
             if remote_sha:
                 git(repo.path, "branch", "--force", "--no-track", branch, remote_sha)
             else:
@@ -377,18 +384,28 @@ class _Run:
             self._publishing_on.set()
             publisher.join(30)
 
-    def _keep(self) -> None:
+    def keep(self) -> None:
         """Renew the lease every third of it (taking it again if a broker that lost its
-        data dropped it); stop the story if another worker holds it."""
+        data dropped it). Stop the story if another worker holds it, or if no renewal
+        got through for a whole lease: the coordinator may have sent it elsewhere."""
         every = self.store.lease_ms / 3000
+        renewed = time.monotonic()
         while not self._stop_keeping.wait(every):
             try:
                 outcome = self.store.renew(self.key, self.owner)
-            except Exception:  # noqa: BLE001 - Redis away: try again; the lease may lapse
+            except Exception:  # noqa: BLE001 - Redis away: try again, for a lease at most
+                if time.monotonic() - renewed >= self.store.lease_ms / 1000:
+                    LOG.warning("%s: no lease renewal for a whole lease: stopping", self.key)
+                    self._lose()
+                    return
                 continue
+            renewed = time.monotonic()
             if outcome == "lost":
                 self._lose()
                 return
+
+    def stop_keeping(self) -> None:
+        self._stop_keeping.set()
 
     def _lose(self) -> None:
         """Another worker holds the story now: stop, and write nothing more of it."""
@@ -401,7 +418,7 @@ class _Run:
         try:
             self._publish(final=False)
         except Exception as exc:  # noqa: BLE001 - the publisher thread tries again
-            LOG.warning("%s: could not publish yet: %s", self.key, exc)
+            LOG.warning("%s: could not publish yet: %s", self.key, self.redactor.redact(str(exc)))
 
     def _publishing(self) -> None:
         while not self._publishing_on.wait(PUBLISH_S):
@@ -411,7 +428,9 @@ class _Run:
                 self._lose()
                 return
             except Exception as exc:  # noqa: BLE001 - Redis or git away: the next pass tries again
-                said = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                said = self.redactor.redact(
+                    f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                )
                 if said != self._last_problem:
                     self._last_problem = said
                     LOG.warning("%s: could not publish yet: %s", self.key, said)
@@ -444,8 +463,9 @@ class _Run:
                     self._push(tip)
             if text and text != self._state_text:
                 state = RunState.from_dict(json.loads(text))
-                if state.head_sha and state.head_sha != self._pushed_head:
-                    self._push(self._branch_tip() or state.head_sha)
+                tip = self._branch_tip()
+                if tip and tip != self._pushed_head:
+                    self._push(tip)
                 story_text = _read(Path(state.story_path)) if state.story_path else None
                 if story_text is not None and story_text != self._story_text:
                     store.put_story(key, self.owner, story_text)
@@ -489,16 +509,24 @@ class _Run:
         """The story branch to the remote, at ``head`` (forced: the branch is hero's)."""
         branch = self.ref.branch
         repo = self.fleet.repo_path
-        git(
-            repo,
-            "push",
-            "--quiet",
-            "--force",
-            "origin",
-            f"{head}:refs/heads/{branch}",
-            env=push_env(repo, "origin"),  # hero's own push, past the workers' refusal
-            timeout_s=600,
-        )
+        # forced (the branch is hero's), but only over what this run last saw there: a
+        # run that lost its story cannot push over the commits of the run that took it
+        try:
+            git(
+                repo,
+                "push",
+                "--quiet",
+                f"--force-with-lease=refs/heads/{branch}:{self._pushed_head}",
+                "origin",
+                f"{head}:refs/heads/{branch}",
+                env=push_env(repo, "origin"),  # hero's own push, past the workers' refusal
+                timeout_s=600,
+            )
+        except GitError as exc:
+            if "stale info" in str(exc) or "rejected" in str(exc):
+                self._lose()  # someone else moved the branch: another run has the story
+                raise LeaseLost(self.key) from exc
+            raise
         self._pushed_head = head
 
 
