@@ -688,3 +688,92 @@ def test_reasoning_is_kept_in_the_trace_and_not_sent_back(scripted: Start, tmp_p
     assert not any("reasoning_sent" in e for e in assistants)
     second = json.dumps(model.requests[1].body["messages"])
     assert "I should look first." not in second and "reasoning" not in second
+
+
+def test_a_server_that_repeats_call_ids_still_gets_a_faithful_history(
+    scripted: Start, tmp_path: Path
+) -> None:
+    """Some servers give every turn's call the same id. Results are matched to calls by
+    id (by the API, by condensation, by replay), so hero makes each id unique in the round:
+    the elision notes name the right call and the replayed history is the live one."""
+    for i in range(1, 9):
+        (tmp_path / f"f{i}.py").write_text(f"# file {i}\n" + "x = 1\n" * 400)
+
+    def handler(body: dict[str, Any]) -> Reply:
+        if is_summary_request(body):
+            return text("SUMMARY")
+        k = sum(1 for m in body["messages"] if m["role"] == "assistant") + 1
+        if k > 8:
+            return text("done")
+        return Reply(tool_calls=(ToolCall("read_file", {"path": f"f{k}.py"}, id="call_0"),))
+
+    model = scripted(handler)
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "t"}]
+    path = tmp_path / "trace.jsonl"
+    with Trace(path) as trace:
+        trace.event("round_start", base=BASE, started=STARTED)
+        run_agent(
+            client_for(model),
+            messages,
+            ToolContext(root=tmp_path, env=child_env()),
+            WorkerLimits(),
+            trace,
+            context=Context(Window(window=4000, reserve=500, keep_turns=2), tool_schemas()),
+        )
+    ids = [c["id"] for m in messages for c in m.get("tool_calls") or ()]
+    assert len(ids) == len(set(ids)) == 8
+    assert any(e["event"] == "condense" for e in read_trace(path))
+    notes = [m for m in messages if m["role"] == "tool" and m["content"].startswith(ELIDED)]
+    assert notes and "read_file f1.py" in notes[0]["content"]
+    replayed = replay_round(path, base_sha=BASE, started_at=STARTED)
+    assert replayed is not None and replayed.messages == messages
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"event": "assistant", "turn": 99, "content": "", "tool_calls": 5},
+        {"event": "condense", "turn": 99, "elided": [1, 2], "summary": None, "cut": []},
+        {"event": "condense", "turn": 99, "elided": 7, "summary": None, "cut": []},
+        {"event": "condense", "turn": 99, "elided": [], "cut": [], "summary": {"count": 1}},
+        {"event": "condense", "elided": [], "cut": [], "summary": {"at": "x", "count": 1}},
+        {"event": "condense", "elided": [], "cut": [], "summary": {"at": 3, "count": 1}},
+        {"event": "agent_end", "stop_reason": "done", "wall_s": "x"},
+        {"event": "message", "role": "user", "content": {"not": "text"}},
+    ],
+)
+def test_an_event_of_odd_shape_is_unreplayable_not_a_crash(
+    long_round: LongRound, tmp_path: Path, odd: dict[str, Any]
+) -> None:
+    """A trace line of the wrong shape (a bug, a hand edit, a hostile command) makes the
+    round start over with a note: never an exception that would end the story in error
+    again on every run."""
+    path = cut_trace(long_round, tmp_path, lambda e: e["event"] == "tool_result")
+    with open(path, "a") as fh:
+        fh.write(json.dumps(odd) + "\n")
+    with pytest.raises(Unreplayable):
+        replay_round(path, base_sha=BASE, started_at=STARTED)
+
+
+def test_many_large_results_in_the_last_turn_are_cut_to_fit(tmp_path: Path) -> None:
+    """The last resort shares the room among all the last turn's results, the notes it
+    adds counted: parallel calls of large results fit, they do not fail the round."""
+    for n in (3, 4, 6):  # 3 x 30 kB and more pass the limit
+        calls = [
+            {
+                "id": f"r{i}",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": "{}"},
+            }
+            for i in range(n)
+        ]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "s" * 3000},
+            {"role": "user", "content": "t" * 6000},
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            *({"role": "tool", "tool_call_id": f"r{i}", "content": "y" * 30_000} for i in range(n)),
+        ]
+        context = Context(Window(window=32_000, reserve=4096), None)
+        done = context.fit(messages, None, 1)
+        assert done is not None and len(done.cut) == n
+        assert context.estimate(messages) <= Window(window=32_000, reserve=4096).limit

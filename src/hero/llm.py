@@ -14,6 +14,7 @@ import random
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -229,7 +230,9 @@ class LlmClient:
             raise _BadReply("the model's answer held malformed tool calls")
         calls = tuple(
             ToolCallRequest(
-                str(tc.get("id") or f"call_{i}"),
+                # a server that gives no id: one of hero's, unique in the round (results are
+                # matched to their calls by id, when they are sent and when they are condensed)
+                str(tc.get("id") or f"call_{uuid.uuid4().hex[:16]}"),
                 str(fn.get("name") or ""),
                 args if isinstance(args := fn.get("arguments") or "", str) else json.dumps(args),
             )

@@ -49,6 +49,8 @@ LOW_WATER = 0.5
 MIN_SUMMARIZED = 1000
 #: Tool results shorter than this stay as they are: a note would save nothing.
 MIN_ELIDE_CHARS = 600
+#: What the note in a result cut in the middle takes, at most, in characters.
+CUT_NOTE_CHARS = 100
 #: The first words of every note and summary hero puts in place of history.
 ELIDED = "[elided by hero to fit the context window]"
 SUMMARY_HEAD = "[summary by hero of turns {first}-{last}, written to fit the context window]"
@@ -280,23 +282,29 @@ class Context:
         results = [i for i in indexes if messages[i].get("role") == "tool"]
         if not results:
             return
+        original = {i: str(messages[i].get("content") or "") for i in results}
         over = self.estimate(messages) - self.window.limit
-        # what the results may keep in all, shared evenly, in characters
-        room = sum(len(str(messages[i].get("content") or "")) for i in results)
-        room -= int((over + 64) * CHARS_PER_TOKEN / self._ratio)
+        # what the results may keep in all, shared evenly, in characters, less the note
+        # each cut result gains; cut again, shorter, if that was not enough
+        room = sum(len(c) for c in original.values())
+        room -= int((over + 64) * CHARS_PER_TOKEN / self._ratio) + CUT_NOTE_CHARS * len(results)
         each = max(200, room // len(results))
-        for i in results:
-            content = str(messages[i].get("content") or "")
-            if len(content) <= each:
-                continue
-            keep = each // 2
-            new = (
-                f"{content[:keep]}\n[... {len(content) - 2 * keep} characters cut by hero to "
-                f"fit the context window ...]\n{content[-keep:]}"
-            )
-            replace_content(messages, i, new)
+        while True:
+            cut: dict[int, str] = {}
+            for i, content in original.items():
+                if len(content) > each:
+                    keep = each // 2
+                    cut[i] = (
+                        f"{content[:keep]}\n[... {len(content) - 2 * keep} characters cut by "
+                        f"hero to fit the context window ...]\n{content[-keep:]}"
+                    )
+                replace_content(messages, i, cut.get(i, content))
+            self._resize(messages)
+            if self.estimate(messages) <= self.window.limit or each <= 200:
+                break
+            each = max(200, each * 2 // 3)
+        for i, new in cut.items():
             record.cut.append({"id": str(messages[i].get("tool_call_id", "")), "content": new})
-        self._resize(messages)
 
     def _summarize(
         self,
@@ -356,9 +364,10 @@ def apply_summary(messages: list[dict[str, Any]], at: int, count: int, content: 
 
 
 def apply_condense(messages: list[dict[str, Any]], event: dict[str, Any]) -> None:
-    """Replay a ``condense`` trace event on the history it was made from."""
-    notes = {str(e.get("id")): str(e.get("note")) for e in event.get("elided") or ()}
-    cuts = {str(e.get("id")): str(e.get("content")) for e in event.get("cut") or ()}
+    """Replay a ``condense`` trace event on the history it was made from; ValueError for
+    an event that does not fit it."""
+    notes = {str(e["id"]): str(e["note"]) for e in event.get("elided") or ()}
+    cuts = {str(e["id"]): str(e["content"]) for e in event.get("cut") or ()}
     for i, message in enumerate(messages):
         if message.get("role") != "tool":
             continue
@@ -367,7 +376,14 @@ def apply_condense(messages: list[dict[str, Any]], event: dict[str, Any]) -> Non
             replace_content(messages, i, notes[call_id])
     summary = event.get("summary")
     if isinstance(summary, dict):
-        apply_summary(messages, int(summary["at"]), int(summary["count"]), str(summary["content"]))
+        at, count = summary["at"], summary["count"]
+        if not (isinstance(at, int) and isinstance(count, int) and 0 < at < at + count):
+            raise ValueError(f"a summary of messages {at!r}+{count!r}")
+        if at + count > len(messages) or messages[min(at + count, len(messages) - 1)].get(
+            "role"
+        ) not in ("assistant", "user"):
+            raise ValueError("a summary that does not end where a turn ends")
+        apply_summary(messages, at, count, str(summary["content"]))
     for i, message in enumerate(messages):
         call_id = str(message.get("tool_call_id", ""))
         if message.get("role") == "tool" and call_id in cuts:

@@ -11,6 +11,7 @@ and each tool result. The model never reads one, and no later turn pays to look 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -122,6 +123,9 @@ def run_agent(
     last_call: tuple[str, str] | None = None
     repeats = 0
     cut = 0  # replies in a row cut off by the output limit
+    # every tool-call id in the history: results are matched to their calls by id (by the
+    # API, and by condensation and its replay), so an id a server gives twice is renamed
+    seen_ids = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
     if resume is None:
         for message in messages:
             if redactor and isinstance(message.get("content"), str):
@@ -148,7 +152,7 @@ def run_agent(
                 if on_condense is not None:
                     on_condense(done.describe())
             context.sent(messages)
-        completion = model.complete(messages, tools)
+        completion = _unique_ids(model.complete(messages, tools), seen_ids, result.turns + 1)
         if context is not None:
             context.reported(completion.tokens_in)
         result.turns += 1
@@ -231,6 +235,29 @@ def run_agent(
     result.wall_s = time.monotonic() - started
     trace.event("agent_end", **result.end_event())
     return result
+
+
+def _unique_ids(completion: Completion, seen: set[str], turn: int) -> Completion:
+    """``completion`` with every tool-call id unique in the round (``seen`` grows)."""
+    calls = list(completion.tool_calls)
+    renamed = False
+    for n, call in enumerate(calls):
+        if call.id in seen:
+            new_id, k = f"{call.id}_t{turn}", 1
+            while new_id in seen:
+                k += 1
+                new_id = f"{call.id}_t{turn}_{k}"
+            calls[n] = dataclasses.replace(call, id=new_id)
+            renamed = True
+        seen.add(calls[n].id)
+    if not renamed:
+        return completion
+    message = dict(completion.message)
+    message["tool_calls"] = [
+        {**wire, "id": call.id}
+        for wire, call in zip(completion.message["tool_calls"], calls, strict=True)
+    ]
+    return dataclasses.replace(completion, tool_calls=tuple(calls), message=message)
 
 
 def _resume(

@@ -90,7 +90,7 @@ def replay_round(path: Path, *, base_sha: str, started_at: float | None) -> Repl
             continue
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             events.append(number)
             continue
         events.append(event if isinstance(event, dict) else number)
@@ -105,10 +105,33 @@ def replay_round(path: Path, *, base_sha: str, started_at: float | None) -> Repl
     bad = [e for e in segment if isinstance(e, int)]
     if bad:
         return _raise(f"line {bad[0]} of {path.name} is torn or not JSON")
-    replayed = _walk([e for e in segment if isinstance(e, dict)], path.name)
+    try:
+        replayed = _walk([e for e in segment if isinstance(e, dict)], path.name)
+        _check(replayed.messages, path.name)
+    except Unreplayable:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        raise Unreplayable(f"{path.name} holds an event hero cannot replay ({exc})") from exc
     if replayed.turns == 0 and replayed.ended is None:
         return None  # no answer yet: starting over loses nothing
     return replayed
+
+
+def _check(messages: list[dict[str, Any]], name: str) -> None:
+    """The replayed history is one a chat API takes: text contents, and every tool
+    result right after the assistant message that called it (results of calls lost when
+    hero stopped come after the walk)."""
+    calls: set[str] = set()
+    for m in messages:
+        if not isinstance(m.get("content"), str):
+            raise Unreplayable(f"{name}: a message without text content")
+        if m["role"] == "assistant":
+            calls = {c["id"] for c in m.get("tool_calls") or ()}
+        elif m["role"] == "tool":
+            if m.get("tool_call_id") not in calls:
+                raise Unreplayable(f"{name}: a tool result away from its call")
+        else:
+            calls = set()
 
 
 def _last_start(events: list[dict[str, Any] | int]) -> int | None:
