@@ -726,3 +726,26 @@ def test_a_task_that_fails_on_its_worker_ends_the_story_in_error_once(
     assert store.holder("bad1") is None  # the lease is let go
     assert worker_turns(model, "bad1") == []
     app.close()
+
+
+def test_a_file_the_worker_wrote_anew_replaces_the_coordinators_copy(
+    cluster: Cluster, scripted, write_story
+) -> None:
+    """Traces only grow and are appended to; a verify log written again, shorter (its
+    round run again after a worker died in the checks), replaces the copy whole."""
+    home = cluster.home(scripted(Policy()))
+    path = write_story(home, "v1", verify=["true"])
+    run, store, app = coordinator_side(home, path)
+    owner = "test-worker"
+    assert store.take("v1", owner)
+    run_dir = home / "runs" / "v1"
+    store.set_file("v1", owner, "round-1.jsonl", b'{"event": "a"}\n')
+    store.set_file("v1", owner, "verify-r1.log", b"a long log from the first try\n")
+    run._mirror()
+    assert (run_dir / "verify-r1.log").read_bytes() == b"a long log from the first try\n"
+    assert store.append_file("v1", owner, "round-1.jsonl", b'{"event": "b"}\n', 15)
+    store.set_file("v1", owner, "verify-r1.log", b"retried\n")
+    run._mirror()
+    assert (run_dir / "round-1.jsonl").read_bytes() == b'{"event": "a"}\n{"event": "b"}\n'
+    assert (run_dir / "verify-r1.log").read_bytes() == b"retried\n"
+    app.close()

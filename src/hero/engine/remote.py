@@ -226,11 +226,14 @@ class RemoteRun:
                 continue
             local = run_dir / name
             have = local.stat().st_size if local.exists() else 0
-            if store.file_length(key, name) > have:
+            length = store.file_length(key, name)
+            if length > have:  # grown (traces only grow): the new part
                 data = store.file_bytes(key, name, have)
                 run_dir.mkdir(parents=True, exist_ok=True)
                 with open(local, "ab") as fh:
                     fh.write(data)
+            elif 0 < length < have:  # written anew (a verify log of a round run again)
+                atomic_write(local, store.file_bytes(key, name, 0))
         text = store.state(key)
         if text is not None and text != self._state_text:
             self._save_record(text)
