@@ -719,6 +719,7 @@ STORIES: list[tuple[dict[str, Any], str]] = [
 def fields_of(story: Story) -> dict[str, Any]:
     out = dataclasses.asdict(story)
     out.pop("path")
+    out.pop("file_id")  # which file it was read from, like path: not the story's content
     return out
 
 

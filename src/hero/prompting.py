@@ -13,7 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hero.yamlio import ValueProblem, read_file
+
 _PACKAGE_PROMPTS = Path(__file__).parent / "prompts"
+#: The largest template hero reads (the built-in ones are a few kilobytes).
+MAX_TEMPLATE_BYTES = 262_144
 #: ``{{name}}``, spaces inside the braces allowed.
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
@@ -65,7 +69,10 @@ def load_template(name: str, home: Path | None = None) -> Template:
     if home is not None and (home / "prompts" / name).is_file():
         path = home / "prompts" / name
     try:
-        text = path.read_text(encoding="utf-8")
+        # a regular file, read with a limit: a FIFO or a huge file never stalls a role
+        text = read_file(path, limit=MAX_TEMPLATE_BYTES, what="prompt template").decode("utf-8")
+    except ValueProblem as exc:
+        raise PromptError(f"{path}: cannot read the prompt template: {exc.message}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"{path}: cannot read the prompt template: {exc}") from None
     return Template(name, path, text)

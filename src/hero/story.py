@@ -31,15 +31,22 @@ Every story file hero writes goes through one writer, built on ``frontmatter.dum
 The harness appends reviewer feedback to the story file under a
 ``## Reviewer Feedback (auto)`` heading (:func:`append_feedback`, through the same writer,
 keeping the user's bytes); that section is kept out of :attr:`Story.body` and exposed as
-:attr:`Story.feedback`.
+:attr:`Story.feedback`. A story file is in others' reach while its story runs: it is written
+back only while it is still the regular file hero read (never through a symlink; with
+``expect``, the very file of :attr:`Story.file_id`), else :class:`StoryFileChanged`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import os
 import re
+import secrets
+import stat
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,12 +54,12 @@ from hero.fsio import atomic_write
 from hero.names import ID_RE, RESERVED_IDS, StoryRef
 from hero.yamlio import (
     ValueProblem,
+    _check_kind,
     decode_text,
     describe,
     did_you_mean,
     load_yaml,
     quote,
-    read_file,
     string_list,
 )
 
@@ -105,6 +112,19 @@ class StoryError(Exception):
         super().__init__(f"{self.path}: {self.field}: {self.message}")
 
 
+class StoryFileChanged(StoryError):
+    """The story file is no longer the regular file hero read (a symlink now, another file,
+    gone): hero wrote nothing to it. ``found`` says what is there now."""
+
+    def __init__(self, path: Path | str, found: str) -> None:
+        self.found = found
+        super().__init__(path, "file", f"{found}; hero wrote nothing to it")
+
+
+#: A file's identity: ``(st_dev, st_ino)`` of the file as opened.
+FileId = tuple[int, int]
+
+
 @dataclass(frozen=True)
 class VerifyTier:
     name: str
@@ -132,6 +152,11 @@ class Story:
     out_of_scope: str = ""
     feedback: str = ""
     plan: str = ""  # the plan whose folder holds the file ("" for a loose story); not a field
+    # (st_dev, st_ino) of the file parse_story read, from fstat on the descriptor it read;
+    # None when the story came from text, or was read through a symlink (which hero reads,
+    # but never writes back through). append_feedback(..., expect=story.file_id) writes only
+    # to this very file. Not part of the story's value: two reads of one text are equal.
+    file_id: FileId | None = field(default=None, compare=False)
 
     @property
     def ref(self) -> StoryRef:
@@ -143,13 +168,16 @@ class Story:
 
 
 def parse_story(path: Path) -> Story:
-    """Read and validate the story file at ``path``."""
+    """Read and validate the story file at ``path``; its :attr:`Story.file_id` is the
+    identity of the file read."""
     path = Path(path)
-    text = _decode(_read_bytes(path), path)
+    raw, file_id = _read_story_file(path)
+    text = _decode(raw, path)
     try:
-        return parse_story_text(text, path)
+        story = parse_story_text(text, path)
     except RecursionError:  # a last resort: hero's YAML loader limits nesting first
         raise StoryError(path, "frontmatter", "nested too deeply to be read") from None
+    return replace(story, file_id=file_id)
 
 
 def parse_story_text(text: str, path: Path) -> Story:
@@ -178,16 +206,59 @@ def parse_story_text(text: str, path: Path) -> Story:
     )
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_STORY_BYTES, read with that limit and
-    without ever blocking on a FIFO (:func:`hero.yamlio.read_file`)."""
+# O_NONBLOCK: a FIFO never blocks the open; it is refused once fstat sees it.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_WHAT = "markdown file"
+
+
+def _read_story_file(path: Path) -> tuple[bytes, FileId | None]:
+    """The bytes of the regular story file at ``path`` (at most MAX_STORY_BYTES, read with
+    that limit, never blocking on a FIFO) and the identity of the file read: None when the
+    last component is a symlink. A symlinked story is read, as a user may link one in, but
+    hero never writes back through the link (see :func:`write_feedback`)."""
     try:
-        return read_file(path, limit=MAX_STORY_BYTES, what="markdown file")
+        st = os.lstat(path)
+        linked = stat.S_ISLNK(st.st_mode)
+        # the kind is checked before opening (a device is never opened) and after, on the
+        # descriptor: nothing swapped in between is read
+        _check_kind(os.stat(path).st_mode if linked else st.st_mode, _WHAT)
+        fd = os.open(path, _READ_FLAGS if linked else _READ_FLAGS | os.O_NOFOLLOW)
+        try:
+            info, data = _read_open(fd)
+        finally:
+            os.close(fd)
     except ValueProblem as exc:
         raise StoryError(path, "file", exc.message) from None
     except OSError as exc:
-        reason = exc.strerror or exc.__class__.__name__
-        raise StoryError(path, "file", f"cannot read the file: {reason}") from None
+        raise StoryError(path, "file", f"cannot read the file: {_reason(exc)}") from None
+    return data, None if linked else (info.st_dev, info.st_ino)
+
+
+def _read_open(fd: int) -> tuple[os.stat_result, bytes]:
+    """fstat of the open ``fd`` and its bytes: ValueProblem unless it is a regular file of at
+    most MAX_STORY_BYTES, checked before reading and while reading (a file that grows
+    meanwhile, or says it is smaller than it is)."""
+    info = os.fstat(fd)
+    _check_kind(info.st_mode, _WHAT)
+    if info.st_size > MAX_STORY_BYTES:
+        raise ValueProblem(
+            f"too large: expected at most {MAX_STORY_BYTES} bytes; found {info.st_size}"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_STORY_BYTES:
+        chunk = os.read(fd, min(MAX_STORY_BYTES + 1 - size, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > MAX_STORY_BYTES:
+        raise ValueProblem(f"too large: expected at most {MAX_STORY_BYTES} bytes; found more")
+    return info, b"".join(chunks)
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or exc.__class__.__name__
 
 
 def _load_post(text: str, path: Path) -> frontmatter.Post:
@@ -793,25 +864,70 @@ def _list_items(text: str) -> tuple[str, ...]:
 # ----------------------------------------------------------------------------- feedback
 
 
-def append_feedback(path: Path, round_no: int, text: str) -> bool:
+def append_feedback(path: Path, round_no: int, text: str, *, expect: FileId | None = None) -> bool:
     """Append reviewer feedback for ``round_no`` to the story file.
 
     Adds the ``## Reviewer Feedback (auto)`` heading when the file's last section is not
     already that heading, then ``### Round N`` and ``text``. Returns False (and writes
     nothing) when ``### Round N`` is already under a feedback heading.
 
-    The file is rewritten atomically by the story writer (:func:`_rewrite_body`), and only
-    grows: every byte the user wrote stays as it was (frontmatter text, key order, comments,
-    BOM, line endings); the feedback uses the file's line ending style.
+    The file is rewritten atomically by the story writer (:func:`_rewritten`, then a new
+    file renamed over it), and only grows: every byte the user wrote stays as it was
+    (frontmatter text, key order, comments, BOM, line endings); the feedback uses the file's
+    line ending style.
 
     Headings of level 1-3 inside ``text`` are demoted to level 4 (outside code fences) and an
     unclosed code fence is closed, so the appended feedback cannot break the file's sections.
+
+    The story file is in others' reach while a story runs: someone may swap it for a symlink
+    to another file (``config.local.yaml``, ``~/.bashrc``) or for another file. It is read
+    without following a symlink at its last component, and written only if it is still the
+    regular file read, checked once more right before the rename; with ``expect`` (a
+    :attr:`Story.file_id`), it must also be that file. Otherwise nothing is written and
+    :class:`StoryFileChanged` says what is there now. The file behind a link is never
+    written. See :func:`write_feedback` for the file's identity after the write.
     """
+    return write_feedback(path, round_no, text, expect=expect).appended
+
+
+@dataclass(frozen=True)
+class FeedbackWrite:
+    """What :func:`write_feedback` did."""
+
+    appended: bool  # False: that round's feedback was in the file already; nothing written
+    file_id: FileId  # the story file's identity now: the new file when appended
+
+
+def write_feedback(
+    path: Path, round_no: int, text: str, *, expect: FileId | None = None
+) -> FeedbackWrite:
+    """:func:`append_feedback`, also giving the story file's identity afterwards: each
+    append renames a new file over the old one (a new inode), so the ``expect`` of the next
+    round is this call's ``file_id``."""
     path = Path(path)
     if isinstance(round_no, bool) or not isinstance(round_no, int) or round_no < 0:
         raise ValueError(f"round_no must be a whole number >= 0, got {round_no!r}")
-    raw = _read_bytes(path)
-    normalized = _normalize_newlines(_decode(raw, path))
+    try:
+        # the directory as named (a story may live under a symlinked directory); the file
+        # itself is opened in it without following a link, and replaced in that very one
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StoryError(path, "file", f"cannot read the file: {_reason(exc)}") from None
+    try:
+        raw, info = _read_for_rewrite(dir_fd, path, expect)
+        new_body = _with_feedback(_decode(raw, path), round_no, text)
+        if new_body is None:
+            return FeedbackWrite(False, (info.st_dev, info.st_ino))
+        new_id = _replace_story_file(dir_fd, path, _rewritten(path, raw, new_body), info)
+    finally:
+        os.close(dir_fd)
+    return FeedbackWrite(True, new_id)
+
+
+def _with_feedback(content: str, round_no: int, text: str) -> str | None:
+    """The story's body (LF) with the feedback of ``round_no`` appended; None when that
+    round is under a feedback heading already."""
+    normalized = _normalize_newlines(content)
     try:
         body = _layout(normalized).body
     except ValueProblem:  # no frontmatter hero can cut: the whole text is the body
@@ -831,7 +947,7 @@ def append_feedback(path: Path, round_no: int, text: str) -> bool:
                 if m:
                     rounds.add(int(m.group(1)))
     if round_no in rounds:
-        return False
+        return None
 
     parts: list[str] = []
     if normalized and not normalized.endswith("\n"):
@@ -841,12 +957,112 @@ def append_feedback(path: Path, round_no: int, text: str) -> bool:
     if last_top is None or last_top.key != _FEEDBACK_KEY or open_fence is not None:
         parts.append(("\n" if normalized else "") + FEEDBACK_HEADING + "\n")
     parts.append(f"\n### Round {round_no}\n\n{_sanitize_feedback(text)}\n")
-    _rewrite_body(path, raw, body + "".join(parts))
-    return True
+    return body + "".join(parts)
 
 
-def _rewrite_body(path: Path, raw: bytes, new_body: str) -> None:
-    """Write the story file whose bytes were ``raw`` with ``new_body`` (LF) as its body.
+def _read_for_rewrite(
+    dir_fd: int, path: Path, expect: FileId | None
+) -> tuple[bytes, os.stat_result]:
+    """The story file's bytes and fstat, opened in ``dir_fd`` without following a link:
+    StoryFileChanged unless it is a regular file (and, with ``expect``, that very file)."""
+    name = path.name
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            raise _changed(path, dir_fd, expect is not None)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO, a device: never opened
+            _check_kind(st.st_mode, _WHAT)
+        try:
+            fd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK):  # a link swapped in since the stat
+                raise _changed(path, dir_fd, True) from None
+            raise
+        try:
+            info, data = _read_open(fd)
+        finally:
+            os.close(fd)
+    except ValueProblem as exc:
+        if expect is not None:
+            raise StoryFileChanged(
+                path, f"is no longer the file hero read: {exc.message}"
+            ) from None
+        raise StoryError(path, "file", exc.message) from None
+    except FileNotFoundError as exc:
+        if expect is not None:
+            raise StoryFileChanged(path, "is gone") from None
+        raise StoryError(path, "file", f"cannot read the file: {_reason(exc)}") from None
+    except OSError as exc:
+        raise StoryError(path, "file", f"cannot read the file: {_reason(exc)}") from None
+    if expect is not None and (info.st_dev, info.st_ino) != tuple(expect):
+        raise StoryFileChanged(path, "is a different file than the one hero read")
+    return data, info
+
+
+def _changed(path: Path, dir_fd: int, now: bool) -> StoryFileChanged:
+    """The error for a story file that is a symlink (``now``: it was not when hero read it)."""
+    try:
+        target = f" (to {os.readlink(path.name, dir_fd=dir_fd)})"
+    except OSError:
+        target = ""
+    if now:
+        return StoryFileChanged(path, f"is now a symlink{target}")
+    return StoryFileChanged(path, f"is a symlink{target}; hero does not write through links")
+
+
+def _replace_story_file(dir_fd: int, path: Path, data: bytes, read: os.stat_result) -> FileId:
+    """Write ``data`` to a new dot-file in ``dir_fd`` (the inbox ignores dot-files), flush
+    it, check that ``path`` is still the file ``read`` described, and rename the new file
+    over it: a reader sees the old file or the new one, never half. The rename replaces the
+    directory entry; it never writes into whatever the entry points to. The new file's
+    identity."""
+    name = path.name
+    while True:
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o666,
+                dir_fd=dir_fd,
+            )
+            break
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise StoryError(path, "file", f"cannot write the file: {_reason(exc)}") from None
+    try:
+        try:
+            os.fchmod(fd, stat.S_IMODE(read.st_mode))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            written = os.fstat(fd)
+        finally:
+            os.close(fd)
+        try:
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise StoryFileChanged(path, "is gone") from None
+        if stat.S_ISLNK(now.st_mode):
+            raise _changed(path, dir_fd, True)
+        if (now.st_dev, now.st_ino) != (read.st_dev, read.st_ino):
+            raise StoryFileChanged(path, "is a different file than the one hero read")
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        if isinstance(exc, OSError):
+            raise StoryError(path, "file", f"cannot write the file: {_reason(exc)}") from None
+        raise
+    with contextlib.suppress(OSError):  # not every file system can sync a directory
+        os.fsync(dir_fd)
+    return (written.st_dev, written.st_ino)
+
+
+def _rewritten(path: Path, raw: bytes, new_body: str) -> bytes:
+    """The bytes of the story file whose bytes were ``raw`` with ``new_body`` (LF) as its body.
 
     The text comes from :func:`_render` (``frontmatter.dumps``), with the file's own YAML
     text, delimiter lines, line endings and BOM handed back to it, so that a file hero can
@@ -888,7 +1104,7 @@ def _rewrite_body(path: Path, raw: bytes, new_body: str) -> None:
     uniform = encode(normalized) == raw.removeprefix(b"\xef\xbb\xbf")  # one kind of line end
     if data is None or not uniform:
         data = appended  # rendering would change what the user wrote: keep their bytes
-    atomic_write(path, data)
+    return data
 
 
 def _sanitize_feedback(text: str) -> str:
