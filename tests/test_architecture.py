@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (  # 8  the outside world: model, git, GitHub, processes, traces, prompts, locks
         "hero.llm",
         "hero.gitops",
+        "hero.git.*",
         "hero.github.*",
         "hero.repoguard",
         "hero.runner",
@@ -50,6 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.dag",
         "hero.yamlio",
         "hero.fsio",
+        "hero.limits",
         "hero.errors",
         "hero.redact",
         "hero",

@@ -14,6 +14,7 @@ contains an API key value.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hero.limits import SETTINGS as LIMIT_KEYS
+from hero.limits import Limits, bounds, setting
 from hero.yamlio import (
     ValueProblem,
     decode_text,
@@ -83,6 +86,8 @@ KNOB_KEYS = (
     "protected_files",
     "allow_commands",
     "deny_commands",
+    # limits on every sandboxed command (issue 17): limit_<field> of hero.limits.Limits
+    *LIMIT_KEYS,
     "max_story_tokens",
     "max_story_cost_usd",
     "max_story_wall_s",
@@ -221,6 +226,8 @@ class Safety:
     protected_files: tuple[str, ...] = DEFAULT_PROTECTED
     allow_commands: tuple[str, ...] = ()
     deny_commands: tuple[str, ...] = ()
+    limits: Limits = Limits()
+    """What each sandboxed command may use (the ``limit_*`` keys; see hero.limits)."""
 
 
 @dataclass(frozen=True)
@@ -580,7 +587,19 @@ def _safety(r: _Reader) -> Safety:
         ),
         allow_commands=_rules(r, "allow_commands"),
         deny_commands=_rules(r, "deny_commands"),
+        limits=_limits(r),
     )
+
+
+def _limits(r: _Reader) -> Limits:
+    """The ``limit_*`` keys: whole numbers within each limit's bounds (hero.limits)."""
+    defaults = Limits()
+    values: dict[str, int] = {}
+    for f in dataclasses.fields(Limits):
+        low, high = bounds(f.name)
+        default: int = getattr(defaults, f.name)
+        values[f.name] = r.integer(setting(f.name), default, minimum=low, maximum=high)
+    return Limits(**values)
 
 
 def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) -> EngineSettings:
@@ -1165,14 +1184,22 @@ class _Reader:
             raise self._error(key, f"expected a non-empty string; found {describe(value)}")
         return value.strip()
 
-    def integer(self, key: str, default: int, *, minimum: int = 1) -> int:
+    def integer(
+        self, key: str, default: int, *, minimum: int = 1, maximum: int | None = None
+    ) -> int:
         value = self.data.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < minimum
+            or (maximum is not None and value > maximum)
+        ):
+            bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
             raise self._error(
                 key,
-                f"expected a whole number >= {minimum} (default {default}); found {describe(value)}",
+                f"expected a whole number {bound} (default {default}); found {describe(value)}",
             )
         return value
 

@@ -17,6 +17,9 @@ marker (``kill_marked``), so nothing a story started outlives the command that s
 PID namespace, so every process it started ends with it: ``run_command`` holds the namespace's
 init (PID 1, ``_NamespaceInit``) from before the command starts, and when the command returns it
 kills the init and waits until the namespace is empty. ``kill_marked`` is a second net.
+A sandbox that carries ``limits`` (``hero.limits.Limits``) has them put on that init, so on
+everything the command starts, before the command starts (``hero.limits.confine``); a limit
+the command hit is said in ``CommandResult.limit_note``.
 
 ``child_env`` is the environment every child gets: no secrets, nothing that waits on a person.
 """
@@ -35,6 +38,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from hero.limits import Confinement, Limits, confine
 
 TIMEOUT_EXIT_CODE = 124
 CANCEL_EXIT_CODE = 130
@@ -88,6 +93,7 @@ class CommandResult:
     timed_out: bool = False
     cancelled: bool = False
     output_truncated_bytes: int = 0  # bytes dropped beyond max_output_bytes (middle cut)
+    limit_note: str | None = None  # the sandbox limit the command hit (hero.limits.explain)
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class ProcessResult:
     stderr: str
     duration_s: float
     timed_out: bool = False
+    cut_bytes: int = 0  # bytes of stdout left out (from its middle) to keep within max_output
 
 
 def child_env(
@@ -342,8 +349,9 @@ class _NamespaceInit:
     exit (its pidfd polls readable) only once they are all gone and reaped: its exit is the
     end of the namespace."""
 
-    def __init__(self, pidfd: int) -> None:
+    def __init__(self, pidfd: int, pid: int) -> None:
         self.pidfd = pidfd
+        self.pid = pid
 
     def end(self, timeout_s: float) -> bool:
         """SIGKILL the init, then wait until it, and so every process in its namespace, is
@@ -388,7 +396,7 @@ def _namespace_init(
     if len(fields) < 2 or int(fields[1]) != wrapper.pid:
         os.close(pidfd)
         return None
-    return _NamespaceInit(pidfd)
+    return _NamespaceInit(pidfd, pid)
 
 
 def _supervise(
@@ -482,13 +490,17 @@ def _start_sandboxed(
     env: Mapping[str, str] | None,
     *,
     deadline: float,
-) -> tuple[subprocess.Popen[bytes], _NamespaceInit | None, int]:
+) -> tuple[subprocess.Popen[bytes], _NamespaceInit | None, int, Confinement | None]:
     """Start ``argv`` in ``sandbox``, and the init of its PID namespace, got hold of before
     the sandbox is let start the command (so it cannot have exited, its pid reused). Also
     the read end of bwrap's info pipe, to close once bwrap is gone: when ``deadline`` passed
-    first, bwrap may write to it still (and would die of SIGPIPE were it closed)."""
+    first, bwrap may write to it still (and would die of SIGPIPE were it closed). When the
+    sandbox has ``limits``, they are put on the init before the command starts: the
+    confinement, to end once the namespace is gone."""
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
+    init: _NamespaceInit | None = None
+    confinement: Confinement | None = None
     try:
         try:
             wrapped = sandbox.wrap(argv, cwd, info_fd=info_w, block_fd=block_r)
@@ -498,17 +510,25 @@ def _start_sandboxed(
             os.close(block_r)
         try:
             init = _namespace_init(proc, info_r, deadline)
+            limits = getattr(sandbox, "limits", None)  # hero.sandbox.Sandbox's
+            if init is not None and isinstance(limits, Limits):
+                try:
+                    confinement = confine(limits, init.pid)
+                except ProcessLookupError:
+                    pass  # the sandbox failed to start: bwrap says why
         except BaseException:
             # The init waits on the block fd still, in bwrap's process group.
             _killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            if init is not None:
+                init.close()
             raise
     except BaseException:
         os.close(info_r)
         raise
     finally:
         os.close(block_w)  # the sandbox starts the command
-    return proc, init, info_r
+    return proc, init, info_r, confinement
 
 
 def run_command(
@@ -531,11 +551,14 @@ def run_command(
     before = running_pids() if marker else None
     argv = ["sh", "-c", command]
     init: _NamespaceInit | None = None
+    confinement: Confinement | None = None
     info = -1
     if sandbox is None:
         proc = _start(argv, cwd, env)
     else:
-        proc, init, info = _start_sandboxed(sandbox, argv, cwd, env, deadline=start + timeout_s)
+        proc, init, info, confinement = _start_sandboxed(
+            sandbox, argv, cwd, env, deadline=start + timeout_s
+        )
     capture = _Capture(max_output_bytes)
 
     def end_leftovers() -> None:
@@ -544,6 +567,8 @@ def run_command(
             # bwrap returns once the command exits, while its PID namespace may still
             # hold processes: end it, and wait until every process in it is gone.
             init.end(_KILL_WAIT_S)
+        if confinement is not None:
+            confinement.end()  # the command's cgroups: read, emptied, removed
         if marker and before is not None:
             kill_marked(marker, spare=before)
 
@@ -556,19 +581,23 @@ def run_command(
             end_leftovers=end_leftovers,
         )
     finally:
+        if confinement is not None:
+            confinement.end()
         if init is not None:
             init.close()
         if info >= 0:
             os.close(info)
     output, dropped = capture.result()
+    exit_code = _exit_code(proc, timed_out, cancelled)
     return CommandResult(
         command=command,
-        exit_code=_exit_code(proc, timed_out, cancelled),
+        exit_code=exit_code,
         output=output,
         duration_s=time.monotonic() - start,
         timed_out=timed_out,
         cancelled=cancelled,
         output_truncated_bytes=dropped,
+        limit_note=None if confinement is None else confinement.note(exit_code, output),
     )
 
 
@@ -578,11 +607,14 @@ def run_process(
     *,
     timeout_s: float,
     env: Mapping[str, str] | None = None,
+    max_output: int | None = None,
 ) -> ProcessResult:
     """Run ``argv`` (no shell) in ``cwd`` in its own process group; see the module docstring.
 
-    All of stdout and stderr is kept: callers parse it. Raises OSError if the program cannot
-    be started (not installed, or ``cwd`` does not exist).
+    All of stdout and stderr is kept (callers parse it), up to ``max_output`` bytes of each:
+    past that the middle is left out (``ProcessResult.cut_bytes`` says how much of stdout),
+    so that a program's output never holds more than that in hero's memory. Raises OSError
+    if the program cannot be started (not installed, or ``cwd`` does not exist).
     """
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -594,17 +626,20 @@ def run_process(
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    out, err = _Capture(_UNBOUNDED), _Capture(_UNBOUNDED)
+    budget = _UNBOUNDED if max_output is None else max_output
+    out, err = _Capture(budget), _Capture(budget)
     timed_out, _ = _supervise(
         proc, [(proc.stdout, out), (proc.stderr, err)], deadline=start + timeout_s, cancel=None
     )
+    stdout, cut = out.result()
     return ProcessResult(
         argv=tuple(argv),
         exit_code=_exit_code(proc, timed_out, False),
-        stdout=out.result()[0],
+        stdout=stdout,
         stderr=err.result()[0],
         duration_s=time.monotonic() - start,
         timed_out=timed_out,
+        cut_bytes=cut,
     )
 
 

@@ -201,6 +201,35 @@ sandbox_network: false
 # fetch dependencies need it). Default true.
 verify_network: true
 
+# ---------------------------------------------------------------- sandbox limits
+
+# What each command in the sandbox (a Worker's bash call, a verify command) may use, so
+# that a fork bomb, a full /tmp or a runaway test ends that command and not the machine.
+# A command that hits one fails, and the Worker is told which limit and which setting.
+# Processes and memory are held by a cgroup where hero can make one (all the command's
+# processes together), else by per-process rlimits; `hero` logs which at start. As root
+# without a writable cgroup, the number of processes is not limited.
+
+# Size of each of the sandbox's /tmp, /var/tmp and /dev/shm, in MB. They are kept in RAM;
+# writing beyond fails with "No space left on device". Default 1024.
+limit_tmpfs_mb: 1024
+
+# Processes and threads one command may have at once (from 16). Default 1024.
+limit_processes: 1024
+
+# Memory one command may use, in MB (from 64): all its processes together with a cgroup,
+# else each process's data. Default 4096.
+limit_memory_mb: 4096
+
+# The largest file a command may write, in MB; beyond, "File too large". Default 2048.
+limit_file_size_mb: 2048
+
+# CPU seconds each process of a command may use; beyond, it is stopped. Default 3600.
+limit_cpu_s: 3600
+
+# Files each process of a command may have open at once (from 32). Default 2048.
+limit_open_files: 2048
+
 # ---------------------------------------------------------------- what the worker may do
 
 # Files the Worker never changes, whatever a story's scope says: .gitignore-style globs
