@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +51,10 @@ def _restore_sigterm() -> Iterator[None]:
     old = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, old)
+
+
+def worktree_of(home: Path, story_id: str = "s1") -> Path:
+    return home / "worktrees" / story_id
 
 
 def verdict(v: str = "APPROVED", summary: str = "All good.") -> Reply:
@@ -307,7 +312,7 @@ def test_rerun_with_the_branch_deleted_resumes_on_it(
     worktree = home / "worktrees" / "s1"
     git(worktree, "checkout", "-q", "--detach")
     if worktree_gone:
-        git(target_repo, "worktree", "remove", "--force", str(worktree))
+        shutil.rmtree(worktree)
     git(target_repo, "branch", "-D", "hero/s1")
 
     assert run_hero(home, story) == 0
@@ -583,7 +588,9 @@ def test_refs_moved_before_an_interrupt_are_put_back(
             ).read_text()
             time.sleep(0.05)
         child = int(pid_file.read_text())
-        assert git(target_repo, "rev-parse", "main").strip() != main_before  # the worker's move
+        # the worker moved main in the story's own repository: the user's is out of its reach
+        assert git(worktree_of(home), "rev-parse", "main").strip() != main_before
+        assert git(target_repo, "rev-parse", "main").strip() == main_before
         hero.send_signal(signal.SIGINT)
         assert hero.wait(timeout=30) == 130
         assert wait_dead(child)

@@ -104,7 +104,7 @@ def test_signal_interrupts_then_rerun_resumes(
     assert alive(child)
     state = load_state(home)
     assert state["status"] == "running" and state["phase"] == "worker"
-    before_sha = sha_of(target_repo, "before-interrupt")
+    before_sha = sha_of(home / "worktrees" / "s1", "before-interrupt")
 
     hero.proc.send_signal(signum)
     try:
@@ -227,7 +227,7 @@ def test_sigint_in_later_phase_records_no_round(
             time.sleep(0.05)
         assert asked.exists(), hero.output()
     assert load_state(home)["phase"] == phase
-    work_sha = sha_of(target_repo, "work")
+    work_sha = sha_of(home / "worktrees" / "s1", "work")
 
     hero.proc.send_signal(signal.SIGINT)
     try:
@@ -308,7 +308,7 @@ def test_crash_mid_round_resumes_from_last_finished_round(
     assert [r["round"] for r in state["rounds"]] == [1]
     assert story.read_text().count("### Round 1") == 1
     round1_sha = sha_of(target_repo, "round-1")
-    crash_sha = sha_of(target_repo, "round-2-before-crash")
+    crash_sha = sha_of(home / "worktrees" / "s1", "round-2-before-crash")
 
     n_before = len(model.requests)
     again = Hero(home, story, tmp_path, "second")

@@ -592,9 +592,9 @@ def test_a_plan_that_cannot_run_exits_2_naming_the_problem_and_runs_nothing(
 def test_a_worker_moving_a_passed_story_s_branch_changes_no_code_that_flows_on(
     scripted, make_home, target_repo: Path, run_plan
 ) -> None:
-    """Code flows from the head a story passed review with, as hero recorded it: x's worker
-    points a's branch at a commit of its own, and b (built on a and x) and the plan's
-    branch never get that commit."""
+    """x's worker points a's branch at a commit of its own: it does so in x's own
+    repository only, so a's branch in the user's repository, b (built on a and x) and the
+    plan's branch never get that commit."""
     evil = (
         "git checkout -q --detach && echo evil > evil.txt && git add -A && "
         "git commit -q -m evil && git update-ref refs/heads/hero/plans/h/a HEAD && "
@@ -609,10 +609,13 @@ def test_a_worker_moving_a_passed_story_s_branch_changes_no_code_that_flows_on(
     assert hero.rc == 0, hero.output()
 
     a_head = state_of(home, "h", "a")["head_sha"]
-    moved = git(target_repo, "rev-parse", "hero/plans/h/a").strip()
-    assert moved != a_head  # the worker did move it
-    assert show(target_repo, moved, "evil.txt") == "evil\n"
-    for ref in ("hero/plans/h/b", "hero/plan/h"):
+    x_repo = home / "worktrees" / "plans" / "h" / "x"
+    moved = git(x_repo, "rev-parse", "hero/plans/h/a").strip()
+    assert moved != a_head  # the worker did move it, in its own repository
+    assert show(x_repo, moved, "evil.txt") == "evil\n"
+    assert git(target_repo, "rev-parse", "hero/plans/h/a").strip() == a_head
+    for ref in ("hero/plans/h/a", "hero/plans/h/b", "hero/plan/h"):
         files = git(target_repo, "ls-tree", "-r", "--name-only", ref).split()
-        assert "evil.txt" not in files and "a.txt" in files and "x.txt" in files, ref
-    assert not is_ancestor(target_repo, moved, "hero/plan/h")
+        assert "evil.txt" not in files and "a.txt" in files, ref
+    absent = subprocess.run(["git", "cat-file", "-e", moved], cwd=target_repo, check=False)
+    assert absent.returncode != 0  # the commit never reached the user's repository

@@ -155,7 +155,8 @@ def test_kill_9_of_hero_and_its_git_mid_commit_then_rerun_clears_the_locks_and_p
     git are killed with SIGKILL. Before: every rerun ended in `error` ("HEAD.lock: File
     exists"). Now the rerun removes the stale locks, says so, resumes and passes."""
     common = (target_repo / ".git").resolve()
-    trap = common / "logs" / "refs" / "heads" / "hero" / "s1"
+    own = (tmp_path / "home" / "worktrees" / "s1" / ".git").resolve()  # the story's repository
+    trap = own / "logs" / "refs" / "heads" / "hero" / "s1"
     arm = (
         "test -f armed || { touch armed; echo kept > uncommitted.txt; "
         f"rm -f {trap} && mkfifo {trap}; }}"
@@ -174,8 +175,9 @@ def test_kill_9_of_hero_and_its_git_mid_commit_then_rerun_clears_the_locks_and_p
     home = make_home(model)
     story = write_story(home, "s1", verify=["test -f work.txt"])
     worktree = home / "worktrees" / "s1"
-    head_lock = common / "worktrees" / "s1" / "HEAD.lock"
-    ref_lock = common / "refs" / "heads" / "hero" / "s1.lock"
+    assert home == tmp_path / "home"
+    head_lock = own / "HEAD.lock"
+    ref_lock = own / "refs" / "heads" / "hero" / "s1.lock"
 
     first = start(heroes, home, story, tmp_path, "first")
     stuck = first.wait_until(
@@ -195,7 +197,8 @@ def test_kill_9_of_hero_and_its_git_mid_commit_then_rerun_clears_the_locks_and_p
     # and, where git leaves them when it dies holding them (as a kill -9 during `git add`
     # or a ref packing would): the worktree's index lock and the repository's shared ones
     others = [
-        common / "worktrees" / "s1" / "index.lock",
+        own / "index.lock",
+        common / "refs" / "heads" / "hero" / "s1.lock",
         common / "packed-refs.lock",
         common / "config.lock",
         common / "index.lock",
@@ -203,7 +206,7 @@ def test_kill_9_of_hero_and_its_git_mid_commit_then_rerun_clears_the_locks_and_p
     for path in others:
         path.write_bytes(b"")
     assert load_state(home)["status"] == "running"  # nobody could record the crash
-    work_sha = sha_of(target_repo, "work")
+    work_sha = sha_of(worktree, "work")
 
     again = start(heroes, home, story, tmp_path, "second")
     assert again.wait() == 0, again.output()
@@ -250,7 +253,7 @@ def test_a_git_lock_a_live_process_holds_is_waited_on_not_removed(
     assert first.wait() == 1, first.output()
     assert load_state(home)["status"] == "gave_up"
 
-    lock = target_repo / ".git" / "worktrees" / "s1" / "index.lock"
+    lock = home / "worktrees" / "s1" / ".git" / "index.lock"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_LOCK, str(lock)],
         stdin=subprocess.PIPE,
@@ -353,7 +356,7 @@ def test_a_second_home_on_the_same_repo_refuses_the_running_story_and_touches_no
 
     a = start(heroes, home_a, story_a, tmp_path, "home-a")
     a.wait_until(lambda: (worktree_a / "started").exists(), "home A's worker at work")
-    a_sha = sha_of(target_repo, "a-work")
+    a_sha = sha_of(home_a / "worktrees" / "s1", "a-work")
     requests = len(model.requests)
 
     b = start(heroes, home_b, story_b, tmp_path, "home-b")
@@ -362,7 +365,7 @@ def test_a_second_home_on_the_same_repo_refuses_the_running_story_and_touches_no
     assert len(model.requests) == requests  # B asked nothing
     # A's worktree, its uncommitted work and its branch are as A left them
     assert (worktree_a / "uncommitted-a.txt").read_text() == "precious\n"
-    assert git(target_repo, "rev-parse", "hero/s1").strip() == a_sha
+    assert git(worktree_a, "rev-parse", "hero/s1").strip() == a_sha
     assert "hero/s1-prev" not in git(target_repo, "branch", "--list", "hero/*")
     assert not (home_b / "worktrees" / "s1").exists()
     assert not (home_b / "runs" / "state" / "s1.json").exists()

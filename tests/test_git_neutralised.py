@@ -25,6 +25,7 @@ from helpers import is_review, load_state, review_round, step_of, verdict, worke
 
 from hero.agent.tools import ToolContext, ToolOutcome, execute_tool
 from hero.cli import main
+from hero.git.storyrepo import StoryRepo
 from hero.gitops import (
     DEFAULT_IDENTITY,
     GitError,
@@ -37,7 +38,7 @@ from hero.gitops import (
     undo_program_changes,
 )
 from hero.gitops import git as hero_git
-from hero.repoguard import Guard, leftovers
+from hero.repoguard import leftovers
 from hero.runner import child_env
 from hero.testing.scripted import Reply, call, text
 
@@ -328,29 +329,37 @@ def test_watch_sees_a_hook_rewritten_with_its_time_put_back(
     assert watch.check() == []  # put back, and seen as put back
 
 
-def test_guard_puts_programs_back_before_its_first_git(
+def test_make_safe_puts_back_what_hero_owns_of_a_story_repository(
     target_repo: Path, base: str, tmp_path: Path, marks: Path
 ) -> None:
+    """Between commands, before hero's own git: the story repository's config, alternates,
+    hooks and info are hero's again, and what would point git elsewhere is gone."""
     repo = TargetRepo(target_repo)
-    wt = tmp_path / "worktrees" / "s1"
-    repo.ensure_worktree("hero/s1", wt, base)
-    guard = Guard(target_repo, wt, "hero/s1", base)
-    guard.watch()
-    # during the phase: hero's git (a scope check, say) asks first
-    git(wt, "config", "core.fsmonitor", str(write_probe(tmp_path / "fsmonitor", marks)))
-    note = guard.check_programs()
-    assert note.startswith("core.fsmonitor was set in .git/config")
-    assert guard.check_programs() == ""
-    # after the phase
-    write_probe(target_repo / ".git" / "hooks" / "post-commit", marks)
-    (wt / "calc" / "__init__.py").write_text(SUB_IMPL)
-    guard.before_rescue()
-    assert commit_all(wt, "hero: rescue", DEFAULT_IDENTITY)
-    guard.after_rescue()
+    story_repo = StoryRepo(repo, tmp_path / "worktrees" / "s1", "hero/s1")
+    story_repo.lay_out(base)
+    gitdir = story_repo.gitdir
+    config = (gitdir / "config").read_bytes()
+    probe = write_probe(tmp_path / "fsmonitor", marks)
+    git(story_repo.path, "config", "core.fsmonitor", str(probe))
+    write_probe(gitdir / "hooks" / "post-commit", marks)
+    (gitdir / "info" / "attributes").write_text("* filter=evil\n")
+    (gitdir / "info" / "exclude").write_text("secret.txt\n")
+    (gitdir / "commondir").write_text(str(tmp_path) + "\n")
+    (gitdir / "shallow").write_text(base + "\n")
+    (gitdir / "objects" / "info" / "alternates").write_text("/etc\n")
+
+    said = story_repo.make_safe()
+
+    assert ".git/config was changed" in said and "alternates" in said
+    assert (gitdir / "config").read_bytes() == config
+    assert list((gitdir / "hooks").iterdir()) == []
+    assert [p.name for p in (gitdir / "info").iterdir()] == ["exclude"]
+    assert (gitdir / "info" / "exclude").read_text() == ""
+    assert not (gitdir / "commondir").exists() and not (gitdir / "shallow").exists()
+    (story_repo.path / "calc" / "__init__.py").write_text(SUB_IMPL)
+    assert commit_all(story_repo.path, "hero: rescue", DEFAULT_IDENTITY)
     assert runs(marks) == []
-    said = "\n".join(guard.problems)
-    assert "core.fsmonitor was set in .git/config" in said
-    assert "a git hook .git/hooks/post-commit was added; hero removed it" in said
+    assert story_repo.make_safe() == ""
 
 
 # ------------------------------------------------------------- through hero run, end to end
@@ -407,11 +416,10 @@ def test_programs_a_worker_plants_never_run_under_hero_git(
     """A worker without a sandbox (``sandbox: none``, or where bwrap does not work): the
     sandbox makes the repository's config and hooks read-only, without it they are not."""
     monkeypatch.setenv(KEY_ENV, SECRET)
-    gitdir = target_repo.resolve() / ".git" / "worktrees" / "s1"
-    marks = gitdir / "marks"
+    marks = target_repo.resolve().parent / "marks"
     worker = {
         1: [
-            call("bash", command=plant_command(gitdir, marks)),
+            call("bash", command=plant_command(Path(".git"), marks)),
             # left uncommitted: hero's rescue commit takes it (status, add, commit)
             call("write_file", path="calc/__init__.py", content=SUB_IMPL),
             text("Done."),
@@ -435,17 +443,13 @@ def test_programs_a_worker_plants_never_run_under_hero_git(
     assert all("key= secret=0" in line for line in lines)  # nor did the worker see the key
 
     state = load_state(home)
-    assert state["status"] == "passed" and len(state["rounds"]) == 2
-    r1 = state["rounds"][0]["review"]
-    assert r1["short_circuited"] is True
-    for said in (
-        "core.fsmonitor was set in .git/worktrees/s1/config.worktree",
-        "core.fsmonitor was set in .git/config",
-        "filter.evil.clean was set in .git/config",
-        "a git hook .git/hooks/post-commit was added; hero removed it",
-    ):
-        assert said in r1["summary"]
-    # round 2 was reviewed, on git's own diff of the rescued work
+    assert state["status"] == "passed"
+    # the story's own repository is hero's again; the user's was never in reach
+    gitdir = home / "worktrees" / "s1" / ".git"
+    assert "fsmonitor" not in (gitdir / "config").read_text()
+    assert "filter" not in (gitdir / "config").read_text()
+    assert list((gitdir / "hooks").iterdir()) == []
+    assert not (gitdir / "info" / "attributes").exists()
     assert git(target_repo, "show", "hero/s1:calc/__init__.py") == SUB_IMPL
     left = subprocess.run(
         ["git", "config", "--get-regexp", "fsmonitor|filter"], cwd=target_repo, capture_output=True
@@ -454,8 +458,6 @@ def test_programs_a_worker_plants_never_run_under_hero_git(
     assert sorted(p.name for p in (target_repo / ".git" / "hooks").iterdir()) == sorted(
         p.name for p in (target_repo / ".git" / "hooks").glob("*.sample")
     )
-    wt_config = gitdir / "config.worktree"
-    assert "fsmonitor" not in (wt_config.read_text() if wt_config.exists() else "")
     for request in model.requests:
         assert SECRET not in json.dumps(request.body)
 

@@ -26,7 +26,8 @@ from conftest import git
 from helpers import alive, is_review, step_of
 
 from hero.cli import main
-from hero.gitops import DEFAULT_IDENTITY
+from hero.git.storyrepo import StoryRepo
+from hero.gitops import DEFAULT_IDENTITY, TargetRepo
 from hero.runner import CommandResult, child_env, run_command
 from hero.sandbox import (
     SANDBOX_HOME,
@@ -67,6 +68,7 @@ class Story:
     common: Path
     worktree: Path
     box: Sandbox
+    story_repo: StoryRepo
 
     def run(self, command: str, *, network: bool = False) -> CommandResult:
         return run_command(
@@ -84,19 +86,29 @@ def story(bwrap: str, tmp_path: Path, target_repo: Path) -> Story:
     (home / "worktrees").mkdir(parents=True)
     (home / "config.local.yaml").write_text(f"keys:\n  scripted: {SECRET}\n")
     worktree = home / "worktrees" / "s1"
-    git(target_repo, "worktree", "add", "-q", "-b", "hero/s1", str(worktree))
+    target = TargetRepo(target_repo)
+    git(target_repo, "branch", "hero/s1")
+    repo = StoryRepo(target, worktree, "hero/s1")
+    repo.lay_out(target.rev_parse("hero/s1"))
     common = (target_repo / ".git").resolve()
-    box = resolve("bwrap", worktree=worktree, common_dir=common, hide=(home,))
+    box = resolve(
+        "bwrap",
+        worktree=worktree,
+        objects=repo.objects_dir(),
+        guarded=repo.guarded(),
+        hide=(home, target_repo),
+    )
     assert box is not None
-    return Story(home, target_repo, common, worktree, box)
+    return Story(home, target_repo, common, worktree, box, repo)
 
 
 # ----------------------------------------------------------------------------- what is writable
 
 
-def test_the_worktree_is_writable_and_a_commit_lands_in_the_shared_repository(
+def test_the_story_repository_is_writable_and_hero_brings_its_commits_back(
     story: Story,
 ) -> None:
+    before = git(story.repo, "rev-parse", "refs/heads/hero/s1").strip()
     result = story.run(
         "echo made > made.txt && git add made.txt && git commit -q -m sandboxed && "
         "git rev-parse HEAD"
@@ -104,78 +116,65 @@ def test_the_worktree_is_writable_and_a_commit_lands_in_the_shared_repository(
 
     assert result.exit_code == 0, result.output
     sha = result.output.strip().splitlines()[-1]
+    assert (story.worktree / "made.txt").read_text() == "made\n"
+    # the user's repository is untouched until hero brings the commit there itself
+    assert git(story.repo, "rev-parse", "refs/heads/hero/s1").strip() == before
+    assert story.story_repo.bring_back() == sha
     assert git(story.repo, "rev-parse", "refs/heads/hero/s1").strip() == sha
     assert git(story.repo, "log", "-1", "--format=%s", sha).strip() == "sandboxed"
-    assert (story.worktree / "made.txt").read_text() == "made\n"
+    assert "error" not in git(story.repo, "fsck", "--full").lower()
 
 
-def test_the_system_is_read_only(story: Story) -> None:
-    probe = Path("/usr") / f"hero-sandbox-probe-{os.getpid()}"
-    try:
-        result = story.run(f"touch {probe}; echo x >> /etc/hostname; echo done")
-        assert not probe.exists()
-    finally:
-        probe.unlink(missing_ok=True)
+def test_the_users_git_directory_is_out_of_reach(story: Story) -> None:
+    """Objects, refs, packed-refs, hooks, config, info, shallow and the user's HEAD of the
+    target cannot be written, nor its pack files removed; its objects can be read."""
+    common = story.common
+    git(story.repo, "gc", "-q")
+    packs = sorted(p.name for p in (common / "objects" / "pack").iterdir())
+    config = (common / "config").read_bytes()
+    result = story.run(
+        f"rm -f {common}/objects/pack/*; "
+        f"printf 'garbage\\n' > {common}/packed-refs; "
+        f"git rev-parse main > {common}/shallow; "
+        f"echo 'touch /tmp/pwned' > {common}/hooks/post-checkout; "
+        f"echo '[core] fsmonitor = evil' >> {common}/config; "
+        f"echo 'ref: refs/heads/x' > {common}/HEAD; "
+        f"git -C {story.repo} log -1 --format=%s main; "
+        "git cat-file -t main; echo done"
+    )
 
-    assert result.output.count("Read-only file system") == 2, result.output
+    assert "done" in result.output, result.output
+    assert "commit" in result.output  # the borrowed objects are readable
+    assert sorted(p.name for p in (common / "objects" / "pack").iterdir()) == packs
+    assert not (common / "shallow").exists()
+    assert not (common / "hooks" / "post-checkout").exists()
+    assert (common / "config").read_bytes() == config
+    assert git(story.repo, "symbolic-ref", "HEAD").strip() == "refs/heads/main"
+    assert "error" not in git(story.repo, "fsck", "--full").lower()
 
 
-def test_not_even_root_can_remount_the_system_writable(story: Story) -> None:
-    """Run as root, bwrap would keep every capability; the sandbox drops them all."""
-    probe = Path("/usr") / f"hero-sandbox-remount-{os.getpid()}"
-    try:
-        result = story.run(
-            f"mount -o remount,rw,bind /usr && touch {probe}; grep CapEff /proc/self/status"
-        )
-        assert not probe.exists(), result.output
-    finally:
-        probe.unlink(missing_ok=True)
-
-    assert "CapEff:\t0000000000000000" in result.output, result.output
-
-
-def test_hooks_and_config_of_the_shared_repository_cannot_be_written(story: Story) -> None:
-    config = story.common / "config"
-    before = config.read_bytes()
-    gitdir = story.common / "worktrees" / "s1"
-    dot_git = (story.worktree / ".git").read_bytes()
+def test_the_story_repositorys_git_settings_and_hooks_cannot_be_written(story: Story) -> None:
+    gitdir = story.worktree / ".git"
+    config = (gitdir / "config").read_bytes()
+    alternates = (gitdir / "objects" / "info" / "alternates").read_bytes()
 
     result = story.run(
-        f"echo 'touch /tmp/pwned' > {story.common}/hooks/post-checkout; "
-        f"chmod +x {story.common}/hooks/post-checkout; "
+        "echo 'touch /tmp/pwned' > .git/hooks/post-commit; chmod +x .git/hooks/post-commit; "
         "git config core.hooksPath /tmp; "
-        f"echo '[core] fsmonitor = evil' >> {config}; "
-        f"echo '[core] fsmonitor = evil' > {gitdir}/config.worktree; "
-        f"echo 'gitdir: /tmp/elsewhere' > .git; "
+        "echo '[core] fsmonitor = evil' >> .git/config; "
+        "echo secret.txt >> .git/info/exclude; "
+        "echo /etc > .git/objects/info/alternates; "
+        "mv .git .git-moved; "
         "git commit -q --allow-empty -m still-works && echo committed"
     )
 
     assert "committed" in result.output, result.output  # git itself still works
-    assert not (story.common / "hooks" / "post-checkout").exists()
-    assert config.read_bytes() == before
-    assert "evil" not in (gitdir / "config.worktree").read_text()
-    assert (story.worktree / ".git").read_bytes() == dot_git
+    assert not (gitdir / "hooks" / "post-commit").exists()
+    assert (gitdir / "config").read_bytes() == config
+    assert (gitdir / "info" / "exclude").read_text() == ""
+    assert (gitdir / "objects" / "info" / "alternates").read_bytes() == alternates
+    assert gitdir.is_dir() and not (story.worktree / ".git-moved").exists()
     assert result.output.count("Read-only file system") >= 4, result.output
-
-
-def test_the_user_checkout_and_other_worktrees_of_the_repository_are_read_only(
-    story: Story, tmp_path: Path
-) -> None:
-    other = tmp_path / "other"
-    git(story.repo, "worktree", "add", "-q", "-b", "feature", str(other))
-    head = (story.common / "HEAD").read_bytes()
-    other_head = (story.common / "worktrees" / "other" / "HEAD").read_bytes()
-
-    result = story.run(
-        f"echo 'ref: refs/heads/x' > {story.common}/HEAD; "
-        f"echo 'ref: refs/heads/x' > {story.common}/worktrees/other/HEAD; echo done"
-    )
-
-    assert result.output.count("Read-only file system") == 2, result.output
-    assert (story.common / "HEAD").read_bytes() == head
-    assert (story.common / "worktrees" / "other" / "HEAD").read_bytes() == other_head
-    assert git(story.repo, "symbolic-ref", "HEAD").strip() == "refs/heads/main"
-    assert git(other, "symbolic-ref", "HEAD").strip() == "refs/heads/feature"
 
 
 # ----------------------------------------------------------------------------- what is hidden
@@ -202,7 +201,13 @@ def test_home_is_private_and_the_real_home_is_out_of_reach(
     (real_home / ".ssh").mkdir(parents=True)
     (real_home / ".ssh" / "authorized_keys").write_text("the user's key\n")
     monkeypatch.setenv("HOME", str(real_home))
-    box = resolve("bwrap", worktree=story.worktree, common_dir=story.common, hide=(story.home,))
+    box = resolve(
+        "bwrap",
+        worktree=story.worktree,
+        objects=story.story_repo.objects_dir(),
+        guarded=story.story_repo.guarded(),
+        hide=(story.home,),
+    )
     assert box is not None
 
     result = run_command(
@@ -409,7 +414,7 @@ def test_the_sandbox_setting_without_a_working_bwrap(
 ) -> None:
     fake_bwrap(tmp_path / "bin", "echo 'bwrap: No permissions to create new namespace' >&2; exit 1")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    where = {"worktree": tmp_path, "common_dir": None}
+    where = {"worktree": tmp_path, "objects": None}
     warnings: list[str] = []
 
     with pytest.raises(SandboxUnavailable) as refused:
@@ -433,8 +438,8 @@ def test_without_bwrap_installed_auto_warns_and_bwrap_refuses(
     warnings: list[str] = []
 
     with pytest.raises(SandboxUnavailable, match="not installed"):
-        resolve("bwrap", worktree=tmp_path, common_dir=None)
-    assert resolve("auto", worktree=tmp_path, common_dir=None, warn=warnings.append) is None
+        resolve("bwrap", worktree=tmp_path, objects=None)
+    assert resolve("auto", worktree=tmp_path, objects=None, warn=warnings.append) is None
     assert len(warnings) == 1 and "not installed" in warnings[0]
 
 

@@ -507,7 +507,7 @@ def test_kill_9_mid_round_then_restart_resumes(
     assert state["current_round"] == 2 and state["phase"] == "worker"
     assert [r["round"] for r in state["rounds"]] == [1]
     round1_sha = sha_of(target_repo, "round-1", "hero/s1")
-    before_sha = sha_of(target_repo, "round-2-before", "hero/s1")
+    before_sha = sha_of(home / "worktrees" / "s1", "round-2-before", "hero/s1")
 
     n_before = len(model.requests)
     second = procs.start(home, "--exit-when-idle")
@@ -557,7 +557,7 @@ def test_sigterm_stops_cleanly_then_restart_resumes(
     state = load_state(home, "s1")
     assert state["status"] == "interrupted" and state["phase"] == ""
     assert [r["round"] for r in state["rounds"]] == [1]  # no new round recorded
-    before_sha = sha_of(target_repo, "round-2-before", "hero/s1")
+    before_sha = sha_of(home / "worktrees" / "s1", "round-2-before", "hero/s1")
     # no new story was taken once the signal came
     assert first.events("started", story="s2") == []
     assert not (home / "runs" / "state" / "s2.json").exists()

@@ -113,6 +113,14 @@ _GIT_SETTINGS = {"LC_ALL": "C"}
 NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
+#: The most of a git command's output hero holds (each of stdout and stderr): whatever a
+#: worker commits (a 4 GB file, a million refs), hero's memory stays bounded.
+GIT_OUTPUT_MAX_BYTES = 64 << 20
+#: The most of a diff hero reads for the reviewer before cutting it (it is cut further to
+#: ``max_chars`` by ``diff_since``).
+DIFF_READ_MAX_BYTES = 4 << 20
+
+
 class GitError(Exception):
     """A git command failed; the message holds the command and git's own words."""
 
@@ -133,16 +141,23 @@ def git(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_output: int = GIT_OUTPUT_MAX_BYTES,
+    cut_ok: bool = False,
 ) -> str:
     """Run ``git ARGS`` in ``cwd`` and return its stdout.
 
     Raises GitError when git cannot be started, when it runs longer than ``timeout_s`` (it
-    and its children are ended), and, with ``check``, when it exits non-zero.
+    and its children are ended), with ``check`` when it exits non-zero, and when its output
+    is over ``max_output`` bytes, unless ``cut_ok`` (then its middle is left out, marked).
     """
     command = f"git {' '.join(args)}"
     try:
         result = run_process(
-            ["git", *NO_PROGRAMS, *args], cwd, timeout_s=timeout_s, env=git_env(env)
+            ["git", *NO_PROGRAMS, *args],
+            cwd,
+            timeout_s=timeout_s,
+            env=git_env(env),
+            max_output=max_output,
         )
     except OSError as exc:
         raise GitError(f"{command} (in {cwd}) could not start: {exc.strerror or exc}") from None
@@ -156,6 +171,11 @@ def git(
     if check and result.exit_code != 0:
         detail = (result.stderr or result.stdout).strip()
         raise GitError(f"{command} (in {cwd}) failed: {detail}")
+    if result.cut_bytes and not cut_ok:
+        raise GitError(
+            f"{command} (in {cwd}) printed over {max_output >> 20} MiB; hero reads no more "
+            "than that of a git command's output"
+        )
     return result.stdout
 
 
@@ -497,10 +517,15 @@ def clear_stale_locks(
     """
     common = repo.common_dir()
     mine = worktree.resolve()
-    gitdir = worktree_gitdir(worktree)
     own = [common / "refs" / "heads" / f"{branch}.lock"]
-    if gitdir is not None:
+    gitdir = worktree / ".git"
+    if gitdir.is_dir() and not gitdir.is_symlink():  # the story's own repository
         own += sorted(gitdir.glob("*.lock"))
+        own.append(gitdir / "refs" / "heads" / f"{branch}.lock")
+    else:  # an earlier layout's linked worktree
+        linked = worktree_gitdir(worktree)
+        if linked is not None:
+            own += sorted(linked.glob("*.lock"))
     wait_s = LOCK_WAIT_S if wait_s is None else wait_s
     deadline = time.monotonic() + wait_s
     told: set[Path] = set()
@@ -570,21 +595,35 @@ def commit_all(worktree: Path, message: str, identity: Mapping[str, str]) -> str
     return head_sha(worktree)
 
 
-def log_since(worktree: Path, base_sha: str, max_chars: int = 8_000) -> Bounded:
-    text = git(worktree, "log", "--no-color", "--format=%h %s", f"{base_sha}..HEAD")
+def log_since(
+    worktree: Path, base_sha: str, max_chars: int = 8_000, *, tip: str = "HEAD"
+) -> Bounded:
+    text = git(
+        worktree,
+        "log",
+        "--no-color",
+        "--format=%h %s",
+        f"{base_sha}..{tip}",
+        max_output=max(max_chars * 4, 1 << 20),
+        cut_ok=True,
+    )
     return _bound(text, max_chars)
 
 
-def diff_since(worktree: Path, base_sha: str, max_chars: int = 60_000) -> tuple[Bounded, str]:
-    """The diff from the base to HEAD and its ``--stat`` summary.
+def diff_since(
+    worktree: Path, base_sha: str, max_chars: int = 60_000, *, tip: str = "HEAD"
+) -> tuple[Bounded, str]:
+    """The diff from the base to ``tip`` and its ``--stat`` summary.
 
     Whole files are kept in order while they fit in ``max_chars``; the files left out are
     named in ``Bounded.omitted`` so the reader knows what it did not see.
     """
     # git's own diff, whatever external diff or textconv program the config names
     plain = ("diff", "--no-color", "--no-ext-diff", "--no-textconv")
-    stat = git(worktree, *plain, "--stat", base_sha, "HEAD")
-    diff = git(worktree, *plain, base_sha, "HEAD")
+    stat = git(
+        worktree, *plain, "--stat", base_sha, tip, max_output=max(max_chars, 1 << 20), cut_ok=True
+    )
+    diff = git(worktree, *plain, base_sha, tip, max_output=DIFF_READ_MAX_BYTES, cut_ok=True)
     if len(diff) <= max_chars:
         return Bounded(diff), stat
     parts = diff.split("\ndiff --git ")

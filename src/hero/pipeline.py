@@ -25,6 +25,7 @@ from hero.agent.tools.scope import path_rules, undo_outside
 from hero.budget import BudgetExceeded, Meter
 from hero.config import Config, context_limits
 from hero.errors import Interrupted
+from hero.git.storyrepo import BringBackRefused, StoryRepo
 from hero.gitops import (
     GitError,
     MergeConflict,
@@ -33,7 +34,6 @@ from hero.gitops import (
     commit_all,
     diff_since,
     git,
-    head_sha,
     log_since,
     merge_heads,
 )
@@ -46,10 +46,8 @@ from hero.redact import RedactingModel, Redactor
 from hero.repoguard import (
     Guard,
     commit_of,
-    init_submodules,
     leftovers,
     push_refusals,
-    recover_branch,
     uncommit_secrets,
 )
 from hero.roles.reviewer import APPROVED, Verdict, review, short_circuit
@@ -70,7 +68,7 @@ from hero.state import (
     load_state,
     save_state,
 )
-from hero.story import Story, VerifyTier, append_feedback, parse_story
+from hero.story import Story, StoryFileChanged, VerifyTier, parse_story, write_feedback
 from hero.trace import Trace
 
 Progress = Callable[[str], None]
@@ -130,6 +128,9 @@ class StoryRun:
         self.key = self.ref.key  # what the user reads: the id, or <plan>/<id>
         self.branch = self.ref.branch
         self.worktree = self.ref.worktree(self.home)
+        # the story's own repository at worktrees/<id>; its submodules' URLs are the user's
+        self._story_file_id = story.file_id  # the story file as hero read it
+        self.story_repo = StoryRepo(self.repo, self.worktree, self.branch, self._user_base())
         self.run_dir = self.ref.run_dir(self.home)
         self.state = RunState(id=story.id, plan=story.plan)
         self._usage_base: dict[str, Any] = {}
@@ -249,6 +250,11 @@ class StoryRun:
         self.say(f"{self.key}: error: {state.error}")
         return state
 
+    def _user_base(self) -> str:
+        """The user's ref this story starts from (for a story with dependencies, the one it
+        would start from without them): where submodule URLs are read."""
+        return self.story.base_ref or self.config.target_base_ref or "HEAD"
+
     def _base_sha(self, base_ref: str) -> str:
         """The commit ``base_ref`` names; StartError naming the setting it came from if none."""
         spec = f"{base_ref}^{{commit}}"
@@ -345,12 +351,25 @@ class StoryRun:
         return self.ref.marker(self.home)
 
     def _prepare_worktree(self) -> dict[str, str]:
-        """Keep what an earlier run left, check the worktree out; returns the children's env."""
+        """Lay out the story's repository (keeping what an earlier run left there) on the
+        story branch; returns the children's env."""
         marker = self._marker()
-        if (self.worktree / ".git").exists():  # a run that crashed: keep what it left
+        story_repo = self.story_repo
+        with self.repo.locked():
+            tip = self.repo.branch_sha(self.branch)
+            if tip is None:
+                tip = self.state.base_sha
+                git(self.repo.path, "update-ref", f"refs/heads/{self.branch}", tip, "")
+        existed = story_repo.exists()
+        self._claim_branch()
+        notes = story_repo.lay_out(tip)
+        if existed:  # a run that crashed: keep what it left
             self._keep_leftovers()
-        self.repo.ensure_worktree(self.branch, self.worktree, self.state.base_sha)
-        init_submodules(self.worktree)
+            tip = self.repo.branch_sha(self.branch) or tip
+        notes += story_repo.catch_up(tip)
+        notes += story_repo.init_submodules()
+        for note in notes:
+            self.say(f"{self.key}: {note}")
         self._confine()
         return child_env(
             drop_names=self.config.key_env_names,
@@ -367,8 +386,10 @@ class StoryRun:
         box = resolve_sandbox(
             safety.sandbox,
             worktree=self.worktree,
-            common_dir=self.repo.common_dir(),
-            hide=(self.home,),
+            objects=self.story_repo.objects_dir(),
+            guarded=self.story_repo.guarded(),
+            hide=(self.home, self.repo.path),
+            limits=safety.limits,
             warn=lambda message: self.say(f"{self.key}: {message}"),
         )
         self.worker_sandbox = box and box.with_network(safety.sandbox_network)
@@ -378,12 +399,13 @@ class StoryRun:
         """After a run that crashed or was stopped: commit what it left (unless it holds
         unresolved conflicts) and put the worktree back on the branch."""
         story_id = self.key
-        guard = Guard(self.repo.path, self.worktree, self.branch, self.state.head_sha)
+        guard = Guard(self.worktree, self.worktree, self.branch, self.state.head_sha)
         with self.repo.locked():
             guard.before_rescue()
             refused = self._rescue(f"hero: keep uncommitted work {why} ({story_id})")
             guard.after_rescue()
-        self.state.head_sha = head_sha(self.worktree)  # where the guard left the branch
+            refused += self._bring_back(guard)
+        self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
         for line in (*guard.notes, *guard.problems, *refused):
             self.say(f"{story_id}: {line}")
 
@@ -416,8 +438,15 @@ class StoryRun:
         """Append the round's feedback to the story file, for the user and the next round."""
         story_file = Path(self.state.story_path)
         if story_file.exists():  # the user may have taken it away meanwhile
-            append_feedback(story_file, record.round, record.feedback)
-            self.state.story_digest = file_digest(story_file)
+            # only into the very file hero read: never through a link swapped in for it
+            expect = self._story_file_id if story_file == self.story.path else None
+            try:
+                written = write_feedback(story_file, record.round, record.feedback, expect=expect)
+            except StoryFileChanged as exc:
+                self.say(f"{self.key}: feedback of round {record.round} not written: {exc}")
+            else:
+                self._story_file_id = written.file_id
+                self.state.story_digest = file_digest(story_file)
         self._save()
 
     # -- one round: work -> rescue -> check (verify, review) -> record --------------------
@@ -449,7 +478,7 @@ class StoryRun:
             )
             if unreplayable:
                 trace.event("resume_failed", reason=unreplayable)
-            guard = Guard(self.repo.path, self.worktree, self.branch, self._built_on())
+            guard = Guard(self.worktree, self.worktree, self.branch, self._built_on())
             if replayed is not None and replayed.done:
                 result = AgentResult.from_replay(replayed)
                 if replayed.ended is None:
@@ -461,7 +490,7 @@ class StoryRun:
             verify, verdict = self._check(n, result, problems, tiers, env, trace, guard)
             trace.event("verdict", **verdict.to_dict())
         self.say(f"round {n}: {verdict.verdict}: {verdict.summary}")
-        self.state.head_sha = head_sha(self.worktree)
+        self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
         return self._record(n, started, result, verify, verdict)
 
     def _replay(self, n: int, trace_path: Path) -> tuple[Replayed | None, str]:
@@ -549,7 +578,7 @@ class StoryRun:
         user's refs put back; the rest waits for the round to go on (from its trace)."""
         context = self._context(replayed.head if replayed is not None else len(messages))
         guard.watch()
-        ctx.before_git = guard.check_programs
+        ctx.before_git = self.story_repo.make_safe
         try:
             model = self.meter.wrap(self.worker_model)
             return run_agent(
@@ -568,6 +597,7 @@ class StoryRun:
                 with self.repo.locked():
                     guard.before_rescue()
                     guard.restore_refs()
+                    guard.problems += self._bring_back(guard)
             except GitError as exc:
                 self.say(f"{self.key}: could not check the repository after the stop: {exc}")
             for line in guard.problems:
@@ -592,7 +622,8 @@ class StoryRun:
             refused += uncommit_secrets(
                 self.worktree, guard.start, self.state.base_sha, self.redactor
             )
-        self.state.head_sha = head_sha(self.worktree)
+            refused += self._bring_back(guard)
+        self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
         for note in guard.notes:
             self.say(f"round {n}: {note}")
         self.say(
@@ -618,10 +649,23 @@ class StoryRun:
         with self.repo.locked():
             guard.before_rescue()
             guard.after_rescue()
-        self.state.head_sha = head_sha(self.worktree)
+            refused = self._bring_back(guard)
+        self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
         for note in guard.notes:
             self.say(f"round {n}: {note}")
-        return [f"while the checks ran: {p}" for p in guard.problems]
+        return [f"while the checks ran: {p}" for p in [*guard.problems, *refused]]
+
+    def _bring_back(self, guard: Guard) -> list[str]:
+        """Bring the story branch's commits (and any stray branch the guard made) from the
+        story's repository into the user's; returns why the round fails, or nothing. Call
+        it with the target locked."""
+        for branch in guard.strays.made:
+            self.story_repo.keep_in_target(branch)
+        try:
+            self.story_repo.bring_back()
+        except BringBackRefused as exc:
+            return [str(exc)]
+        return []
 
     def _check(
         self,
@@ -693,9 +737,10 @@ class StoryRun:
         )
 
     def _review(self, n: int, verify: VerifyResult, trace: Trace) -> Verdict:
-        base = self.state.base_sha
-        log = log_since(self.worktree, base)
-        diff, stat = diff_since(self.worktree, base)
+        base, tip = self.state.base_sha, self.state.head_sha
+        # read in the user's repository, from the commits hero brought there
+        log = log_since(self.repo.path, base, tip=tip)
+        diff, stat = diff_since(self.repo.path, base, tip=tip)
         diff_text = diff.text
         if diff.omitted:
             diff_text += (
@@ -749,14 +794,10 @@ class StoryRun:
                 base_ref = story.base_ref or self.config.target_base_ref or repo.current_branch()
                 base_sha = self._base_sha(base_ref)
             if repo.branch_sha(self.branch) is not None:
-                if (self.worktree / ".git").exists():
-                    commit_all(
-                        self.worktree,
-                        f"hero: keep uncommitted work before a fresh start ({self.key})",
-                        repo.identity_env(),
-                    )
-                kept = repo.keep_branch_aside(self.branch, self.worktree)
+                kept = self._set_aside()
                 self.say(f"{self.key}: earlier branch kept as {kept}; starting afresh")
+            elif self.story_repo.exists() or self.story_repo.is_linked_worktree():
+                self._set_aside()
             state = RunState(
                 id=story.id,
                 plan=story.plan,
@@ -830,15 +871,67 @@ class StoryRun:
             self.on_save()
 
     def _recover_branch(self, old: RunState) -> bool:
-        """Recreate a deleted story branch from the run record (see ``recover_branch``):
-        the story then resumes on it. False if the record's head is no commit here."""
+        """Recreate a deleted story branch at the head on record: the story then resumes on
+        it (the commits its own repository holds beyond come back at the next phase's
+        end). False if the record's head is no commit here."""
         if not old.head_sha or not commit_of(self.repo.path, old.head_sha):
             return False
         with self.repo.locked():
-            note = recover_branch(self.repo.path, self.worktree, self.branch, old.head_sha)
-        if note:
-            self.say(f"{self.key}: {note}")
+            if self.repo.branch_sha(self.branch) is None:
+                git(self.repo.path, "update-ref", f"refs/heads/{self.branch}", old.head_sha, "")
+                self.say(
+                    f"{self.key}: {self.branch} had been deleted; hero recreated it at "
+                    f"{old.head_sha[:12]}"
+                )
         return True
+
+    def _owner_file(self) -> Path:
+        """Where the user's repository records which story repository works on the branch
+        (a hero home's ``worktrees/<id>``): another home never takes it over."""
+        return self.repo.common_dir() / "hero" / "owners" / f"{self.ref.rel}.path"
+
+    def _claim_branch(self) -> None:
+        """Record this home's story repository as the one working on the branch; GitError
+        if another one that still exists does (another home's, or a person's work)."""
+        owner = self._owner_file()
+        try:
+            other = Path(owner.read_text(encoding="utf-8").strip())
+        except (OSError, UnicodeDecodeError):
+            other = None
+        if other is not None and other != self.worktree and other.exists():
+            raise GitError(
+                f"branch '{self.branch}' is checked out in {other}, a worktree this hero home "
+                "did not create: it may hold another hero home's or a person's uncommitted "
+                f"work, so hero leaves it alone. Finish the work there, or remove {other}, "
+                "then run the story again"
+            )
+        owner.parent.mkdir(parents=True, exist_ok=True)
+        owner.write_text(f"{self.worktree}\n", encoding="utf-8")
+
+    def _set_aside(self) -> str:
+        """Before a fresh start: the story's repository's work committed and brought into
+        the user's, the story branch renamed aside (returned), the repository removed."""
+        story_repo = self.story_repo
+        self._claim_branch()
+        if story_repo.exists():
+            story_repo.lay_out("")
+            commit_all(
+                self.worktree,
+                f"hero: keep uncommitted work before a fresh start ({self.key})",
+                self.repo.identity_env(),
+            )
+            with self.repo.locked():
+                try:
+                    if self.repo.branch_sha(self.branch) is not None:
+                        story_repo.bring_back()
+                except BringBackRefused:
+                    stamp = time.strftime("%Y%m%d-%H%M%S")
+                    story_repo.keep_in_target(self.branch, f"{self.branch}-stray-{stamp}")
+        kept = ""
+        if self.repo.branch_sha(self.branch) is not None:
+            kept = self.repo.keep_branch_aside(self.branch, self.worktree)
+        story_repo.remove()
+        return kept
 
     def _rescue(self, message: str) -> list[str]:
         """Commit what is left uncommitted in the worktree, unless it holds unresolved

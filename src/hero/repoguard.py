@@ -169,7 +169,6 @@ class Guard:
         self.left = ""
         self.problems, self.notes = [], []
         self.before = snapshot(self.repo)
-        self.programs = ProgramWatch(self.repo, self.worktree)
 
     # -- after the phase ----------------------------------------------------------------
 

@@ -1,15 +1,16 @@
 """Where the worker's and the checks' commands run: inside bubblewrap (``bwrap``).
 
 A sandboxed command sees the system read-only (``SYSTEM_DIRS``, the Python hero runs on,
-the directories on ``PATH``), the story's worktree writable, and of the repository's shared
-git directory only what git in the worktree needs: objects, refs and the worktree's own git
-directory writable; the repository's ``config``, ``hooks``, ``HEAD``, main ``index``, the
-other worktrees' git directories and hero's own lock files read-only. It gets a private
-``/tmp`` and ``HOME`` (``SANDBOX_HOME``), its own PID namespace (it cannot see hero's
-processes, and when the command ends every process it started ends with it), no
-capabilities, and, unless asked for, no network (a namespace with only its own loopback).
-The hero home, ``/root``, ``/home`` and the user's own home are not there, apart from the
-worktree and any tool directory named above that lies inside them.
+the directories on ``PATH``) and the story's own repository (``hero.git.storyrepo``)
+writable, but for the parts of its git directory through which git runs programs or reads
+other files (``guarded``: config, hooks, info, objects/info, modules), which are read-only;
+the target's object store, which the story's repository borrows, is read-only too. The
+user's repository, its ``.git`` and its other worktrees, other stories' repositories and the
+hero home are not there. It gets a private ``/tmp`` and ``HOME`` (``SANDBOX_HOME``), its own
+PID namespace (it cannot see hero's processes, and when the command ends every process it
+started ends with it), no capabilities, and, unless asked for, no network (a namespace with
+only its own loopback). ``/root``, ``/home`` and the user's own home are not there, apart
+from the story's repository and any tool directory named above that lies inside them.
 
 ``resolve`` turns the ``sandbox`` setting into a ``Sandbox`` (or None), checking once per
 process that bwrap works here by running a sandboxed ``true`` (``bwrap_problem``).
@@ -28,7 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from hero.gitops import GitError, git, worktree_gitdir
+from hero.gitops import GitError, git
+from hero.limits import Limits, tmpfs_args
 from hero.runner import run_process
 
 MODES = ("auto", "bwrap", "none")
@@ -98,6 +100,9 @@ class Sandbox:
     """bwrap, its namespaces and mounts: everything but the network, the cwd and the command."""
     network: bool = False
     """Whether commands share hero's network (else: a namespace with only a loopback)."""
+    limits: Limits | None = None
+    """What each command may use (``hero.limits``); hero.runner puts them on the sandbox's
+    init before the command starts."""
 
     def wrap(
         self,
@@ -128,9 +133,11 @@ def resolve(
     mode: str,
     *,
     worktree: Path,
-    common_dir: Path | None,
+    objects: Path | None,
+    guarded: Iterable[Path] = (),
     hide: Iterable[Path] = (),
     network: bool = False,
+    limits: Limits | None = None,
     warn: Callable[[str], None] = lambda _message: None,
 ) -> Sandbox | None:
     """The sandbox the ``sandbox`` setting asks for: None for ``none``; for ``auto`` a
@@ -155,7 +162,15 @@ def resolve(
             "sandbox: none to run without one and without this warning"
         )
         return None
-    return build(worktree, common_dir, hide=hide, network=network, bwrap=bwrap)
+    return build(
+        worktree,
+        objects,
+        guarded=guarded,
+        hide=hide,
+        network=network,
+        bwrap=bwrap,
+        limits=limits,
+    )
 
 
 @functools.cache
@@ -180,32 +195,31 @@ def bwrap_problem(bwrap: str) -> str | None:
 
 def build(
     worktree: Path,
-    common_dir: Path | None,
+    objects: Path | None,
     *,
+    guarded: Iterable[Path] = (),
     hide: Iterable[Path] = (),
     network: bool = False,
     bwrap: str = "bwrap",
     tool_dirs: Iterable[str] | None = None,
     identity: bool = True,
+    limits: Limits | None = None,
 ) -> Sandbox:
-    """The sandbox for commands run in ``worktree`` (writable), a linked worktree of the
-    repository whose git common directory is ``common_dir`` (None: no repository).
+    """The sandbox for commands run in ``worktree`` (writable), a story's repository whose
+    object store borrows ``objects`` (read-only; None: no repository), the paths of its git
+    directory in ``guarded`` read-only.
 
     ``hide``: directories that must not be seen (the hero home), beside ``HIDDEN`` and the
     user's home. ``tool_dirs``: directories commands need read-only (default: the Python
     hero runs on and the directories on ``PATH``). ``identity``: set the git author and
     committer from the repository's git config where the environment does not, since the
-    user's ``~/.gitconfig`` is not in the sandbox. Creates the repository's ``hooks``
-    directory and the worktree's ``config.worktree`` when they are missing, so that a
-    command cannot create them."""
+    user's ``~/.gitconfig`` is not in the sandbox."""
     worktree = Path(os.path.abspath(worktree))
     real_worktree = worktree.resolve()
     hidden = [*HIDDEN, str(Path.home()), *(os.path.abspath(p) for p in hide)]
     hidden = [h for h in dict.fromkeys(hidden) if h != "/"]
     system = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
     writable = [str(real_worktree), str(worktree)]
-    if common_dir is not None:
-        writable.append(str(common_dir))
     tools = _tool_dirs(tool_dirs, system=system, hidden=hidden, writable=writable)
 
     args: list[str] = [bwrap, *_BASE_FLAGS]
@@ -214,8 +228,12 @@ def build(
             args += ["--symlink", os.readlink(d), d]
         else:
             args += ["--ro-bind", d, d]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
-    args += ["--tmpfs", "/tmp", "--dir", SANDBOX_HOME, "--tmpfs", "/var/tmp"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if limits is not None:  # each tmpfs sized: RAM-backed space a command cannot overfill
+        args += tmpfs_args(limits)
+    else:
+        args += ["--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    args += ["--dir", SANDBOX_HOME]
 
     # Mounts on top, shallowest first, so that a deeper one is never covered by another.
     mounts: list[tuple[str, tuple[str, ...]]] = []
@@ -236,20 +254,22 @@ def build(
                 mounts.append((target, ("--ro-bind", target, target)))
     for w in dict.fromkeys(writable[:2]):
         mounts.append((w, ("--bind", str(real_worktree), w)))
-    if common_dir is not None:
-        mounts += _git_mounts(worktree, Path(common_dir))
+    if objects is not None:
+        mounts += _git_mounts(real_worktree, Path(objects), guarded)
     mounts.sort(key=lambda m: len(PurePosixPath(m[0]).parts))
     for _dest, op in mounts:
         args += op
     args += ["--remount-ro", "/"]
+    if limits is not None:  # bwrap's /dev is a tmpfs of its own, unsized: read-only
+        args += ["--remount-ro", "/dev"]
 
     args += ["--setenv", "HOME", SANDBOX_HOME, "--setenv", "TMPDIR", "/tmp"]
     for name in _UNSET:
         args += ["--unsetenv", name]
-    if identity and common_dir is not None:
+    if identity and objects is not None:
         for name, value in _git_identity(worktree).items():
             args += ["--setenv", name, value]
-    return Sandbox(tuple(args), network)
+    return Sandbox(tuple(args), network, limits)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -288,32 +308,18 @@ def _tool_dirs(
     return [d for d in found if not any(o != d and _inside(d, o) for o in found)]
 
 
-def _git_mounts(worktree: Path, common: Path) -> list[tuple[str, tuple[str, ...]]]:
-    """The repository's git directory writable, but what git in the worktree never needs
-    to write (and what would run code or move the user's checkout) read-only."""
-    c = str(common)
-    mounts: list[tuple[str, tuple[str, ...]]] = [(c, ("--bind", c, c))]
-
-    def ro(path: Path, *, try_: bool = True) -> None:
+def _git_mounts(
+    worktree: Path, objects: Path, guarded: Iterable[Path]
+) -> list[tuple[str, tuple[str, ...]]]:
+    """The story's git directory writable, bound on itself so that a command can neither
+    rename nor replace it; its ``guarded`` paths and the borrowed object store read-only."""
+    gitdir = str(worktree / ".git")
+    mounts: list[tuple[str, tuple[str, ...]]] = [(gitdir, ("--bind", gitdir, gitdir))]
+    for path in guarded:
         p = str(path)
-        mounts.append((p, ("--ro-bind-try" if try_ else "--ro-bind", p, p)))
-
-    (common / "hooks").mkdir(exist_ok=True)
-    ro(common / "hooks", try_=False)
-    ro(common / "config")
-    ro(common / "HEAD")  # the main checkout's branch
-    ro(common / "index")  # the main checkout's staging area
-    ro(common / "hero")  # hero's story locks
-    ro(common / "hero.lock")
-    ro(common / "worktrees")  # every other worktree's HEAD, index and config
-    gitdir = worktree_gitdir(worktree)
-    if gitdir is not None and _inside(str(gitdir), c):
-        g = str(gitdir)
-        mounts.append((g, ("--bind", g, g)))  # this worktree's HEAD, index, logs
-        (gitdir / "config.worktree").touch(exist_ok=True)
-        for name in ("config.worktree", "commondir", "gitdir"):
-            ro(gitdir / name)
-    ro(worktree / ".git")  # where git in the worktree (and hero's own git) finds the repo
+        mounts.append((p, ("--ro-bind-try", p, p)))
+    o = str(objects.resolve())
+    mounts.append((o, ("--ro-bind", o, o)))
     return mounts
 
 

@@ -1,0 +1,1 @@
+"""hero's git handling: the story's own repository and how its commits reach the user's."""

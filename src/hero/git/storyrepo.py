@@ -1,0 +1,541 @@
+"""A story's own repository, and how its commits reach the user's.
+
+``worktrees/<id>`` is a repository of its own, not a linked worktree of the user's: its
+object store borrows the target's objects read-only through ``objects/info/alternates``
+(not ``git clone --local``'s hard links, which a worker could truncate in place); its refs,
+index and new objects are its own. The sandbox shows a worker this repository writable but
+for the files through which git runs programs or reads other files (``config``, ``hooks``,
+``info``, ``objects/info``, ``modules``: see ``guarded``), and the target's objects
+read-only. The user's ``.git``, its other worktrees and other stories' repositories are not
+there at all.
+
+hero brings a story's commits into the user's repository itself (``bring_back``): its own git
+fetches the story branch into a hero ref with every received object checked, and moves
+``refs/heads/hero/<id>`` only forward, from the tip it last brought back.
+
+Between two commands nothing of the worker runs (a command's processes end with it), so
+hero's own reads of the story's repository are not raced; ``make_safe`` runs before each and
+puts back the files hero owns (config, alternates, hooks, info) and removes what would point
+git elsewhere or fool it (``commondir``, ``shallow``, grafts, a commit-graph).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+from hero.gitops import (
+    WORKTREE_TIMEOUT_S,
+    GitError,
+    TargetRepo,
+    commit_all,
+    git,
+)
+
+#: Settings of the target's config copied into a story's repository: how files are checked
+#: out. None of them runs a program.
+COPIED_SETTINGS = (
+    "core.autocrlf",
+    "core.eol",
+    "core.safecrlf",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+    "core.filemode",
+)
+#: The story repository's own git settings. ``gc``/``fetch``: a worker's git writes no
+#: commit-graph (``objects/info`` is read-only to it); ``uploadpack``: hero fetches a commit
+#: by its sha; ``submodule.recurse``: no command of hero's walks into a submodule.
+BASE_CONFIG = """[core]
+\trepositoryformatversion = 0
+\tbare = false
+\tlogallrefupdates = true
+[gc]
+\tauto = 0
+\twriteCommitGraph = false
+[fetch]
+\twriteCommitGraph = false
+[repack]
+\tupdateServerInfo = false
+[uploadpack]
+\tallowAnySHA1InWant = true
+[submodule]
+\trecurse = false
+"""
+#: Files in a git directory that point git at other files or change what history it sees:
+#: never kept in a story's repository.
+REMOVED = ("commondir", "shallow", "config.worktree", "objects/info/commit-graph")
+REMOVED_DIRS = ("objects/info/commit-graphs",)
+#: Paths of the story's git directory that a worker's commands see read-only; of each
+#: submodule's git directory (``modules/<name>``, nested ones too), ``SUBMODULE_GUARDED``.
+GUARDED = ("config", "hooks", "info", "objects/info")
+SUBMODULE_GUARDED = ("config", "hooks", "info")
+#: Protocols hero's own fetches (submodules) may use: none that runs a program.
+FETCH_PROTOCOLS = (
+    "-c",
+    "protocol.allow=never",
+    "-c",
+    "protocol.file.allow=always",
+    "-c",
+    "protocol.https.allow=always",
+    "-c",
+    "protocol.http.allow=always",
+    "-c",
+    "protocol.ssh.allow=always",
+    "-c",
+    "protocol.git.allow=always",
+)
+#: What hero's fetch from a story's repository checks and does not do.
+_BRING_BACK = (
+    "-c",
+    "protocol.allow=never",
+    "-c",
+    "protocol.file.allow=always",
+    "-c",
+    "transfer.fsckObjects=true",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "fetch.writeCommitGraph=false",
+)
+#: A small control file hero reads (config, alternates) bigger than this was not written by
+#: hero: it is replaced without being read whole.
+_CONTROL_MAX_BYTES = 1 << 16
+
+
+class BringBackRefused(GitError):
+    """The story's branch does not build on what hero last brought back."""
+
+
+class StoryRepo:
+    """``worktrees/<id>``: the story's own repository, on its branch ``branch``."""
+
+    def __init__(
+        self, target: TargetRepo, path: Path, branch: str, submodules_from: str = ""
+    ) -> None:
+        self.target = target
+        self.path = path
+        self.branch = branch
+        #: the user's commit whose ``.gitmodules`` names the submodules to check out and
+        #: their URLs (a story branch's own ``.gitmodules`` is never fetched from)
+        self.submodules_from = submodules_from
+        self.gitdir = path / ".git"
+        self._config = ""  # what hero writes as the repository's config
+
+    def config_text(self) -> str:
+        """The repository's config as hero writes it (worked out once)."""
+        if not self._config:
+            self._config = self._config_text(self.submodules_from)
+        return self._config
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def objects_dir(self) -> Path:
+        """The target's object store, which this repository borrows read-only."""
+        return self.target.common_dir() / "objects"
+
+    def exists(self) -> bool:
+        """A repository of the current layout is there (``.git`` a real directory)."""
+        try:
+            return stat.S_ISDIR(os.lstat(self.gitdir).st_mode)
+        except OSError:
+            return False
+
+    def is_linked_worktree(self) -> bool:
+        """An earlier hero's layout: a linked worktree of the target (``.git`` a file)."""
+        try:
+            return stat.S_ISREG(os.lstat(self.gitdir).st_mode)
+        except OSError:
+            return False
+
+    def guarded(self) -> list[Path]:
+        """The paths of the git directory a worker's command sees read-only: what makes git
+        run a program or read other files, of the repository and of each submodule's git
+        directory hero checked out."""
+        found = [self.gitdir / name for name in GUARDED]
+        for config in sorted(self.gitdir.glob("modules/**/config")):
+            sub = config.parent
+            if not config.is_symlink() and (sub / "HEAD").is_file():
+                found += [sub / name for name in SUBMODULE_GUARDED]
+        return found
+
+    def lay_out(self, tip: str) -> list[str]:
+        """Make this story's repository, on ``branch`` at ``tip`` (a commit of the target),
+        or put back the control files of an existing one (``make_safe``). Returns notes."""
+        notes: list[str] = []
+        if self.is_linked_worktree():
+            notes += self._retire_linked_worktree()
+        fresh = not self.exists()
+        if fresh:
+            if self.path.exists() and (self.path.is_symlink() or any(self.path.iterdir())):
+                raise GitError(f"{self.path} exists and is not a story repository; move it aside")
+            self.path.mkdir(parents=True, exist_ok=True)
+            git(self.path, "init", "--quiet", "--template=", str(self.path))
+        if fresh:
+            self._write_control()
+            self._copy_refs()
+            git(self.path, "update-ref", f"refs/heads/{self.branch}", tip)
+            git(self.path, "symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
+            git(self.path, "reset", "--quiet", "--hard", tip, timeout_s=WORKTREE_TIMEOUT_S)
+        else:
+            notes += self.make_safe_notes()
+            for name in ("modules",):
+                (self.gitdir / name).mkdir(exist_ok=True)
+        return notes
+
+    def _retire_linked_worktree(self) -> list[str]:
+        """A story left by an earlier layout: what it left uncommitted is committed on its
+        branch (in the target), then its checkout is removed for a repository of its own."""
+        note = []
+        try:
+            if commit_all(
+                self.path,
+                f"hero: keep uncommitted work when moving to a repository of its own "
+                f"({self.branch})",
+                self.target.identity_env(),
+            ):
+                note.append(f"kept the uncommitted work of {self.path} on {self.branch}")
+        except GitError as exc:
+            note.append(f"could not commit what {self.path} left: {exc}")
+        with self.target.locked():
+            git(
+                self.target.path,
+                "worktree",
+                "remove",
+                "--force",
+                str(self.path),
+                check=False,
+                timeout_s=WORKTREE_TIMEOUT_S,
+            )
+            git(self.target.path, "worktree", "prune")
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        return [*note, f"{self.path} is now a repository of its own"]
+
+    def _config_text(self, submodules_from: str) -> str:
+        lines = [BASE_CONFIG]
+        out = git(
+            self.target.path,
+            "config",
+            "--get-regexp",
+            "^(" + "|".join(k.replace(".", r"\.") for k in COPIED_SETTINGS) + ")$",
+            check=False,
+        )
+        core = [line.split(" ", 1) for line in out.splitlines() if " " in line]
+        if core:
+            lines.append("[core]\n")
+            lines += [f"\t{key.split('.', 1)[1]} = {_quoted(value)}\n" for key, value in core]
+        for name, (_path, url) in sorted(self._base_submodules(submodules_from).items()):
+            lines.append(f'[submodule "{_quoted_name(name)}"]\n\turl = {_quoted(url)}\n')
+        return "".join(lines)
+
+    def _write_control(self) -> None:
+        """Write the files hero owns in the git directory: config, alternates, an empty
+        hooks directory and ``info/exclude``, the ``modules`` directory (so that a worker
+        cannot make one)."""
+        _replace_file(self.gitdir / "config", self.config_text())
+        info = self.gitdir / "objects" / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        _replace_file(info / "alternates", f"{self.objects_dir()}\n")
+        for name in ("hooks", "info", "modules"):
+            d = self.gitdir / name
+            if d.is_symlink() or (d.exists() and not d.is_dir()):
+                d.unlink()
+            d.mkdir(exist_ok=True)
+        _replace_file(self.gitdir / "info" / "exclude", "")
+
+    def _copy_refs(self) -> None:
+        """The user's branches and tags, as a story's repository starts with them: a worker
+        can read and compare with them (``git log main``); moving them here moves nothing of
+        the user's. Other stories' branches are left out."""
+        out = git(
+            self.target.path,
+            "for-each-ref",
+            "--format=%(objectname) %(refname)",
+            "refs/heads/",
+            "refs/tags/",
+        )
+        lines = [
+            line
+            for line in out.splitlines()
+            if " refs/heads/hero/" not in line and line.count(" ") == 1
+        ]
+        if lines:
+            _replace_file(self.gitdir / "packed-refs", "\n".join(lines) + "\n")
+
+    def catch_up(self, tip: str) -> list[str]:
+        """The target's branch moved ahead of this repository's (another machine's run, a
+        rescue): move the story branch forward to it, the files with it."""
+        mine = self.tip()
+        if mine == tip or not tip:
+            return []
+        if not mine:
+            git(self.path, "update-ref", f"refs/heads/{self.branch}", tip)
+        elif _is_ancestor(self.path, mine, tip):
+            git(self.path, "update-ref", f"refs/heads/{self.branch}", tip, mine)
+        else:
+            return []  # this repository is ahead, or went its own way: bring_back decides
+        git(self.path, "symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
+        git(self.path, "reset", "--quiet", "--hard", tip, timeout_s=WORKTREE_TIMEOUT_S)
+        return [f"{self.path} moved forward to {self.branch} at {tip[:12]}"]
+
+    # -- submodules -------------------------------------------------------------------------
+
+    def _base_submodules(self, rev: str) -> dict[str, tuple[str, str]]:
+        """name -> (path, url) of the submodules ``rev``'s ``.gitmodules`` names."""
+        if not rev:
+            return {}
+        out = git(
+            self.target.path,
+            "config",
+            "--blob",
+            f"{rev}:.gitmodules",
+            "--get-regexp",
+            r"^submodule\..*\.(path|url)$",
+            check=False,
+        )
+        found: dict[str, dict[str, str]] = {}
+        for line in out.splitlines():
+            key, _, value = line.partition(" ")
+            name, _, field = key[len("submodule.") :].rpartition(".")
+            found.setdefault(name, {})[field] = value
+        return {
+            name: (f["path"], f["url"])
+            for name, f in found.items()
+            if f.get("path") and f.get("url") and "\n" not in name
+        }
+
+    def init_submodules(self) -> list[str]:
+        """Check out the submodules the user's ``submodules_from`` names, from the URLs it gives, where
+        the story's branch names them the same way; a submodule the branch added or pointed
+        elsewhere is not fetched (its URL is the branch's, not the user's)."""
+        base = self._base_submodules(self.submodules_from)
+        if not base or not (self.path / ".gitmodules").is_file():
+            return []
+        here = _submodules_at(self.path, "HEAD")
+        paths = [path for name, (path, url) in base.items() if here.get(name) == (path, url)]
+        notes = [
+            f"submodule {name} not checked out: the story's branch changed its path or URL"
+            for name, (path, url) in base.items()
+            if here.get(name) not in (None, (path, url))
+        ]
+        if paths:
+            git(
+                self.path,
+                *FETCH_PROTOCOLS,
+                "submodule",
+                "update",
+                "--init",
+                "--",
+                *paths,
+                timeout_s=WORKTREE_TIMEOUT_S,
+            )
+        return notes
+
+    # -- between commands -------------------------------------------------------------------
+
+    def make_safe(self) -> str:
+        """Before hero's own git runs here: put back what hero owns of the git directory
+        and remove what would point git elsewhere; returns what was found ("" if nothing).
+        GitError if ``.git`` itself is gone or replaced (hero must run no git here then)."""
+        return "\n".join(self.make_safe_notes())
+
+    def make_safe_notes(self) -> list[str]:
+        if not self.exists():
+            raise GitError(
+                f"{self.gitdir} is no longer a directory (replaced or removed): hero runs no "
+                "git there"
+            )
+        notes: list[str] = []
+        config = self.config_text()
+        if _read_small(self.gitdir / "config") != config:
+            _replace_file(self.gitdir / "config", config)
+            notes.append(".git/config was changed; hero put it back")
+        alternates = self.gitdir / "objects" / "info" / "alternates"
+        if _read_small(alternates) != f"{self.objects_dir()}\n":
+            _replace_file(alternates, f"{self.objects_dir()}\n")
+            notes.append(".git/objects/info/alternates was changed; hero put it back")
+        for name in REMOVED:
+            p = self.gitdir / name
+            if os.path.lexists(p):
+                _remove(p)
+                notes.append(f".git/{name} was made; hero removed it")
+        for name in REMOVED_DIRS:
+            p = self.gitdir / name
+            if os.path.lexists(p):
+                _remove(p)
+                notes.append(f".git/{name} was made; hero removed it")
+        for name, keep in (("hooks", ()), ("info", ("exclude",))):
+            d = self.gitdir / name
+            if not d.is_dir() or d.is_symlink():
+                _remove(d)
+                d.mkdir()
+                notes.append(f".git/{name} was replaced; hero put it back")
+                continue
+            for entry in os.listdir(d):
+                if entry not in keep:
+                    _remove(d / entry)
+                    notes.append(f".git/{name}/{entry} was made; hero removed it")
+        if _read_small(self.gitdir / "info" / "exclude") != "":
+            _replace_file(self.gitdir / "info" / "exclude", "")
+            notes.append(".git/info/exclude was changed; hero emptied it")
+        return notes
+
+    # -- the story's commits into the user's repository ---------------------------------------
+
+    def tip(self) -> str:
+        """The story branch's tip in this repository, or ""."""
+        return git(
+            self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{self.branch}", check=False
+        ).strip()
+
+    def bring_back(self) -> str:
+        """Bring the story branch's commits onto the target's ``refs/heads/<branch>``, which
+        only moves forward: BringBackRefused if the new tip does not build on the target's
+        branch as it is. Received objects are checked (``transfer.fsckObjects``). Returns the
+        target branch's tip. Call it with the target locked, between commands."""
+        self.make_safe()
+        tip = self.tip()
+        if not tip:
+            raise GitError(f"{self.branch} is missing in {self.path}")
+        current = self.target.branch_sha(self.branch) or ""
+        if tip == current:
+            return current
+        incoming = f"refs/hero/incoming/{self.branch}"
+        git(
+            self.target.path,
+            *_BRING_BACK,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-recurse-submodules",
+            "--no-auto-gc",
+            str(self.gitdir),
+            f"+{tip}:{incoming}",
+            timeout_s=WORKTREE_TIMEOUT_S,
+        )
+        try:
+            if current and not _is_ancestor(self.target.path, current, tip):
+                raise BringBackRefused(
+                    f"{self.branch} at {tip[:12]} in the story's repository does not build on "
+                    f"{current[:12]}, the commit hero last brought into {self.target.path}; "
+                    "hero left the user's repository as it was"
+                )
+            git(self.target.path, "update-ref", f"refs/heads/{self.branch}", tip, current)
+        finally:
+            git(self.target.path, "update-ref", "-d", incoming, check=False)
+        return tip
+
+    def keep_in_target(self, branch: str, as_name: str = "") -> str:
+        """Bring a branch of this repository (a stray one hero made) into the target under
+        the same name (or ``as_name``), so that the user finds it; returns its tip ("" if
+        there is none)."""
+        sha = git(
+            self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+        ).strip()
+        if not sha:
+            return ""
+        self.make_safe()
+        git(
+            self.target.path,
+            *_BRING_BACK,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-recurse-submodules",
+            "--no-auto-gc",
+            str(self.gitdir),
+            f"+{sha}:refs/heads/{as_name or branch}",
+            timeout_s=WORKTREE_TIMEOUT_S,
+        )
+        return sha
+
+    def remove(self) -> None:
+        """Delete the story's repository (its commits must be in the target already)."""
+        if self.is_linked_worktree():
+            self._retire_linked_worktree()
+        if os.path.lexists(self.path):
+            _remove(self.path)
+
+
+def _submodules_at(repo: Path, rev: str) -> dict[str, tuple[str, str]]:
+    out = git(
+        repo,
+        "config",
+        "--blob",
+        f"{rev}:.gitmodules",
+        "--get-regexp",
+        r"^submodule\..*\.(path|url)$",
+        check=False,
+    )
+    found: dict[str, dict[str, str]] = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(" ")
+        name, _, field = key[len("submodule.") :].rpartition(".")
+        found.setdefault(name, {})[field] = value
+    return {n: (f.get("path", ""), f.get("url", "")) for n, f in found.items()}
+
+
+def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    """``older`` is in the history of ``newer`` (False if either is unknown)."""
+    return bool(older) and git(repo, "merge-base", older, newer, check=False).strip() == older
+
+
+def _quoted(value: str) -> str:
+    """A value as git config's file syntax takes it, whatever characters it holds."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _quoted_name(name: str) -> str:
+    return name.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _read_small(path: Path) -> str | None:
+    """A small file's text, without following a link; None for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _CONTROL_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _CONTROL_MAX_BYTES:
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write ``path`` anew (a temp file renamed over it: a link there is replaced, never
+    written through)."""
+    tmp = path.with_name(f".{path.name}.hero-{os.getpid()}-{time.monotonic_ns()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, a link or a directory tree (links inside it are not followed)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
