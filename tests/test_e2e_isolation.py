@@ -315,43 +315,29 @@ def test_garbage_in_packed_refs_leaves_the_users_refs_readable(
     assert seen.count(f"fatal: not a git repository: '{target_repo}/.git'") == 2
     before.assert_intact("s1")
     state = load_state(home)
-    if own:  # the worker broke its own repository: the story does not pass
-        assert "unexpected line in .git/packed-refs" in seen
-        assert code == 1 and state["status"] != "passed"
-    else:
-        assert code == 0 and state["status"] == "passed"
-        assert git(target_repo, "show", "hero/s1:calc/__init__.py") == SUB_IMPL
+    if own:  # the worker broke its own repository: hero dropped what git cannot read
+        assert "packed-refs held" in seen
+    assert code == 0 and state["status"] == "passed"
+    assert git(target_repo, "show", "hero/s1:calc/__init__.py") == SUB_IMPL
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "hole: garbage in the story repository's own .git/packed-refs ends the story in "
-        "`error` for good: make_safe does not repair or remove an unreadable packed-refs, so "
-        "after `hero retry` the next run fails again at hero's first git call in it "
-        "(`update-ref refs/heads/hero/<id>`: unexpected line in .git/packed-refs), until the "
-        "user deletes worktrees/<id> by hand; the work committed before the garbage never "
-        "reaches hero/<id>"
-    ),
-)
-def test_a_story_whose_own_packed_refs_were_garbaged_can_be_retried(
+def test_garbage_in_the_storys_own_packed_refs_is_dropped_and_the_story_goes_on(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
+    """The worker garbles its own repository's packed-refs: hero drops the lines git cannot
+    read before its next git there (saying so), so the story neither ends in `error` nor
+    loses the work committed before."""
     packed_repo(target_repo)
     before = Snapshot(target_repo)
-    plans = {"now": [*sub_work(), call("bash", command=GARBAGE_PACKED_REFS_OWN), text("Done.")]}
-    model = scripted(lambda body: policy(plans["now"])(body))
+    worker = [*sub_work(), call("bash", command=GARBAGE_PACKED_REFS_OWN), text("Done.")]
+    model = scripted(policy(worker))
     home = make_home(model, **knobs())
     story = write_story(home, "s1", verify=VERIFY_SUB)
-    assert run_hero(home, story) == 1
-    assert "unexpected line in .git/packed-refs" in tool_outputs(model)
-    before.assert_intact("s1")
 
-    plans["now"] = [*sub_work(), text("Done, again.")]  # a worker that means well now
-    assert main(["retry", "s1", "--home", str(home)]) == 0
-    code = run_hero(home, story)
+    assert run_hero(home, story) == 0
+    assert "packed-refs held" in tool_outputs(model)
     before.assert_intact("s1")
-    assert load_state(home)["status"] == "passed" and code == 0
+    assert load_state(home)["status"] == "passed"
     assert git(target_repo, "show", "hero/s1:calc/__init__.py") == SUB_IMPL
 
 
@@ -645,19 +631,6 @@ EMBEDDED_REPO = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "hole: hero's own git runs a program the worker configured, outside the sandbox. "
-        "hero's scope check and rescue run `git status --ignore-submodules=none` unsandboxed "
-        "in the story's repository, which recurses into every checked-out submodule and "
-        "reads that submodule's git directory, which the worker controls: `.git/modules` "
-        "itself is writable in the sandbox (only modules/<name>/{config,hooks,info} are "
-        "bound read-only, and renaming modules/lib moves those mounts away), and a gitlink to "
-        "a repository the worker made in the worktree is followed as well; NO_PROGRAMS only "
-        "sets core.hooksPath and core.fsmonitor, so a filter.<x>.clean driver runs"
-    ),
-)
 @pytest.mark.parametrize("how", ["swapped-modules-dir", "embedded-repo"])
 def test_a_submodule_git_dir_of_the_workers_runs_nothing_outside_the_sandbox(
     scripted,
@@ -815,6 +788,9 @@ def test_a_planted_rebase_is_not_in_progress_in_the_users_checkout(
     # planted in its own repository, git saw a rebase there: what the user would have seen
     assert seen.count("while rebasing branch") == 3
     assert load_state(home, "s9")["status"] == "passed"
+    # nor does the story's own repository keep it, for a person's `git rebase --continue`
+    own = home / "worktrees" / "s9" / ".git"
+    assert not (own / "rebase-merge").exists() and not (own / "rebase-apply").exists()
     before.assert_intact("s9")
     # the user goes on with the rebase git says is not there: nothing runs
     said = subprocess.run(

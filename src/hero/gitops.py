@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +122,30 @@ GIT_OUTPUT_MAX_BYTES = 64 << 20
 DIFF_READ_MAX_BYTES = 4 << 20
 
 
+#: Turns a git argv run in a directory into the argv that runs it in a sandbox.
+Wrap = Callable[[Sequence[str], Path], list[str]]
+#: While set (``confined``): hero's own git calls in a directory under the root run in that
+#: sandbox. Per thread (a story's run is one thread), so one story's never reaches another's.
+_CONFINED: ContextVar[tuple[Path, Wrap] | None] = ContextVar("hero_git_confined", default=None)
+
+
+@contextmanager
+def confined(root: Path, wrap: Wrap | None) -> Iterator[None]:
+    """Within the block, hero's own git calls in ``root`` (a story's repository) run in the
+    sandbox ``wrap`` builds (None: as they are). A story's repository holds what a worker
+    made: git there reads the git directories of its submodules, which a worker can make or
+    swap, and runs the filters they name, so hero's git that walks it (status, add, commit at
+    a phase's end) runs where the worker's own commands do."""
+    if wrap is None:
+        yield
+        return
+    token = _CONFINED.set((Path(os.path.realpath(root)), wrap))
+    try:
+        yield
+    finally:
+        _CONFINED.reset(token)
+
+
 class GitError(Exception):
     """A git command failed; the message holds the command and git's own words."""
 
@@ -151,9 +176,13 @@ def git(
     is over ``max_output`` bytes, unless ``cut_ok`` (then its middle is left out, marked).
     """
     command = f"git {' '.join(args)}"
+    argv = ["git", *NO_PROGRAMS, *args]
+    box = _CONFINED.get()
+    if box is not None and _within(Path(os.path.realpath(cwd)), box[0]):
+        argv = box[1](argv, Path(cwd))
     try:
         result = run_process(
-            ["git", *NO_PROGRAMS, *args],
+            argv,
             cwd,
             timeout_s=timeout_s,
             env=git_env(env),

@@ -32,6 +32,7 @@ from hero.gitops import (
     TargetRepo,
     clear_stale_locks,
     commit_all,
+    confined,
     diff_since,
     git,
     log_since,
@@ -143,6 +144,9 @@ class StoryRun:
         # where the worker's and the checks' commands run; set by _prepare_worktree
         self.worker_sandbox: Sandbox | None = None
         self.verify_sandbox: Sandbox | None = None
+        #: where hero's own git walks the story's repository at a phase's end
+        self.git_sandbox: Sandbox | None = None
+        self._warned: set[str] = set()  # warnings said in this run
         self.meter = Meter(config.budgets, self.state)  # remade once the record is loaded
 
     # -- the loop ----------------------------------------------------------------------
@@ -363,6 +367,7 @@ class StoryRun:
         existed = story_repo.exists()
         self._claim_branch()
         notes = story_repo.lay_out(tip)
+        self._confine()
         if existed:  # a run that crashed: keep what it left
             self._keep_leftovers()
             tip = self.repo.branch_sha(self.branch) or tip
@@ -370,7 +375,7 @@ class StoryRun:
         notes += story_repo.init_submodules()
         for note in notes:
             self.say(f"{self.key}: {note}")
-        self._confine()
+        self._confine()  # again: the submodules' git directories are guarded too
         return child_env(
             drop_names=self.config.key_env_names,
             secret_values=self.config.secrets,
@@ -390,18 +395,32 @@ class StoryRun:
             guarded=self.story_repo.guarded(),
             hide=(self.home, self.repo.path),
             limits=safety.limits,
-            warn=lambda message: self.say(f"{self.key}: {message}"),
+            warn=self._warn_once,
         )
         self.worker_sandbox = box and box.with_network(safety.sandbox_network)
         self.verify_sandbox = box and box.with_network(safety.verify_network)
+        self.git_sandbox = box and box.with_network(False)
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            self.say(f"{self.key}: {message}")
+
+    def _own_git(self) -> Any:
+        """The block within which hero's own git in the story's repository runs in the
+        sandbox (see ``hero.gitops.confined``): at each phase's end."""
+        box = self.git_sandbox
+        return confined(self.worktree, box.wrap if box is not None else None)
 
     def _keep_leftovers(self, why: str = "found on resume") -> None:
         """After a run that crashed or was stopped: commit what it left (unless it holds
         unresolved conflicts) and put the worktree back on the branch."""
         story_id = self.key
         guard = Guard(self.worktree, self.worktree, self.branch, self.state.head_sha)
-        with self.repo.locked():
+        with self.repo.locked(), self._own_git():
+            notes = self.story_repo.end_phase()
             guard.before_rescue()
+            guard.notes += notes
             refused = self._rescue(f"hero: keep uncommitted work {why} ({story_id})")
             guard.after_rescue()
             refused += self._bring_back(guard)
@@ -594,7 +613,7 @@ class StoryRun:
             )
         except BaseException:
             try:
-                with self.repo.locked():
+                with self.repo.locked(), self._own_git():
                     guard.before_rescue()
                     guard.restore_refs()
                     guard.problems += self._bring_back(guard)
@@ -615,7 +634,8 @@ class StoryRun:
         """Commit what the worker left, put the worktree back on the branch, and undo what
         the worker did to history or to the user's refs; returns why the round fails (the
         reviewer is not asked then), or nothing."""
-        with self.repo.locked():
+        with self.repo.locked(), self._own_git():
+            guard.notes += self.story_repo.end_phase()
             guard.before_rescue()
             refused = self._rescue(f"hero: commit work left uncommitted in round {n} ({self.key})")
             guard.after_rescue()
@@ -646,9 +666,11 @@ class StoryRun:
     def _after_checks(self, n: int, guard: Guard) -> list[str]:
         """Undo what the story's checks did to the branch or the user's refs; returns why
         the round fails, or nothing."""
-        with self.repo.locked():
+        with self.repo.locked(), self._own_git():
+            notes = self.story_repo.end_phase()
             guard.before_rescue()
             guard.after_rescue()
+            guard.notes += notes
             refused = self._bring_back(guard)
         self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
         for note in guard.notes:
@@ -915,11 +937,13 @@ class StoryRun:
         self._claim_branch()
         if story_repo.exists():
             story_repo.lay_out("")
-            commit_all(
-                self.worktree,
-                f"hero: keep uncommitted work before a fresh start ({self.key})",
-                self.repo.identity_env(),
-            )
+            self._confine()
+            with self._own_git():
+                commit_all(
+                    self.worktree,
+                    f"hero: keep uncommitted work before a fresh start ({self.key})",
+                    self.repo.identity_env(),
+                )
             with self.repo.locked():
                 try:
                     if self.repo.branch_sha(self.branch) is not None:

@@ -22,6 +22,7 @@ git elsewhere or fool it (``commondir``, ``shallow``, grafts, a commit-graph).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import time
@@ -103,6 +104,16 @@ _BRING_BACK = (
     "-c",
     "fetch.writeCommitGraph=false",
 )
+#: A line git's packed-refs file may hold: its header, a ref, a peeled tag's commit.
+_PACKED_LINE = re.compile(
+    rb"# pack-refs with:[^\n]*|[0-9a-f]{40}(?:[0-9a-f]{24})? refs/[^\s]+|\^[0-9a-f]{40}(?:[0-9a-f]{24})?"
+)
+#: A packed-refs file bigger than this is not read: it is removed (the story branch is a
+#: loose ref hero keeps itself).
+_PACKED_MAX_BYTES = 256 << 20
+#: Git state a stop leaves in a git directory that makes a later git (a person's, in
+#: ``worktrees/<id>``) run what a worker wrote: removed at each phase's end.
+IN_PROGRESS = ("rebase-merge", "rebase-apply", "sequencer")
 #: A small control file hero reads (config, alternates) bigger than this was not written by
 #: hero: it is replaced without being read whole.
 _CONTROL_MAX_BYTES = 1 << 16
@@ -126,6 +137,7 @@ class StoryRepo:
         self.submodules_from = submodules_from
         self.gitdir = path / ".git"
         self._config = ""  # what hero writes as the repository's config
+        self._packed_ok: tuple[int, int, int] | None = None  # packed-refs last found sound
 
     def config_text(self) -> str:
         """The repository's config as hero writes it (worked out once)."""
@@ -384,6 +396,60 @@ class StoryRepo:
         if _read_small(self.gitdir / "info" / "exclude") != "":
             _replace_file(self.gitdir / "info" / "exclude", "")
             notes.append(".git/info/exclude was changed; hero emptied it")
+        note = self._check_packed_refs()
+        if note:
+            notes.append(note)
+        return notes
+
+    def _check_packed_refs(self) -> str:
+        """A packed-refs file git cannot read stops every git here (hero's included): its
+        lines git would refuse are dropped. Read again only when it changed."""
+        path = self.gitdir / "packed-refs"
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return ""
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _PACKED_MAX_BYTES:
+            _remove(path)
+            self._packed_ok = None
+            return ".git/packed-refs was not a file git can read; hero removed it"
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if key == self._packed_ok:
+            return ""
+        with open(path, "rb") as fh:
+            data = fh.read(_PACKED_MAX_BYTES + 1)
+        kept: list[bytes] = []
+        dropped = 0
+        for line in data.split(b"\n"):
+            if not line:
+                continue
+            ok = _PACKED_LINE.fullmatch(line) is not None
+            if ok and line.startswith(b"^"):  # peels the ref on the line before it
+                ok = bool(kept) and not kept[-1].startswith((b"^", b"#"))
+            if ok:
+                kept.append(line)
+            else:
+                dropped += 1
+        if dropped:
+            _replace_file(path, b"".join(k + b"\n" for k in kept).decode("ascii"))
+        st = os.lstat(path)
+        self._packed_ok = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if not dropped:
+            return ""
+        return f".git/packed-refs held {dropped} line(s) git cannot read; hero dropped them"
+
+    def end_phase(self) -> list[str]:
+        """At a phase's end, with nothing of the worker running: the git state of a rebase,
+        cherry-pick or revert left in progress is removed (its ``exec`` lines would run in
+        a person's git later, outside the sandbox). Returns notes."""
+        notes = []
+        for name in IN_PROGRESS:
+            p = self.gitdir / name
+            if os.path.lexists(p):
+                _remove(p)
+                notes.append(
+                    f"a {name.replace('-', ' ')} left in progress in .git/{name}; hero removed it"
+                )
         return notes
 
     # -- the story's commits into the user's repository ---------------------------------------

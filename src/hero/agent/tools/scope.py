@@ -319,7 +319,9 @@ def _status(worktree: Path) -> tuple[str, set[str], set[str]]:
         "--branch",
         "--untracked-files=all",
         "--no-renames",
-        "--ignore-submodules=none",
+        # a submodule's commit, not its files: finding those means running git in the
+        # submodule's git directory, which a worker can swap (see hero.gitops.confined)
+        "--ignore-submodules=dirty",
     )
     head = ""
     changed: set[str] = set()
