@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
-import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -29,13 +29,10 @@ from hero.git.storyrepo import StoryRepo
 from hero.gitops import (
     DEFAULT_IDENTITY,
     GitError,
-    ProgramWatch,
     TargetRepo,
     commit_all,
     diff_since,
-    git_programs,
     log_since,
-    undo_program_changes,
 )
 from hero.gitops import git as hero_git
 from hero.repoguard import leftovers
@@ -207,126 +204,19 @@ def test_search_tools_run_no_fsmonitor(target_repo: Path, tmp_path: Path, marks:
 # ----------------------------------------------- what a phase changes is put back, or stops
 
 
-def test_program_settings_and_hooks_a_phase_changed_are_put_back(
-    target_repo: Path, base: str, tmp_path: Path
-) -> None:
-    repo = TargetRepo(target_repo)
-    wt = tmp_path / "worktrees" / "s1"
-    repo.ensure_worktree("hero/s1", wt, base)
-    common = target_repo / ".git"
-    # the user's own: a filter driver, an include of a file of theirs, a hook
-    git(target_repo, "config", "filter.lfs.clean", "git-lfs clean -- %f")
-    git(target_repo, "config", "filter.lfs.process", "git-lfs filter-process")
-    mine = tmp_path / "user.gitconfig"
-    mine.write_text("[alias]\n\tlg = log --oneline\n")
-    git(target_repo, "config", "include.path", str(mine))
-    pre_push = common / "hooks" / "pre-push"
-    pre_push.write_text("#!/bin/sh\nexit 0\n")
-    pre_push.chmod(0o750)
-    before = git_programs(target_repo, wt)
-
-    # a worker's turn, through git and the shell
-    git(wt, "config", "core.fsmonitor", "/tmp/fsm")
-    git(wt, "config", "core.hooksPath", ".hooks")
-    git(wt, "config", "filter.lfs.clean", "evil-clean %f")
-    git(wt, "config", "--unset", "filter.lfs.process")
-    git(wt, "config", "filter.Evil.smudge", "evil-smudge")
-    git(wt, "config", "alias.st", "!sh -c 'touch pwned'")
-    git(wt, "config", "extensions.worktreeConfig", "true")
-    git(wt, "config", "--worktree", "core.fsmonitor", "/tmp/fsm-wt")
-    (wt / "evil.cfg").write_text("[core]\n\tpager = evil-pager\n")
-    git(wt, "config", "--add", "include.path", str(wt / "evil.cfg"))
-    (common / "hooks" / "post-commit").write_text("#!/bin/sh\ntouch pwned\n")
-    (common / "hooks" / "post-commit").chmod(0o755)
-    pre_push.write_text("#!/bin/sh\ntouch pwned\n")
-    git(wt, "config", "user.name", "harmless")  # runs nothing: not the guard's business
-
-    problems = undo_program_changes(target_repo, wt, before)
-
-    assert git_programs(target_repo, wt) == before
-    said = "\n".join(problems)
-    for line in (
-        "core.fsmonitor was set in .git/config (to '/tmp/fsm'); hero removed it",
-        "core.fsmonitor was set in .git/worktrees/s1/config.worktree (to '/tmp/fsm-wt'); "
-        "hero removed it",
-        "core.hookspath was set in .git/config",
-        "filter.lfs.clean in .git/config was changed from 'git-lfs clean -- %f' to "
-        "'evil-clean %f'; hero put it back",
-        "filter.lfs.process was removed from .git/config; hero put it back",
-        "filter.Evil.smudge was set in .git/config",
-        "alias.st was set in .git/config",
-        "extensions.worktreeconfig was set in .git/config",
-        f"include.path in .git/config was changed from '{mine}' to '{mine}', '{wt / 'evil.cfg'}'",
-        "a git hook .git/hooks/post-commit was added; hero removed it",
-        "the git hook .git/hooks/pre-push was changed; hero put it back",
-    ):
-        assert line in said
-    assert problems[-1].startswith("The repository's git config and hooks are the user's")
-    assert "user.name" not in said and "core.pager" not in said  # read through the include
-    assert git(target_repo, "config", "filter.lfs.clean").strip() == "git-lfs clean -- %f"
-    assert git(target_repo, "config", "filter.lfs.process").strip() == "git-lfs filter-process"
-    assert git(target_repo, "config", "--get-all", "include.path").split() == [str(mine)]
-    assert git(target_repo, "config", "user.name").strip() == "harmless"
-    assert not (common / "hooks" / "post-commit").exists()
-    assert pre_push.read_text() == "#!/bin/sh\nexit 0\n"
-    assert stat.S_IMODE(pre_push.stat().st_mode) == 0o750
-    assert undo_program_changes(target_repo, wt, before) == []  # nothing left to undo
-
-
 def test_a_replaced_dot_git_stops_hero(target_repo: Path, base: str, tmp_path: Path) -> None:
-    """A worktree's .git pointed at another repository: hero's git would read that one's
-    config and hooks, so hero runs no more git on the story."""
-    repo = TargetRepo(target_repo)
-    wt = tmp_path / "worktrees" / "s1"
-    repo.ensure_worktree("hero/s1", wt, base)
-    before = git_programs(target_repo, wt)
+    """A story repository's .git replaced by a file pointing at another repository: hero's
+    git would read that one's config and hooks, so hero runs no more git on the story."""
+    story_repo = StoryRepo(TargetRepo(target_repo), tmp_path / "worktrees" / "s1", "hero/s1")
+    story_repo.lay_out(base)
     fake = tmp_path / "fake"
     git(tmp_path, "init", "-q", str(fake))
     git(fake, "config", "filter.evil.clean", "touch pwned")
-    (wt / ".git").write_text(f"gitdir: {fake / '.git'}\n")
-    with pytest.raises(GitError, match="git directories .* changed") as info:
-        undo_program_changes(target_repo, wt, before)
-    assert "git worktree repair" in str(info.value)
+    shutil.rmtree(story_repo.gitdir)
+    story_repo.gitdir.write_text(f"gitdir: {fake / '.git'}\n")
+    with pytest.raises(GitError, match="no longer a directory"):
+        story_repo.make_safe()
     assert git(fake, "config", "filter.evil.clean").strip() == "touch pwned"  # not touched
-
-
-def test_a_change_in_an_included_file_outside_stops_hero(
-    target_repo: Path, base: str, tmp_path: Path
-) -> None:
-    repo = TargetRepo(target_repo)
-    wt = tmp_path / "worktrees" / "s1"
-    repo.ensure_worktree("hero/s1", wt, base)
-    mine = tmp_path / "user.gitconfig"
-    mine.write_text("[alias]\n\tlg = log --oneline\n")
-    git(target_repo, "config", "include.path", str(mine))
-    before = git_programs(target_repo, wt)
-    mine.write_text("[core]\n\tfsmonitor = /tmp/fsm\n")
-    with pytest.raises(GitError, match="outside") as info:
-        undo_program_changes(target_repo, wt, before)
-    assert f"core.fsmonitor in {mine}" in str(info.value)
-    assert mine.read_text() == "[core]\n\tfsmonitor = /tmp/fsm\n"  # hero edits no file of yours
-
-
-def test_watch_sees_a_hook_rewritten_with_its_time_put_back(
-    target_repo: Path, base: str, tmp_path: Path
-) -> None:
-    """The cheap check (a stat per file) trusts no time a program can set."""
-    repo = TargetRepo(target_repo)
-    wt = tmp_path / "worktrees" / "s1"
-    repo.ensure_worktree("hero/s1", wt, base)
-    hook = target_repo / ".git" / "hooks" / "pre-push"
-    hook.write_text("#!/bin/sh\nexit 0\n")
-    hook.chmod(0o755)
-    watch = ProgramWatch(target_repo, wt)
-    assert watch.check() == []
-    git(wt, "commit", "-q", "--allow-empty", "-m", "work")  # the worker's ordinary git
-    assert watch.check() == []
-    then = hook.stat()
-    hook.write_text("#!/bin/sh\nrm -rf ~\n")  # as long as before
-    os.utime(hook, ns=(then.st_atime_ns, then.st_mtime_ns))
-    assert watch.check()[0] == "the git hook .git/hooks/pre-push was changed; hero put it back"
-    assert hook.read_text() == "#!/bin/sh\nexit 0\n"
-    assert watch.check() == []  # put back, and seen as put back
 
 
 def test_make_safe_puts_back_what_hero_owns_of_a_story_repository(

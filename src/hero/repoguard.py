@@ -1,17 +1,17 @@
-"""What the worker and the checks may not do to the user's repository, and how hero undoes it.
+"""What the worker and the checks may not do to the story's branch, and how hero undoes it.
 
-The worker's commands and the story's checks run with the user's rights in a worktree of the
-user's repository, so one `git` command there reaches every branch and tag of it. hero owns
-``refs/heads/hero/*`` and ``refs/hero/*``; ``refs/stash`` is the worker's to use. Every other
-ref is the user's: ``snapshot`` records them before a phase, and ``Guard.after_rescue``
-afterwards puts back any that moved or vanished and removes any that appeared. Commits taken
-off a ref that way are kept on a branch ``hero/<id>-stray-<time>``, so nothing is lost.
+The worker works in the story's own repository (``hero.git.storyrepo``), where its copies of
+the user's branches and tags are the refs it must leave alone, and the story branch is the
+one it works on. hero owns ``refs/heads/hero/*`` and ``refs/hero/*``; ``refs/stash`` is the
+worker's to use. ``snapshot`` records the other refs before a phase, and
+``Guard.after_rescue`` afterwards puts back any that moved or vanished and removes any that
+appeared (the user's own repository is out of the worker's reach: these are copies, put back
+so that the worker keeps seeing the user's branches as they are). Commits taken off a ref
+that way are kept on a branch ``hero/<id>-stray-<time>``, which hero brings into the user's
+repository, so nothing is lost.
 
 The story's own branch may only grow: the head a phase starts from stays in its history
 (``Guard.keep_history``); a deleted story branch is recreated (``recover_branch``).
-
-The repository's git settings and hooks that make git run a program are the user's too: what
-a phase changed of them is put back first thing after it (``hero.gitops.ProgramWatch``).
 
 ``leftovers`` finds what a rescue commit must not take (unresolved merge conflicts, files
 holding a secret value) or cannot take (changes inside a submodule's checkout);
@@ -31,7 +31,6 @@ from pathlib import Path
 from hero.gitops import (
     DEFAULT_IDENTITY,
     WORKTREE_TIMEOUT_S,
-    ProgramWatch,
     current_branch,
     git,
     git_env,
@@ -158,12 +157,10 @@ class Guard:
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.strays = Strays(repo, branch)
-        self.programs: ProgramWatch | None = None  # git settings and hooks that run programs
 
     def watch(self, start: str | None = None) -> None:
-        """Before a phase: record the user's refs and the repository's git settings and hooks
-        that run programs (and, if given, a new head to build on); the problems and notes of
-        an earlier phase are cleared."""
+        """Before a phase: record the refs the worker must leave alone (and, if given, a new
+        head to build on); the problems and notes of an earlier phase are cleared."""
         if start is not None:
             self.start = start
         self.left = ""
@@ -175,10 +172,7 @@ class Guard:
     def before_rescue(self) -> None:
         """Detach the worktree from any branch but the story's, where it stands (index and
         files untouched), so that neither the rescue commit nor restoring that branch write
-        through it; recreate the story branch if it was deleted. First of all, before any git
-        that could run them, the git settings and hooks that run programs are put back as
-        ``watch`` found them (``check_programs``)."""
-        self.check_programs()
+        through it; recreate the story branch if it was deleted."""
         current = current_branch(self.worktree)
         if current not in (self.branch, "HEAD"):
             here = git(self.worktree, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
@@ -190,18 +184,6 @@ class Guard:
         note = recover_branch(self.repo, self.worktree, self.branch, self.start)
         if note:
             self.notes.append(note)
-
-    def check_programs(self) -> str:
-        """Put back the git settings and hooks that run programs as ``watch`` found them
-        (``gitops.ProgramWatch``); what was found is a problem of the phase, and is returned
-        as a note ("" when nothing changed: then it costs a ``stat`` per watched file). Call
-        it before hero's own git runs in the worktree during the phase, too (GitError when a
-        .git was replaced: then hero must run no git there)."""
-        if self.programs is None:
-            return ""
-        found = self.programs.check()
-        self.problems += found
-        return "\n".join(found)
 
     def after_rescue(self) -> None:
         """Back onto the story branch, its history kept, the user's refs put back."""
