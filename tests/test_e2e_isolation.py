@@ -470,19 +470,7 @@ def pytest_in(repo: Path) -> subprocess.CompletedProcess[str]:
     "hide",
     [
         "info-exclude",
-        pytest.param(
-            "self-ignoring-gitignore",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "hole: a new tests/.gitignore holding '*' (outside the scope) ignores "
-                    "itself and tests/conftest.py; hero's scope check (git status "
-                    "--untracked-files=all, no --ignored) never sees either, the verify "
-                    "commands run in the worktree with the conftest in place, and the "
-                    "story passes with its `assert False` test reported passed"
-                ),
-            ),
-        ),
+        "self-ignoring-gitignore",
     ],
 )
 def test_a_hidden_conftest_does_not_make_verify_pass(

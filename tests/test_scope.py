@@ -19,7 +19,7 @@ from conftest import git
 from helpers import is_review, step_of, worker_round
 
 from hero.agent.tools import ToolContext, ToolOutcome, execute_tool
-from hero.agent.tools.scope import path_rules, undo_outside
+from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
 from hero.cli import main
 from hero.config import DEFAULT_PROTECTED
 from hero.gitops import DEFAULT_IDENTITY
@@ -184,6 +184,28 @@ def test_a_new_file_outside_the_scope_is_deleted_and_reported(repo: Path) -> Non
     assert not (repo / "notes").exists()  # the directories it left empty went too
     assert (repo / "src/z.py").read_text() == "Z = 1\n"  # in scope: kept
     assert status(repo) == "?? src/z.py\n"
+
+
+def test_a_new_ignore_file_outside_the_scope_hides_nothing_from_the_phase_end(
+    repo: Path,
+) -> None:
+    """A `.gitignore` holding `*` hides itself and the files beside it from `git status`:
+    at a phase's end hero removes it, and then what it hid is undone like any new file."""
+    (repo / "tests" / ".gitignore").write_text("*\n")
+    (repo / "tests" / "conftest.py").write_text("# marks every test passed\n")
+    (repo / "docs" / ".gitignore").write_text("draft.md\n")  # not itself ignored
+    (repo / "src" / ".gitignore").write_text("*.tmp\n")  # inside the scope: the worker's
+    (repo / "build").mkdir()
+    (repo / "build" / ".gitignore").write_text("*\n")  # in a directory the repo ignores
+    rules = path_rules(("src/**",), DEFAULT_PROTECTED)
+    assert "conftest" not in status(repo)  # hidden from the scope check
+
+    removed = unhide_outside(repo, rules)
+
+    assert sorted(removed) == ["docs/.gitignore", "tests/.gitignore"]
+    assert (repo / "src" / ".gitignore").exists() and (repo / "build" / ".gitignore").exists()
+    undo_outside(repo, base_of(repo), rules)
+    assert not (repo / "tests" / "conftest.py").exists()
 
 
 def test_an_out_of_scope_tracked_file_is_put_back_as_at_the_base(repo: Path) -> None:

@@ -21,7 +21,7 @@ from hero.agent.loop import AgentResult, Model, run_agent
 from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
 from hero.agent.tools import ToolContext, tool_schemas
 from hero.agent.tools.policy import Policy
-from hero.agent.tools.scope import path_rules, undo_outside
+from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
 from hero.budget import BudgetExceeded, Meter
 from hero.config import Config, context_limits
 from hero.errors import Interrupted
@@ -967,6 +967,8 @@ class StoryRun:
         stuck: list[str] = []  # changes outside the scope hero could not undo: the round fails
         if self.state.base_sha:  # what appeared outside the scope since the last bash check
             rules = path_rules(self.story.scope, self.config.safety.protected_files)
+            for path in unhide_outside(self.worktree, rules):
+                self.say(f"{self.key}: removed {path}, a new ignore file outside the scope")
             undone = undo_outside(self.worktree, self.state.base_sha, rules)
             for line in undone.lines():
                 self.say(f"{self.key}: undone before hero's commit: {line}")

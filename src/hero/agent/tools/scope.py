@@ -265,6 +265,39 @@ def check_after_command(ctx: ToolContext) -> str:
         )
 
 
+#: Files that tell git what to leave unseen: a new one outside the scope could hide what
+#: the worker wrote there from the scope check (``.gitignore`` holding ``*`` hides itself).
+IGNORE_FILES = (".gitignore",)
+
+
+def unhide_outside(worktree: Path, rules: PathRules) -> list[str]:
+    """Remove the new ignore files (``IGNORE_FILES``) that ``rules`` refuse, ignored by git
+    or not, so that what they hid is seen by ``undo_outside``; returns their paths. One
+    ``git status`` that lists ignored files (an ignored directory as itself, not walked):
+    run it at a phase's end, before the checks."""
+    if rules.idle:
+        return []
+    out = git(
+        worktree,
+        *_GIT_FIXED,
+        "status",
+        "--porcelain=v2",
+        "-z",
+        "--ignored=matching",
+        "--untracked-files=all",
+        "--ignore-submodules=dirty",
+    )
+    removed: list[str] = []
+    for record in out.split("\0"):
+        if record[:2] not in ("? ", "! "):
+            continue
+        path = record[2:]
+        if path.rsplit("/", 1)[-1] in IGNORE_FILES and rules.refusal(path) is not None:
+            if not _remove(worktree, path):
+                removed.append(path)
+    return removed
+
+
 def undo_outside(worktree: Path, base: str, rules: PathRules) -> Undo:
     """Put back every path the worktree changed since ``base`` (committed or not, plus new
     files git does not ignore) that ``rules`` refuse: its content at ``base``, or deleted if
