@@ -308,3 +308,21 @@ def test_a_story_under_a_symlinked_directory_is_written(tmp_path: Path) -> None:
     story = parse_story(tmp_path / "inbox" / "s1.md")
     assert append_feedback(story.path, 1, "ok", expect=story.file_id) is True
     assert parse_story(tmp_path / "real" / "s1.md").feedback == "### Round 1\n\nok"
+
+
+def test_atomic_write_refuses_a_link_when_told_not_to_follow_one(tmp_path: Path) -> None:
+    """The Celery engine's copies of a story file: a link swapped in for one is never
+    written through."""
+    from hero.fsio import atomic_write
+
+    victim = tmp_path / "config.local.yaml"
+    victim.write_text("keys: {}\n")
+    story = tmp_path / "inbox" / "s1.md"
+    story.parent.mkdir()
+    story.symlink_to(victim)
+
+    with pytest.raises(OSError, match="symlink"):
+        atomic_write(story, b"---\nid: s1\n---\nhostile\n", follow_link=False)
+
+    assert victim.read_text() == "keys: {}\n"
+    assert story.is_symlink()

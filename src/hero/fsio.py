@@ -10,8 +10,16 @@ import stat
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes, *, exclusive: bool = False) -> None:
-    """Write ``data`` to ``path`` through a temporary file in its directory and a rename."""
+def atomic_write(
+    path: Path, data: bytes, *, exclusive: bool = False, follow_link: bool = True
+) -> None:
+    """Write ``data`` to ``path`` through a temporary file in its directory and a rename.
+
+    A symlink at ``path`` is written through (the file it points at is replaced), unless
+    ``follow_link`` is False: then it is refused (``OSError`` ELOOP) and nothing is written,
+    for a file someone else may have swapped for a link (a story file)."""
+    if not follow_link and os.path.islink(path):
+        raise OSError(errno.ELOOP, "is a symlink; hero does not write through it", str(path))
     target = Path(os.path.realpath(path))  # a symlinked file: write where it points
     try:
         mode: int | None = stat.S_IMODE(target.stat().st_mode)

@@ -218,7 +218,10 @@ class RemoteRun:
         story_text = store.story_text(key)
         if story_text is not None and story_text != self._story_text:
             if self.path.exists() and _read_text(self.path) != story_text:
-                atomic_write(self.path, story_text.encode("utf-8"))
+                try:  # never through a link swapped in for the story file
+                    atomic_write(self.path, story_text.encode("utf-8"), follow_link=False)
+                except OSError as exc:
+                    self.log.warning("story file not updated", path=str(self.path), error=str(exc))
             self._story_text = story_text
         run_dir = self.ref.run_dir(self.home)
         for name in store.file_names(key):

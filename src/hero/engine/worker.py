@@ -282,7 +282,9 @@ class _Run:
         name = Path(str(payload.get("file_name") or f"{ref.id}.md")).name
         story_path = inbox / name
         text = self.store.story_text(self.key) or str(payload.get("story_text") or "")
-        atomic_write(story_path, text.encode("utf-8"))
+        if story_path.is_symlink():  # a link left here is never written through
+            story_path.unlink()
+        atomic_write(story_path, text.encode("utf-8"), follow_link=False)
         for dep_key, dep_record in (payload.get("deps") or {}).items():
             dep = RunState.from_dict(json.loads(dep_record))
             if StoryRef(dep.plan, dep.id).key == dep_key:
