@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -509,10 +510,14 @@ def _remove_stale(lock: _Lock, say: Callable[[str], None]) -> None:
 def worktree_gitdir(worktree: Path) -> Path | None:
     """The worktree's own git directory (``<common>/worktrees/<name>``), from its ``.git``
     file; None if ``worktree`` is not a linked worktree."""
-    try:
-        text = (worktree / ".git").read_text(encoding="utf-8", errors="replace")
+    try:  # a small regular file, never through a link (a worker may have made it)
+        fd = os.open(worktree / ".git", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = fh.read(4096).decode("utf-8", errors="replace")
     if not text.startswith("gitdir:"):
         return None
     gitdir = Path(text[len("gitdir:") :].strip())

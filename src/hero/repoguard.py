@@ -425,7 +425,7 @@ def _new_markers(worktree: Path, path: str, base: str) -> bool:
         return False
     if b"\0" in data[:8000] or not has_conflict_markers(data.decode("utf-8", errors="replace")):
         return False
-    at_base = git(worktree, "show", f"{base}:{path}", check=False) if base else ""
+    at_base = git(worktree, "show", f"{base}:{path}", check=False, cut_ok=True) if base else ""
     return not has_conflict_markers(at_base)
 
 
@@ -447,7 +447,9 @@ def _new_secret(worktree: Path, path: str, base: str, secrets: Redactor) -> bool
 
 
 def _secret_at(worktree: Path, rev: str, path: str, secrets: Redactor) -> bool:
-    return bool(rev) and secrets.holds(git(worktree, "show", f"{rev}:{path}", check=False))
+    # a file bigger than hero reads of git's output is searched in its first and last parts
+    shown = git(worktree, "show", f"{rev}:{path}", check=False, cut_ok=True) if rev else ""
+    return secrets.holds(shown)
 
 
 def uncommit_secrets(worktree: Path, start: str, base: str, secrets: Redactor) -> list[str]:
