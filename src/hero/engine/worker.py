@@ -35,6 +35,7 @@ from hero.engine.app import TASK_NAME
 from hero.engine.store import LeaseLost, Store
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
+from hero.git.storyrepo import StoryRepo
 from hero.gitops import GitError, TargetRepo, git, push_env
 from hero.names import StoryRef
 from hero.redact import Redactor
@@ -315,16 +316,14 @@ class _Run:
         return story_path
 
     def _branch_from_remote(self, repo: TargetRepo) -> None:
-        """The story branch here is the remote's: a worktree or branch an earlier run left
-        on this worker is dropped first."""
+        """The story branch here is the remote's: a story repository or branch an earlier
+        run left on this worker is dropped first (the pipeline lays the story's repository
+        out anew from the branch, as the local engine does)."""
         branch = self.ref.branch
         worktree = self.ref.worktree(self.home)
         with self.fleet.repo_lock:
-            if worktree.exists():
-                git(repo.path, "worktree", "remove", "--force", str(worktree), check=False)
-                if worktree.exists():
-                    shutil.rmtree(worktree, ignore_errors=True)
-                git(repo.path, "worktree", "prune", check=False)
+            if os.path.lexists(worktree):
+                StoryRepo(repo, worktree, branch).remove()
             remote_sha = git(
                 repo.path,
                 "rev-parse",
