@@ -118,7 +118,7 @@ def test_hero_git_runs_no_hook_and_no_fsmonitor(
 
     repo = TargetRepo(target_repo)
     wt = tmp_path / "worktrees" / "s1"
-    repo.ensure_worktree("hero/s1", wt, base)  # worktree add: checkout, refs
+    hero_git(target_repo, "worktree", "add", "-b", "hero/s1", str(wt), base)  # checkout, refs
     # a worktree's own config, read by git there once the extension is on
     worktree_fsmonitor = write_probe(tmp_path / "bin" / "fsmonitor-worktree", marks)
     git(wt, "config", "extensions.worktreeConfig", "true")

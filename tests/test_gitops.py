@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import git
 
+from hero.git.storyrepo import StoryRepo
 from hero.gitops import (
     DEFAULT_IDENTITY,
     GitError,
@@ -59,112 +59,16 @@ def base(target_repo: Path) -> str:
 # ------------------------------------------------------------------------- worktrees
 
 
-def test_ensure_worktree_creates_branch_at_base(
-    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
-) -> None:
-    commit_file(target_repo, "later.txt", "later\n", "a commit after the base")
-    wt = tmp_path / "worktrees" / "x"
-
-    repo.ensure_worktree("hero/x", wt, base)
-
-    assert repo.branch_sha("hero/x") == base
-    assert head_sha(wt) == base
-    assert git(wt, "symbolic-ref", "--short", "HEAD").strip() == "hero/x"
-    assert (wt / "calc" / "__init__.py").is_file()
-    assert not (wt / "later.txt").exists()
-    assert wt.resolve() in worktree_paths(target_repo)
-    # The user's checkout is untouched.
-    assert repo.current_branch() == "main"
-
-
-def test_ensure_worktree_again_is_a_no_op(
-    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
-) -> None:
-    wt = tmp_path / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", wt, base)
-    sha = commit_file(wt, "work.txt", "work\n", "work on the branch")
-    (wt / "uncommitted.txt").write_text("keep me\n")
-    before = worktree_paths(target_repo)
-
-    repo.ensure_worktree("hero/x", wt, base)
-
-    assert head_sha(wt) == sha
-    assert repo.branch_sha("hero/x") == sha
-    assert (wt / "uncommitted.txt").read_text() == "keep me\n"
-    assert worktree_paths(target_repo) == before
-
-
-def test_stale_worktree_is_pruned_and_recreated(
-    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
-) -> None:
-    wt = tmp_path / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", wt, base)
-    sha = commit_file(wt, "work.txt", "work\n", "work on the branch")
-    shutil.rmtree(wt)  # the folder is gone; git still lists the worktree
-
-    repo.ensure_worktree("hero/x", wt, base)
-
-    assert (wt / "work.txt").read_text() == "work\n"
-    assert head_sha(wt) == sha  # the existing branch is checked out, not recreated at base
-    assert worktree_paths(target_repo).count(wt.resolve()) == 1
-
-
-def test_a_live_checkout_of_the_branch_elsewhere_is_refused_not_removed(
-    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
-) -> None:
-    """Another home's (or a person's) worktree of the branch may hold uncommitted work:
-    hero names it and leaves it alone instead of `git worktree remove --force`."""
-    first = tmp_path / "other-home" / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", first, base)
-    sha = commit_file(first, "w.txt", "w\n", "work")
-    (first / "uncommitted.txt").write_text("precious\n")
-    second = tmp_path / "worktrees" / "x"
-
-    with pytest.raises(GitError, match="did not create") as info:
-        repo.ensure_worktree("hero/x", second, base)
-
-    assert str(first) in str(info.value)
-    assert (first / "uncommitted.txt").read_text() == "precious\n"
-    assert first.resolve() in worktree_paths(target_repo)
-    assert not second.exists()
-    assert repo.branch_sha("hero/x") == sha
-
-
-def test_a_checkout_whose_folder_is_gone_does_not_stop_a_new_one(
-    repo: TargetRepo, base: str, tmp_path: Path
-) -> None:
-    first = tmp_path / "moved-home" / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", first, base)
-    sha = commit_file(first, "w.txt", "w\n", "work")
-    shutil.rmtree(first.parent.parent)  # the old home is gone; git still lists it
-    second = tmp_path / "worktrees" / "x"
-
-    repo.ensure_worktree("hero/x", second, base)
-
-    assert head_sha(second) == sha
-
-
-def test_worktree_on_another_branch_is_refused(repo: TargetRepo, base: str, tmp_path: Path) -> None:
-    wt = tmp_path / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", wt, base)
-    with pytest.raises(GitError, match="hero/x"):
-        repo.ensure_worktree("hero/y", wt, base)
-
-
-def test_non_git_folder_in_the_way_is_refused(repo: TargetRepo, base: str, tmp_path: Path) -> None:
-    wt = tmp_path / "worktrees" / "x"
-    wt.mkdir(parents=True)
-    (wt / "notes.txt").write_text("mine\n")
-    with pytest.raises(GitError, match="not a git worktree"):
-        repo.ensure_worktree("hero/x", wt, base)
-    assert (wt / "notes.txt").read_text() == "mine\n"
+def add_worktree(target_repo: Path, branch: str, path: Path, base: str) -> Path:
+    """A linked worktree of a new branch, as an earlier hero (or a person) made it."""
+    git(target_repo, "worktree", "add", "-q", "-b", branch, str(path), base)
+    return path
 
 
 def test_keep_branch_aside_renames_and_keeps_commits(
     repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
 ) -> None:
-    wt = tmp_path / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", wt, base)
+    wt = add_worktree(target_repo, "hero/x", tmp_path / "worktrees" / "x", base)
     sha = commit_file(wt, "work.txt", "work\n", "work to keep")
 
     new = repo.keep_branch_aside("hero/x", wt)
@@ -175,16 +79,16 @@ def test_keep_branch_aside_renames_and_keeps_commits(
     assert "work to keep" in git(target_repo, "log", "--format=%s", new)
     assert wt.resolve() not in worktree_paths(target_repo)
 
-    # The name is free again: a fresh branch starts at the base.
-    repo.ensure_worktree("hero/x", wt, base)
+    assert not wt.exists()
+    # The name and the folder are free again: a fresh branch starts at the base.
+    add_worktree(target_repo, "hero/x", wt, base)
     assert head_sha(wt) == base
 
 
 def test_keep_branch_aside_refuses_a_worktree_it_did_not_create(
     repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
 ) -> None:
-    theirs = tmp_path / "home-a" / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", theirs, base)
+    theirs = add_worktree(target_repo, "hero/x", tmp_path / "home-a" / "worktrees" / "x", base)
     sha = commit_file(theirs, "a.txt", "a\n", "their work")
     (theirs / "uncommitted.txt").write_text("precious\n")
 
@@ -360,8 +264,7 @@ def test_locked_serializes_separate_repo_objects(target_repo: Path) -> None:
 def test_locked_from_a_worktree_uses_the_common_git_dir(
     repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
 ) -> None:
-    wt = tmp_path / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", wt, base)
+    wt = add_worktree(target_repo, "hero/x", tmp_path / "worktrees" / "x", base)
     with TargetRepo(wt).locked():
         pass
     assert (target_repo / ".git" / "hero.lock").exists()
@@ -463,6 +366,7 @@ def test_git_environment_has_no_secrets_and_no_prompts(
 
 
 def test_hero_git_runs_no_hooks(repo: TargetRepo, base: str, tmp_path: Path) -> None:
+    wt = add_worktree(repo.path, "hero/x", tmp_path / "worktrees" / "x", base)  # hooks not yet
     hooks = repo.path / ".git" / "hooks"
     fired = tmp_path / "fired"
     for name in ("post-checkout", "reference-transaction", "post-commit", "pre-commit"):
@@ -472,8 +376,6 @@ def test_hero_git_runs_no_hooks(repo: TargetRepo, base: str, tmp_path: Path) -> 
     assert "post-commit" in fired.read_text()
     fired.unlink()
 
-    wt = tmp_path / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", wt, base)
     (wt / "new.txt").write_text("new\n")
     assert commit_all(wt, "hero: commit", DEFAULT_IDENTITY)
     repo.keep_branch_aside("hero/x", wt)
@@ -517,10 +419,9 @@ def age(path: Path, seconds: float = 30.0) -> None:
 
 
 @pytest.fixture
-def story_wt(repo: TargetRepo, base: str, tmp_path: Path) -> Path:
-    wt = tmp_path / "worktrees" / "x"
-    repo.ensure_worktree("hero/x", wt, base)
-    return wt
+def story_wt(target_repo: Path, base: str, tmp_path: Path) -> Path:
+    """A story of an earlier hero's layout: a linked worktree of the target on hero/x."""
+    return add_worktree(target_repo, "hero/x", tmp_path / "worktrees" / "x", base)
 
 
 def test_git_killed_mid_commit_leaves_locks_that_are_waited_on_then_cleared(
@@ -597,6 +498,40 @@ def test_lock_files_where_git_leaves_them_are_cleared(
     assert len([n for n in notes if n.startswith("removed stale git lock")]) == len(left)
     (story_wt / "w.txt").write_text("w\n")
     assert commit_all(story_wt, "hero: commit", DEFAULT_IDENTITY)
+
+
+def test_lock_files_of_a_story_repository_are_cleared(
+    repo: TargetRepo, base: str, tmp_path: Path, target_repo: Path
+) -> None:
+    """The current layout: the story's own repository, whose git directory holds its index,
+    HEAD and refs; the story branch's lock in the target too."""
+    git(target_repo, "branch", "hero/x", base)
+    story = StoryRepo(repo, tmp_path / "worktrees" / "x", "hero/x")
+    story.lay_out(base)
+    gitdir = story.gitdir
+    left = [
+        gitdir / "index.lock",
+        gitdir / "HEAD.lock",
+        gitdir / "packed-refs.lock",
+        gitdir / "refs" / "heads" / "hero" / "x.lock",
+        target_repo / ".git" / "refs" / "heads" / "hero" / "x.lock",
+    ]
+    for path in left:
+        path.write_text("0" * 40 + "\n")
+        age(path)
+    (story.path / "w.txt").write_text("w\n")
+    with pytest.raises(GitError, match="File exists"):
+        commit_all(story.path, "hero: rescue", DEFAULT_IDENTITY)  # stuck, as git leaves it
+    notes: list[str] = []
+
+    clear_stale_locks(repo, "hero/x", story.path, notes.append)
+
+    assert [p for p in left if p.exists()] == []
+    assert sorted(notes) == sorted(
+        f"removed stale git lock {p} left by a process that died" for p in left
+    )
+    work = commit_all(story.path, "hero: rescue", DEFAULT_IDENTITY)
+    assert work and story.bring_back() == work == repo.branch_sha("hero/x")
 
 
 def test_a_lock_a_live_process_holds_is_waited_on_never_removed(

@@ -116,6 +116,11 @@ NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 #: The most of a git command's output hero holds (each of stdout and stderr): whatever a
 #: worker commits (a 4 GB file, a million refs), hero's memory stays bounded.
 GIT_OUTPUT_MAX_BYTES = 64 << 20
+#: A file bigger than this counts as binary in the reviewer's diff: named, not shown, and
+#: never read whole into hero's git.
+BIG_FILE_BYTES = 1 << 20
+#: The most binary files left out of a diff by name (each is a pathspec argument).
+_EXCLUDED_MAX = 2000
 #: The most of a diff hero reads for the reviewer before cutting it (it is cut further to
 #: ``max_chars`` by ``diff_since``).
 DIFF_READ_MAX_BYTES = 4 << 20
@@ -342,43 +347,6 @@ class TargetRepo:
                 timeout_s=WORKTREE_TIMEOUT_S,
             )
         git(self.path, "worktree", "prune")  # the ones whose folder is gone
-
-    def ensure_worktree(self, branch: str, worktree: Path, base_sha: str) -> None:
-        """Make ``worktree`` a checkout of ``branch``, creating the branch at ``base_sha``."""
-        with self.locked():
-            git(self.path, "worktree", "prune")
-            if (worktree / ".git").exists():
-                head = git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
-                if head.strip() == branch:
-                    return
-                raise GitError(
-                    f"{worktree} is a checkout of '{head.strip() or 'a detached HEAD'}', "
-                    f"not '{branch}'; remove it with `git worktree remove {worktree}`"
-                )
-            if worktree.exists() and any(worktree.iterdir()):
-                raise GitError(f"{worktree} exists and is not a git worktree; move it aside")
-            worktree.parent.mkdir(parents=True, exist_ok=True)
-            if self.branch_sha(branch):
-                self._remove_worktree_of(branch, worktree)
-                git(
-                    self.path,
-                    "worktree",
-                    "add",
-                    str(worktree),
-                    branch,
-                    timeout_s=WORKTREE_TIMEOUT_S,
-                )
-            else:
-                git(
-                    self.path,
-                    "worktree",
-                    "add",
-                    "-b",
-                    branch,
-                    str(worktree),
-                    base_sha,
-                    timeout_s=WORKTREE_TIMEOUT_S,
-                )
 
 
 # ------------------------------------------------------------------------ stale lock files
@@ -650,12 +618,33 @@ def diff_since(
     Whole files are kept in order while they fit in ``max_chars``; the files left out are
     named in ``Bounded.omitted`` so the reader knows what it did not see.
     """
-    # git's own diff, whatever external diff or textconv program the config names
-    plain = ("diff", "--no-color", "--no-ext-diff", "--no-textconv")
+    # git's own diff, whatever external diff or textconv program the config names; a file
+    # over BIG_FILE_BYTES counts as binary, and binary files are left out of the diff by
+    # name (git would read each whole into memory only to say "Binary files differ")
+    plain = (
+        "-c",
+        f"core.bigFileThreshold={BIG_FILE_BYTES}",
+        "diff",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+    )
     stat = git(
         worktree, *plain, "--stat", base_sha, tip, max_output=max(max_chars, 1 << 20), cut_ok=True
     )
-    diff = git(worktree, *plain, base_sha, tip, max_output=DIFF_READ_MAX_BYTES, cut_ok=True)
+    numstat = git(worktree, *plain, "--numstat", "-z", "--no-renames", base_sha, tip)
+    binary = [rec[len("-\t-\t") :] for rec in numstat.split("\0") if rec.startswith("-\t-\t")][
+        :_EXCLUDED_MAX
+    ]
+    limit = ["--", ".", *(f":(exclude,literal){p}" for p in binary)] if binary else []
+    diff = git(worktree, *plain, base_sha, tip, *limit, max_output=DIFF_READ_MAX_BYTES, cut_ok=True)
+    if binary:
+        diff += (
+            f"\n[not shown: {len(binary)} binary file(s), or over {BIG_FILE_BYTES >> 20} MiB: "
+            + ", ".join(binary[:50])
+            + (", ..." if len(binary) > 50 else "")
+            + "]\n"
+        )
     if len(diff) <= max_chars:
         return Bounded(diff), stat
     parts = diff.split("\ndiff --git ")

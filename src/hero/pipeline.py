@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import threading
 import time
 import traceback
@@ -367,6 +368,7 @@ class StoryRun:
         existed = story_repo.exists()
         self._claim_branch()
         notes = story_repo.lay_out(tip)
+        tip = self.repo.branch_sha(self.branch) or tip  # an earlier layout's work, kept on it
         self._confine()
         if existed:  # a run that crashed: keep what it left
             self._keep_leftovers()
@@ -448,10 +450,30 @@ class StoryRun:
         # Record first, then move: a crash in between leaves a passed state whose file is
         # still in the inbox, which finish_done_move() completes.
         src = Path(state.story_path)
-        state.story_path = str(done_path_for(self.home, src, self.ref))
+        swapped = self._swapped(src)
+        if swapped:  # not the file hero read: it stays where it is, unread, unmoved
+            self.say(f"{self.key}: {src} {swapped}; left where it is")
+        else:
+            state.story_path = str(done_path_for(self.home, src, self.ref))
         self._save()
-        move_story_file(src, Path(state.story_path))
+        if not swapped:
+            move_story_file(src, Path(state.story_path))
         self.say(f"{self.key}: passed in round {n}; branch {self.branch}")
+
+    def _swapped(self, path: Path) -> str:
+        """How the story file at ``path`` is no longer the one hero read ("" if it is, or
+        if hero cannot tell: a file it read through a link, or another path)."""
+        if self._story_file_id is None or path != self.story.path:
+            return ""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return ""
+        if stat.S_ISLNK(st.st_mode):
+            return "is now a symlink"
+        if (st.st_dev, st.st_ino) != self._story_file_id:
+            return "is a different file than the one hero read"
+        return ""
 
     def _leave_feedback(self, record: Round) -> None:
         """Append the round's feedback to the story file, for the user and the next round."""

@@ -34,6 +34,7 @@ from hero.gitops import (
     TargetRepo,
     commit_all,
     git,
+    worktree_gitdir,
 )
 
 #: Settings of the target's config copied into a story's repository: how files are checked
@@ -105,15 +106,14 @@ _BRING_BACK = (
     "fetch.writeCommitGraph=false",
 )
 #: A line git's packed-refs file may hold: its header, a ref, a peeled tag's commit.
-_PACKED_LINE = re.compile(
-    rb"# pack-refs with:[^\n]*|[0-9a-f]{40}(?:[0-9a-f]{24})? refs/[^\s]+|\^[0-9a-f]{40}(?:[0-9a-f]{24})?"
-)
 #: A packed-refs file bigger than this is not read: it is removed (the story branch is a
 #: loose ref hero keeps itself).
 _PACKED_MAX_BYTES = 256 << 20
 #: Git state a stop leaves in a git directory that makes a later git (a person's, in
 #: ``worktrees/<id>``) run what a worker wrote: removed at each phase's end.
 IN_PROGRESS = ("rebase-merge", "rebase-apply", "sequencer")
+#: The largest ``.gitmodules`` hero reads.
+_GITMODULES_MAX_BYTES = 1 << 20
 #: A small control file hero reads (config, alternates) bigger than this was not written by
 #: hero: it is replaced without being read whole.
 _CONTROL_MAX_BYTES = 1 << 16
@@ -137,7 +137,8 @@ class StoryRepo:
         self.submodules_from = submodules_from
         self.gitdir = path / ".git"
         self._config = ""  # what hero writes as the repository's config
-        self._packed_ok: tuple[int, int, int] | None = None  # packed-refs last found sound
+        self._packed_ok: tuple[int, ...] | None = None  # packed-refs last found sound
+        self._format = ""  # the target's object format
 
     def config_text(self) -> str:
         """The repository's config as hero writes it (worked out once)."""
@@ -182,13 +183,21 @@ class StoryRepo:
         notes: list[str] = []
         if self.is_linked_worktree():
             notes += self._retire_linked_worktree()
+            tip = self.target.branch_sha(self.branch) or tip  # the work it kept is on it
         fresh = not self.exists()
         if fresh:
             if self.path.exists() and (self.path.is_symlink() or any(self.path.iterdir())):
                 raise GitError(f"{self.path} exists and is not a story repository; move it aside")
+            self._drop_registrations()
             self.path.mkdir(parents=True, exist_ok=True)
-            git(self.path, "init", "--quiet", "--template=", str(self.path))
-        if fresh:
+            git(
+                self.path,
+                "init",
+                "--quiet",
+                "--template=",
+                f"--object-format={self.object_format()}",
+                str(self.path),
+            )
             self._write_control()
             self._copy_refs()
             git(self.path, "update-ref", f"refs/heads/{self.branch}", tip)
@@ -200,9 +209,53 @@ class StoryRepo:
                 (self.gitdir / name).mkdir(exist_ok=True)
         return notes
 
+    def object_format(self) -> str:
+        """The target's object format (sha1, sha256): the story's repository uses it too."""
+        if not self._format:
+            out = git(self.target.path, "rev-parse", "--show-object-format", check=False)
+            self._format = out.strip() or "sha1"
+        return self._format
+
+    def _registration(self) -> Path | None:
+        """The target's git directory of the linked worktree an earlier hero made here: only
+        when the ``.git`` file points into the target's ``worktrees/``, that directory points
+        back here and is on the story branch. Anything else (a ``.git`` file a worker wrote,
+        pointing at the user's own ``.git``) is no registration: hero runs no git there."""
+        gitdir = worktree_gitdir(self.path)
+        if gitdir is None or gitdir.parent != self.target.common_dir() / "worktrees":
+            return None
+        back = _read_small(gitdir / "gitdir")
+        head = _read_small(gitdir / "HEAD")
+        if back is None or head is None:
+            return None
+        here = os.path.realpath(self.path / ".git")
+        if os.path.realpath(back.strip()) != here:
+            return None
+        if head.strip() not in (f"ref: refs/heads/{self.branch}",) and not _is_oid(head.strip()):
+            return None
+        return gitdir
+
+    def _drop_registrations(self) -> None:
+        """The target's records of a linked worktree at this path whose folder is gone (an
+        earlier layout's): a repository of its own is about to be made there."""
+        here = os.path.realpath(self.path / ".git")
+        with self.target.locked():
+            for gitdir_file in sorted(self.target.common_dir().glob("worktrees/*/gitdir")):
+                said = _read_small(gitdir_file)
+                if said is not None and os.path.realpath(said.strip()) == here:
+                    shutil.rmtree(gitdir_file.parent)
+
     def _retire_linked_worktree(self) -> list[str]:
         """A story left by an earlier layout: what it left uncommitted is committed on its
-        branch (in the target), then its checkout is removed for a repository of its own."""
+        branch (in the target), then its checkout is removed for a repository of its own.
+        A ``.git`` file that is no such registration is not trusted: the folder is removed
+        without running git there."""
+        if self._registration() is None:
+            _remove(self.path)
+            return [
+                f"{self.path}/.git was a file pointing elsewhere (not a worktree hero made); "
+                "hero ran no git there and removed the folder"
+            ]
         note = []
         try:
             if commit_all(
@@ -231,6 +284,11 @@ class StoryRepo:
 
     def _config_text(self, submodules_from: str) -> str:
         lines = [BASE_CONFIG]
+        if self.object_format() != "sha1":
+            lines[0] = BASE_CONFIG.replace(
+                "repositoryformatversion = 0", "repositoryformatversion = 1"
+            )
+            lines.append(f"[extensions]\n\tobjectformat = {self.object_format()}\n")
         out = git(
             self.target.path,
             "config",
@@ -323,23 +381,46 @@ class StoryRepo:
         }
 
     def init_submodules(self) -> list[str]:
-        """Check out the submodules the user's ``submodules_from`` names, from the URLs it gives, where
-        the story's branch names them the same way; a submodule the branch added or pointed
-        elsewhere is not fetched (its URL is the branch's, not the user's)."""
+        """Check out the submodules the user's ``submodules_from`` names, from the URLs it
+        gives, where the story's branch names them the same way (one entry for the path,
+        same name and URL); a submodule the branch added or pointed elsewhere is not fetched.
+        git reads a submodule's name and URL from the worktree's ``.gitmodules``: while it
+        runs, that file is the user's (put back as it was afterwards), so that no entry the
+        branch wrote can reach it."""
         base = self._base_submodules(self.submodules_from)
-        if not base or not (self.path / ".gitmodules").is_file():
+        if not base:
             return []
-        here = _submodules_at(self.path, "HEAD")
-        paths = [path for name, (path, url) in base.items() if here.get(name) == (path, url)]
+        here = _entries_by_path(_submodules_at(self.path, "HEAD"))
+        paths = [
+            path
+            for name, (path, url) in base.items()
+            if here.get(_norm(path)) == [(name, _norm(path), url)]
+        ]
         notes = [
             f"submodule {name} not checked out: the story's branch changed its path or URL"
             for name, (path, url) in base.items()
-            if here.get(name) not in (None, (path, url))
+            if path not in paths and _norm(path) in here
         ]
-        if paths:
+        if not paths:
+            return notes
+        blob = git(
+            self.target.path,
+            "cat-file",
+            "blob",
+            f"{self.submodules_from}:.gitmodules",
+            max_output=_GITMODULES_MAX_BYTES,
+        )
+        gitmodules = self.path / ".gitmodules"
+        kept = _keep_file(gitmodules)
+        if kept.too_big:
+            return [*notes, "submodules not checked out: .gitmodules is over 1 MiB"]
+        try:
+            _replace_file(gitmodules, blob)
             git(
                 self.path,
                 *FETCH_PROTOCOLS,
+                "-c",
+                "submodule.recurse=false",
                 "submodule",
                 "update",
                 "--init",
@@ -347,6 +428,8 @@ class StoryRepo:
                 *paths,
                 timeout_s=WORKTREE_TIMEOUT_S,
             )
+        finally:
+            kept.put_back()
         return notes
 
     # -- between commands -------------------------------------------------------------------
@@ -403,7 +486,8 @@ class StoryRepo:
 
     def _check_packed_refs(self) -> str:
         """A packed-refs file git cannot read stops every git here (hero's included): its
-        lines git would refuse are dropped. Read again only when it changed."""
+        lines git would refuse are dropped. Read again only when it changed (its ctime,
+        which no command can set back, is part of what is compared)."""
         path = self.gitdir / "packed-refs"
         try:
             st = os.lstat(path)
@@ -413,27 +497,25 @@ class StoryRepo:
             _remove(path)
             self._packed_ok = None
             return ".git/packed-refs was not a file git can read; hero removed it"
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if key == self._packed_ok:
             return ""
         with open(path, "rb") as fh:
             data = fh.read(_PACKED_MAX_BYTES + 1)
+        hexlen = 64 if self.object_format() == "sha256" else 40
         kept: list[bytes] = []
         dropped = 0
-        for line in data.split(b"\n"):
+        for i, line in enumerate(data.split(b"\n")):
             if not line:
                 continue
-            ok = _PACKED_LINE.fullmatch(line) is not None
-            if ok and line.startswith(b"^"):  # peels the ref on the line before it
-                ok = bool(kept) and not kept[-1].startswith((b"^", b"#"))
-            if ok:
+            if _packed_line_ok(line, hexlen, first=i == 0, after=kept[-1] if kept else b""):
                 kept.append(line)
             else:
                 dropped += 1
-        if dropped:
-            _replace_file(path, b"".join(k + b"\n" for k in kept).decode("ascii"))
+        if dropped or (data and not data.endswith(b"\n")):
+            _replace_file(path, b"".join(k + b"\n" for k in kept).decode("utf-8"))
         st = os.lstat(path)
-        self._packed_ok = (st.st_ino, st.st_size, st.st_mtime_ns)
+        self._packed_ok = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if not dropped:
             return ""
         return f".git/packed-refs held {dropped} line(s) git cannot read; hero dropped them"
@@ -473,19 +555,7 @@ class StoryRepo:
         if tip == current:
             return current
         incoming = f"refs/hero/incoming/{self.branch}"
-        git(
-            self.target.path,
-            *_BRING_BACK,
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-recurse-submodules",
-            "--no-auto-gc",
-            str(self.gitdir),
-            f"+{tip}:{incoming}",
-            timeout_s=WORKTREE_TIMEOUT_S,
-        )
+        self._fetch(tip, incoming)
         try:
             if current and not _is_ancestor(self.target.path, current, tip):
                 raise BringBackRefused(
@@ -508,20 +578,34 @@ class StoryRepo:
         if not sha:
             return ""
         self.make_safe()
-        git(
-            self.target.path,
-            *_BRING_BACK,
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-recurse-submodules",
-            "--no-auto-gc",
-            str(self.gitdir),
-            f"+{sha}:refs/heads/{as_name or branch}",
-            timeout_s=WORKTREE_TIMEOUT_S,
-        )
+        self._fetch(sha, f"refs/heads/{as_name or branch}")
         return sha
+
+    def _fetch(self, sha: str, ref: str) -> None:
+        """hero's own fetch of ``sha`` from this repository into the target's ``ref``, each
+        object checked; a refused fetch leaves no temporary pack behind in the target."""
+        pack_dir = self.target.common_dir() / "objects" / "pack"
+        before = set(os.listdir(pack_dir)) if pack_dir.is_dir() else set()
+        try:
+            git(
+                self.target.path,
+                *_BRING_BACK,
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--no-recurse-submodules",
+                "--no-auto-gc",
+                str(self.gitdir),
+                f"+{sha}:{ref}",
+                timeout_s=WORKTREE_TIMEOUT_S,
+            )
+        except GitError:
+            if pack_dir.is_dir():
+                for name in set(os.listdir(pack_dir)) - before:
+                    if name.startswith(("tmp_pack_", "tmp_idx_", "tmp_rev_")):
+                        _remove(pack_dir / name)
+            raise
 
     def remove(self) -> None:
         """Delete the story's repository (its commits must be in the target already)."""
@@ -605,3 +689,90 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         os.unlink(path)
+
+
+def _packed_line_ok(line: bytes, hexlen: int, *, first: bool, after: bytes) -> bool:
+    """A line git's packed-refs reader takes: the header (first line only), ``<oid> <ref>``
+    with a well-formed ref name, or ``^<oid>`` peeling the ref on the line before."""
+    if line.startswith(b"#"):
+        return first and line.startswith(b"# pack-refs with:")
+    if line.startswith(b"^"):
+        return _hex(line[1:], hexlen) and bool(after) and not after.startswith((b"^", b"#"))
+    oid, _, name = line.partition(b" ")
+    return _hex(oid, hexlen) and _refname_ok(name)
+
+
+def _hex(text: bytes, length: int) -> bool:
+    return len(text) == length and all(c in b"0123456789abcdef" for c in text)
+
+
+#: What git's ``check-ref-format`` refuses in a ref name (beside the rules of ``_refname_ok``).
+_BAD_REF_CHARS = re.compile(rb"[\x00-\x20\x7f~^:?*\[\\]")
+
+
+def _refname_ok(name: bytes) -> bool:
+    """A ref name git accepts (``git check-ref-format``'s rules), under ``refs/``."""
+    if not name.startswith(b"refs/") or name.endswith((b"/", b".")) or b"@{" in name:
+        return False
+    if b".." in name or b"//" in name or _BAD_REF_CHARS.search(name) or name == b"@":
+        return False
+    return all(
+        part and not part.startswith(b".") and not part.endswith(b".lock")
+        for part in name.split(b"/")
+    )
+
+
+def _is_oid(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def _norm(path: str) -> str:
+    """A submodule path as git compares it: no ``./`` in front, no ``/`` at the end."""
+    while path.startswith("./"):
+        path = path[2:]
+    return path.rstrip("/")
+
+
+def _entries_by_path(
+    entries: dict[str, tuple[str, str]],
+) -> dict[str, list[tuple[str, str, str]]]:
+    """path -> every (name, path, url) a ``.gitmodules`` gives for it."""
+    found: dict[str, list[tuple[str, str, str]]] = {}
+    for name, (path, url) in sorted(entries.items()):
+        found.setdefault(_norm(path), []).append((name, _norm(path), url))
+    return found
+
+
+class _KeptFile:
+    """A file as it was (bytes and mode, a link's target, or absent), to put back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.link: str | None = None
+        self.data: bytes | None = None
+        self.mode = 0o644
+        self.too_big = False
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            self.link = os.readlink(path)
+        elif stat.S_ISREG(st.st_mode):
+            with open(path, "rb") as fh:
+                self.data = fh.read(_GITMODULES_MAX_BYTES + 1)
+            self.too_big = len(self.data) > _GITMODULES_MAX_BYTES
+            self.mode = stat.S_IMODE(st.st_mode)
+
+    def put_back(self) -> None:
+        _remove(self.path)
+        if self.link is not None:
+            os.symlink(self.link, self.path)
+        elif self.data is not None:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, self.mode)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(self.data)
+
+
+def _keep_file(path: Path) -> _KeptFile:
+    return _KeptFile(path)
