@@ -51,6 +51,8 @@ from report import (
 
 TURNS = 50
 TURN_TARGET_MS = 2.0
+#: Issue 17: the echo turn with the sandbox on is within this much of the same turn without.
+SANDBOX_TURN_TARGET_MS = 2.0
 HELP_TARGET_MS = 150.0
 RUN_TARGET_S = 1.0
 PROMPT_TARGET_TOKENS = 1500
@@ -318,16 +320,36 @@ class TurnRun:
     tools: list[dict[str, Any]]
 
 
-def one_turn_run(server: ServerProcess, profiler: cProfile.Profile | None = None) -> TurnRun:
+#: ``one_turn_run``'s ``sandbox``: where the bash calls run.
+SANDBOX_MODES = {
+    "off": "no sandbox",
+    "per-command": "a sandbox per command (the checks'; the worker's before issue 17)",
+    "round": "the round's sandbox (the worker's: SandboxSession)",
+}
+
+
+def one_turn_run(
+    server: ServerProcess, profiler: cProfile.Profile | None = None, sandbox: str = "off"
+) -> TurnRun:
     from hero.agent.loop import AgentResult, run_agent
     from hero.agent.tools import ToolContext
     from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
+    from hero.limits import Limits
     from hero.llm import LlmClient
     from hero.runner import child_env
+    from hero.sandbox import build
+    from hero.sandbox_session import SandboxSession
     from hero.trace import Trace, read_trace
 
-    with tempfile.TemporaryDirectory(prefix="hero-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hero-bench-") as tmp, contextlib.ExitStack() as stack:
         root = make_repo(Path(tmp) / "repo")
+        box: Any = None
+        if sandbox != "off":  # as the pipeline builds it: git's settings read-only, limits
+            gitdir = root / ".git"
+            guarded = [gitdir / "config", gitdir / "hooks", gitdir / "info"]
+            box = build(root, gitdir / "objects", guarded=guarded, limits=Limits())
+        if sandbox == "round":
+            box = stack.enter_context(SandboxSession(box, root))
         server.dump()  # start this run with an empty server log
         role = RoleConfig(
             role="worker",
@@ -340,7 +362,7 @@ def one_turn_run(server: ServerProcess, profiler: cProfile.Profile | None = None
         http_client = getattr(llm, "http_client", None) or llm._client._client
         timer = HttpTimer(http_client)
         model = TimedModel(llm)
-        ctx = ToolContext(root=root, env=child_env(extra=GIT_ISOLATION))
+        ctx = ToolContext(root=root, env=child_env(extra=GIT_ISOLATION), sandbox=box)
         # The same call 50 times in a row would trip the loop guard (loop_repeats=4).
         limits = WorkerLimits(max_turns=TURNS + 5, max_tool_calls=TURNS + 5, loop_repeats=10**6)
         messages = [
@@ -555,6 +577,64 @@ def bench_turns(report: Report, runs: int, profile: bool, per_turn: bool = False
         st.sort_stats("cumulative").print_stats(30)
         st.sort_stats("tottime").print_stats(20)
         report.notes.append("cProfile of one 50-turn run (run_agent only):\n" + out.getvalue())
+
+
+def bench_sandbox_turns(report: Report, runs: int) -> None:
+    """The echo turn with the sandbox off, a sandbox per command, the round's sandbox:
+    ``runs`` 50-turn runs of each, taking turns run by run."""
+    import shutil as _shutil
+
+    from hero.sandbox import bwrap_problem
+
+    report.section(
+        f"1b. the echo turn, sandbox on vs off ({TURNS} bash `echo hi` turns x {runs} runs "
+        "each); medians of turns 2..50"
+    )
+    bwrap = _shutil.which("bwrap")
+    problem = "bwrap is not installed" if bwrap is None else bwrap_problem(bwrap)
+    if problem:
+        report.add("sandbox on vs off", "n/a", "-", False)
+        report.notes.append(f"1b. FAILED: {problem}")
+        return
+    server = ServerProcess(TURNS)
+    results: dict[str, list[TurnRun]] = {mode: [] for mode in SANDBOX_MODES}
+    try:
+        for _ in range(runs):
+            for mode in SANDBOX_MODES:
+                results[mode].append(one_turn_run(server, sandbox=mode))
+    finally:
+        server.close()
+
+    def later(fn: Callable[[TurnRun, int], float], mode: str) -> list[float]:
+        return [fn(r, k) for r in results[mode] for k in range(1, len(r.wall))]
+
+    def wall(r: TurnRun, k: int) -> float:
+        return r.wall[k]
+
+    def cmd(r: TurnRun, k: int) -> float:
+        return r.cmd[k]
+
+    off_wall, off_cmd = median(later(wall, "off")), median(later(cmd, "off"))
+    for mode, name in SANDBOX_MODES.items():
+        walls, cmds = later(wall, mode), later(cmd, mode)
+        report.add(
+            f"{name}: turn wall / command_s (median, p90)",
+            f"{ms(median(walls))} ({ms(p90(walls))}) / {ms(median(cmds))} ({ms(p90(cmds))})",
+        )
+    tgt = f"<= {SANDBOX_TURN_TARGET_MS:g} ms"
+    for mode in ("per-command", "round"):
+        added = median(later(wall, mode)) - off_wall
+        added_cmd = median(later(cmd, mode)) - off_cmd
+        report.add(
+            f"  turn wall added by {mode} (command_s added)",
+            f"{ms(added)} ({ms(added_cmd)})",
+            tgt if mode == "round" else "-",
+            added * 1e3 <= SANDBOX_TURN_TARGET_MS if mode == "round" else None,
+        )
+
+
+def p90(xs: Sequence[float]) -> float:
+    return statistics.quantiles(xs, n=10)[-1] if len(xs) > 1 else float("nan")
 
 
 def client_alternatives(server: ServerProcess, run: TurnRun) -> str:
@@ -1039,6 +1119,9 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="print a cProfile of one 50-turn run"
     )
     parser.add_argument("--per-turn", action="store_true", help="print every turn's numbers")
+    parser.add_argument(
+        "--only-sandbox", action="store_true", help="only section 1b (the sandbox on vs off)"
+    )
     parser.add_argument("--serve-turns", type=int, help=argparse.SUPPRESS)  # internal: server child
     args = parser.parse_args(argv)
     if args.serve_turns:
@@ -1061,6 +1144,7 @@ def main(argv: list[str] | None = None) -> int:
             "turn overhead",
             lambda: bench_turns(report, max(1, args.runs), args.profile, args.per_turn),
         ),
+        ("sandbox on vs off", lambda: bench_sandbox_turns(report, max(1, args.runs))),
         ("bytecode for start-up", startup_envs),
         ("hero --help", lambda: bench_help(report, envs[0] if envs else None)),
         (
@@ -1069,6 +1153,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
         ("prompt size", lambda: bench_prompt(report)),
     ]
+    if args.only_sandbox:
+        sections = [s for s in sections if s[0] == "sandbox on vs off"]
     with contextlib.ExitStack() as stack:
         run_sections(report, sections)
     print_report(report, started)

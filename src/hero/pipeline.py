@@ -58,6 +58,7 @@ from hero.roles.worker import build_messages, condense_prompt
 from hero.runner import RUN_MARKER, child_env, kill_marked
 from hero.sandbox import Sandbox, SandboxUnavailable
 from hero.sandbox import resolve as resolve_sandbox
+from hero.sandbox_session import SandboxSession
 from hero.state import (
     RESUMABLE,
     ReviewRecord,
@@ -590,8 +591,13 @@ class StoryRun:
             bash_timeout_s=limits.bash_timeout_s,
             max_bash_timeout_s=max(limits.bash_timeout_s, 1800.0),
             cancel=self.cancel,
-            # safety (issue 9): each is set where its part is built
-            sandbox=self.worker_sandbox,
+            # safety (issue 9): each is set where its part is built; the round's commands
+            # share one sandbox, made at the first and ended with the worker's turn (_work)
+            sandbox=(
+                None
+                if self.worker_sandbox is None
+                else SandboxSession(self.worker_sandbox, self.worktree)
+            ),
             # the worker's commands only: the verify commands are the user's own
             policy=Policy.from_rules(
                 allow=self.config.safety.allow_commands, deny=self.config.safety.deny_commands
@@ -622,17 +628,20 @@ class StoryRun:
         ctx.before_git = self.story_repo.make_safe
         try:
             model = self.meter.wrap(self.worker_model)
-            return run_agent(
-                model,
-                messages,
-                ctx,
-                self.config.worker_limits,
-                trace,
-                context=context,
-                resume=replayed,
-                on_condense=lambda what: self.say(f"{self.key}: {what}"),
-                on_turn=self._turn_done,
-            )
+            try:
+                return run_agent(
+                    model,
+                    messages,
+                    ctx,
+                    self.config.worker_limits,
+                    trace,
+                    context=context,
+                    resume=replayed,
+                    on_condense=lambda what: self.say(f"{self.key}: {what}"),
+                    on_turn=self._turn_done,
+                )
+            finally:
+                self._end_sandbox(ctx)
         except BaseException:
             try:
                 with self.repo.locked(), self._own_git():
@@ -644,6 +653,18 @@ class StoryRun:
             for line in guard.problems:
                 self.say(f"{self.key}: {line}")
             raise
+
+    def _end_sandbox(self, ctx: ToolContext) -> None:
+        """End the round's sandbox (the worker's turn is over, or stopped) and every process
+        in it; say once if it could not be made (each command then had one of its own)."""
+        session = ctx.sandbox
+        if isinstance(session, SandboxSession):
+            session.close()
+            if session.problem:
+                self._warn_once(
+                    f"warning: the worker's commands each ran in a sandbox of their own "
+                    f"(slower): the round's sandbox could not be made: {session.problem}"
+                )
 
     def _turn_done(self, _result: AgentResult) -> None:
         """Save the record (its usage) now and then during a long worker turn: a run killed

@@ -15,11 +15,13 @@ marker (``kill_marked``), so nothing a story started outlives the command that s
 ``run_command`` may run the command inside a sandbox (``hero.sandbox``): the sandbox's
 ``wrap`` turns ``sh -c COMMAND`` into the argv that confines it. There the command has its own
 PID namespace, so every process it started ends with it: ``run_command`` holds the namespace's
-init (PID 1, ``_NamespaceInit``) from before the command starts, and when the command returns it
+init (PID 1, ``NamespaceInit``) from before the command starts, and when the command returns it
 kills the init and waits until the namespace is empty. ``kill_marked`` is a second net.
 A sandbox that carries ``limits`` (``hero.limits.Limits``) has them put on that init, so on
 everything the command starts, before the command starts (``hero.limits.confine``); a limit
-the command hit is said in ``CommandResult.limit_note``.
+the command hit is said in ``CommandResult.limit_note``. A ``CommandHost`` (the worker's
+round sandbox, ``hero.sandbox_session``) runs the command itself, under the same contract;
+it reads the output with ``Capture`` too.
 
 ``child_env`` is the environment every child gets: no secrets, nothing that waits on a person.
 """
@@ -94,6 +96,26 @@ class CommandResult:
     cancelled: bool = False
     output_truncated_bytes: int = 0  # bytes dropped beyond max_output_bytes (middle cut)
     limit_note: str | None = None  # the sandbox limit the command hit (hero.limits.explain)
+    sandbox_note: str | None = None  # what happened to the sandbox itself (it ended, ...)
+
+
+class CommandHost:
+    """A sandbox that outlives its commands and runs them itself
+    (``hero.sandbox_session.SandboxSession``): ``run_command`` hands a command to it. A base
+    class, not a Protocol: ``run_command`` asks on every command, and isinstance of a plain
+    class costs nothing."""
+
+    def run_command(
+        self,
+        command: str,
+        cwd: Path,
+        *,
+        timeout_s: float,
+        env: Mapping[str, str] | None,
+        cancel: threading.Event | None,
+        max_output_bytes: int,
+    ) -> CommandResult:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -172,7 +194,7 @@ def truncate_middle(text: str, max_chars: int) -> str:
     return f"{head}[... {cut} characters cut from the middle ...]\n{text[tail_start:]}"
 
 
-class _Capture:
+class Capture:
     """Drains a pipe, keeping the first and last bytes within a budget."""
 
     def __init__(self, max_bytes: int) -> None:
@@ -218,7 +240,7 @@ class _Capture:
         return text, dropped
 
 
-def _drain(stream: object, capture: _Capture) -> None:
+def _drain(stream: object, capture: Capture) -> None:
     fd = stream.fileno()  # type: ignore[attr-defined]
     try:
         while True:
@@ -340,7 +362,7 @@ def _poll_ms(timeout_s: float) -> int:
     return max(0, int(timeout_s * 1000 + 0.999))
 
 
-class _NamespaceInit:
+class NamespaceInit:
     """The init (PID 1) of a sandboxed command's PID namespace, held by a pidfd.
 
     bwrap returns as soon as the command exits, and its init, in a session of its own (not
@@ -368,9 +390,9 @@ class _NamespaceInit:
         os.close(self.pidfd)
 
 
-def _namespace_init(
+def namespace_init(
     wrapper: subprocess.Popen[bytes], info_fd: int, deadline: float
-) -> _NamespaceInit | None:
+) -> NamespaceInit | None:
     """The init of the PID namespace of ``wrapper`` (bwrap, started with ``--info-fd`` and
     ``--block-fd``, whose command has not been let start yet), from what it writes to
     ``info_fd``. None when it made no namespace (it failed first), when it says nothing by
@@ -396,12 +418,12 @@ def _namespace_init(
     if len(fields) < 2 or int(fields[1]) != wrapper.pid:
         os.close(pidfd)
         return None
-    return _NamespaceInit(pidfd, pid)
+    return NamespaceInit(pidfd, pid)
 
 
 def _supervise(
     proc: subprocess.Popen[bytes],
-    pipes: Sequence[tuple[object, _Capture]],
+    pipes: Sequence[tuple[object, Capture]],
     *,
     deadline: float,
     cancel: threading.Event | None,
@@ -490,7 +512,7 @@ def _start_sandboxed(
     env: Mapping[str, str] | None,
     *,
     deadline: float,
-) -> tuple[subprocess.Popen[bytes], _NamespaceInit | None, int, Confinement | None]:
+) -> tuple[subprocess.Popen[bytes], NamespaceInit | None, int, Confinement | None]:
     """Start ``argv`` in ``sandbox``, and the init of its PID namespace, got hold of before
     the sandbox is let start the command (so it cannot have exited, its pid reused). Also
     the read end of bwrap's info pipe, to close once bwrap is gone: when ``deadline`` passed
@@ -499,7 +521,7 @@ def _start_sandboxed(
     confinement, to end once the namespace is gone."""
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    init: _NamespaceInit | None = None
+    init: NamespaceInit | None = None
     confinement: Confinement | None = None
     try:
         try:
@@ -509,7 +531,7 @@ def _start_sandboxed(
             os.close(info_w)
             os.close(block_r)
         try:
-            init = _namespace_init(proc, info_r, deadline)
+            init = namespace_init(proc, info_r, deadline)
             limits = getattr(sandbox, "limits", None)  # hero.sandbox.Sandbox's
             if init is not None and isinstance(limits, Limits):
                 try:
@@ -539,18 +561,27 @@ def run_command(
     env: Mapping[str, str] | None = None,
     cancel: threading.Event | None = None,
     max_output_bytes: int = 8_000_000,
-    sandbox: Wrapper | None = None,
+    sandbox: Wrapper | CommandHost | None = None,
 ) -> CommandResult:
     """Run ``sh -c command`` in ``cwd`` in its own process group, inside ``sandbox`` when
-    one is given; see the module docstring.
+    one is given; see the module docstring. A ``CommandHost`` runs it itself.
 
     Raises OSError if the command cannot be started (e.g. ``cwd`` does not exist).
     """
+    if isinstance(sandbox, CommandHost):
+        return sandbox.run_command(
+            command,
+            cwd,
+            timeout_s=timeout_s,
+            env=env,
+            cancel=cancel,
+            max_output_bytes=max_output_bytes,
+        )
     start = time.monotonic()
     marker = None if env is None else env.get(RUN_MARKER)
     before = running_pids() if marker else None
     argv = ["sh", "-c", command]
-    init: _NamespaceInit | None = None
+    init: NamespaceInit | None = None
     confinement: Confinement | None = None
     info = -1
     if sandbox is None:
@@ -559,7 +590,7 @@ def run_command(
         proc, init, info, confinement = _start_sandboxed(
             sandbox, argv, cwd, env, deadline=start + timeout_s
         )
-    capture = _Capture(max_output_bytes)
+    capture = Capture(max_output_bytes)
 
     def end_leftovers() -> None:
         # What left the group (setsid, nohup, a daemon) ends with the command too.
@@ -627,7 +658,7 @@ def run_process(
         start_new_session=True,
     )
     budget = _UNBOUNDED if max_output is None else max_output
-    out, err = _Capture(budget), _Capture(budget)
+    out, err = Capture(budget), Capture(budget)
     timed_out, _ = _supervise(
         proc, [(proc.stdout, out), (proc.stderr, err)], deadline=start + timeout_s, cancel=None
     )

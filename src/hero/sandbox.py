@@ -14,7 +14,12 @@ from the story's repository and any tool directory named above that lies inside 
 
 ``resolve`` turns the ``sandbox`` setting into a ``Sandbox`` (or None), checking once per
 process that bwrap works here by running a sandboxed ``true`` (``bwrap_problem``).
-``Sandbox.wrap`` turns a command's argv into the bwrap argv that runs it.
+``Sandbox.wrap`` turns a command's argv into the bwrap argv that runs it: a sandbox of its
+own per command, as the checks' commands and hero's own git get. The worker's commands of
+one round share one such sandbox instead (``hero.sandbox_session``): the same mounts,
+network and limits, and still nothing a command started outlives it, but ``/tmp`` (with
+``HOME`` in it), ``/var/tmp`` and ``/dev/shm`` hold the worker's files from one command of
+the round to the next, and start empty at the round's first.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -58,7 +63,8 @@ LINKED_FILES = ("/etc/resolv.conf",)
 #: Never shown, but for the worktree and tool directories inside them; the hero home and
 #: the user's home are added by ``build``.
 HIDDEN = ("/root", "/home")
-#: HOME inside the sandbox: in its private /tmp, empty at the start of every command.
+#: HOME inside the sandbox: in its private /tmp, empty at the start of every command run in
+#: a sandbox of its own, and of every round of the worker's (``hero.sandbox_session``).
 SANDBOX_HOME = "/tmp/home"
 #: Variables that point into the real home: unset, so tools fall back to ``HOME``.
 _UNSET = (
@@ -103,6 +109,10 @@ class Sandbox:
     limits: Limits | None = None
     """What each command may use (``hero.limits``); hero.runner puts them on the sandbox's
     init before the command starts."""
+    env_changes: tuple[tuple[str, str | None], ...] = ()
+    """What bwrap does to a command's environment (the ``--setenv`` and ``--unsetenv`` in
+    ``prefix``, in order; None: unset), for a command that is not started by bwrap itself
+    (``hero.sandbox_session``): ``env_for``."""
 
     def wrap(
         self,
@@ -111,19 +121,34 @@ class Sandbox:
         *,
         info_fd: int | None = None,
         block_fd: int | None = None,
+        as_pid_1: bool = False,
     ) -> list[str]:
         """The argv that runs ``argv`` in ``cwd`` (a path inside the worktree) in the sandbox.
 
         ``info_fd``: bwrap writes to it, as JSON, the ``child-pid`` of the init (PID 1) of
         the command's PID namespace, then closes it. ``block_fd``: the sandbox waits to
-        start the command until it can read from this fd (or its write end is closed)."""
+        start the command until it can read from this fd (or its write end is closed).
+        ``as_pid_1``: ``argv`` itself is the init (bwrap's own reaper is left out), so
+        ``child-pid`` is ``argv``'s process: what ``hero.sandbox_session`` runs."""
         net = () if self.network else ("--unshare-net",)
         fds: list[str] = []
         if info_fd is not None:
             fds += ["--info-fd", str(info_fd)]
         if block_fd is not None:
             fds += ["--block-fd", str(block_fd)]
+        if as_pid_1:
+            fds.append("--as-pid-1")
         return [*self.prefix, *net, *fds, "--chdir", str(cwd), "--", *argv]
+
+    def env_for(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` as bwrap hands it to a command it starts (``env_changes``)."""
+        found = dict(env)
+        for name, value in self.env_changes:
+            if value is None:
+                found.pop(name, None)
+            else:
+                found[name] = value
+        return found
 
     def with_network(self, network: bool) -> Sandbox:
         return dataclasses.replace(self, network=network)
@@ -263,13 +288,13 @@ def build(
     if limits is not None:  # bwrap's /dev is a tmpfs of its own, unsized: read-only
         args += ["--remount-ro", "/dev"]
 
-    args += ["--setenv", "HOME", SANDBOX_HOME, "--setenv", "TMPDIR", "/tmp"]
-    for name in _UNSET:
-        args += ["--unsetenv", name]
+    changes: list[tuple[str, str | None]] = [("HOME", SANDBOX_HOME), ("TMPDIR", "/tmp")]
+    changes += [(name, None) for name in _UNSET]
     if identity and objects is not None:
-        for name, value in _git_identity(worktree).items():
-            args += ["--setenv", name, value]
-    return Sandbox(tuple(args), network, limits)
+        changes += _git_identity(worktree).items()
+    for name, value in changes:
+        args += ["--unsetenv", name] if value is None else ["--setenv", name, value]
+    return Sandbox(tuple(args), network, limits, tuple(changes))
 
 
 def _inside(path: str, root: str) -> bool:

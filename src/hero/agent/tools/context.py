@@ -25,7 +25,8 @@ class ToolContext:
     # True: rg, or an error when it is missing; False: the pure-Python grep.
     use_ripgrep: bool | None = None
     # -- safety (issue 9) ---------------------------------------------------------------
-    # how bash commands are confined: a hero.sandbox.Sandbox, or None for no sandbox
+    # how bash commands are confined: a hero.sandbox.Sandbox (a sandbox per command), a
+    # hero.sandbox_session.SandboxSession (the worker's: one per round), or None for none
     sandbox: Any = None
     # the command policy bash commands are checked against (hero.agent.tools.policy), or None
     policy: Any = None

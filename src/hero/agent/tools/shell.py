@@ -35,6 +35,8 @@ def tool_bash(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
         notes.append(scope_note)
     if result.limit_note:
         notes.append(f"(sandbox limit: {result.limit_note})")
+    if result.sandbox_note:
+        notes.append(f"({result.sandbox_note})")
     header = f"exit code: {result.exit_code}"
     if result.timed_out:
         header += f" (timed out after {timeout:g} s; process group killed)"
