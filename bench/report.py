@@ -135,7 +135,7 @@ def hero_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def make_repo(path: Path) -> Path:
     """A tiny committed git repo on `main` (like tests/conftest.py's target_repo)."""
-    from hero.gitops import DEFAULT_IDENTITY, git
+    from hero.git.ops import DEFAULT_IDENTITY, git
 
     (path / "calc").mkdir(parents=True)
     (path / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")

@@ -274,8 +274,8 @@ def bench_layout(
     table: Table, target_path: Path, scratch: Path, files: int, runs: int, sandbox_runs: int
 ) -> None:
     import hero.git.storyrepo as storyrepo_module
+    from hero.git.ops import WORKTREE_TIMEOUT_S, TargetRepo, git
     from hero.git.storyrepo import StoryRepo
-    from hero.gitops import WORKTREE_TIMEOUT_S, TargetRepo, git
 
     target = TargetRepo(target_path)
     tip = git(target_path, "rev-parse", "HEAD").strip()

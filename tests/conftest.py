@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hero.gitops import DEFAULT_IDENTITY
+from hero.git.ops import DEFAULT_IDENTITY
 from hero.testing.scripted import ScriptedModel
 
 GIT_ENV = {**DEFAULT_IDENTITY, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}

@@ -29,10 +29,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.agent.*",),  # 7  the tool-calling loop and its tools
     (  # 8  the outside world: model, git, GitHub, processes, traces, prompts, locks
         "hero.llm",
-        "hero.gitops",
         "hero.git.*",
         "hero.github.*",
-        "hero.repoguard",
         "hero.runner",
         "hero.sandbox",
         "hero.sandbox_session",

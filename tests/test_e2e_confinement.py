@@ -624,7 +624,7 @@ finally:
 sys.exit(code)
 """
 #: hero's own peak resident memory while a story commits a 300 MB file: its baseline (about
-#: 60 MB) plus what it may hold of git's output (hero.gitops caps: 64 MB of output, 4 MB of
+#: 60 MB) plus what it may hold of git's output (hero.git.ops caps: 64 MB of output, 4 MB of
 #: a diff), with room to spare; 85 MB measured (bench/isolation.py). Before issue 17 it was
 #: 1.6 GB (1.3 GB measured here with this test on hero before the fix).
 PEAK_BOUND_MB = 400

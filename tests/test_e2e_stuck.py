@@ -304,7 +304,7 @@ def test_a_git_lock_held_past_the_wait_ends_the_story_in_error_naming_the_holder
         stdout=subprocess.PIPE,
         text=True,
     )
-    monkeypatch.setattr("hero.gitops.LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr("hero.git.ops.LOCK_WAIT_S", 0.5)
     previous = signal.getsignal(signal.SIGTERM)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

@@ -90,7 +90,7 @@ def coordinator_side(home: Path, path: Path) -> tuple[Any, Any, Any]:
     from hero.engine.app import make_app
     from hero.engine.remote import RemoteRun
     from hero.engine.store import Store
-    from hero.gitops import TargetRepo
+    from hero.git.ops import TargetRepo
     from hero.story import parse_story
 
     config = load_config(home, roles=("worker", "reviewer"))

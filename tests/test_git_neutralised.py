@@ -25,8 +25,8 @@ from helpers import is_review, load_state, review_round, step_of, verdict, worke
 
 from hero.agent.tools import ToolContext, ToolOutcome, execute_tool
 from hero.cli import main
-from hero.git.storyrepo import StoryRepo
-from hero.gitops import (
+from hero.git.guard import leftovers
+from hero.git.ops import (
     DEFAULT_IDENTITY,
     GitError,
     TargetRepo,
@@ -34,8 +34,8 @@ from hero.gitops import (
     diff_since,
     log_since,
 )
-from hero.gitops import git as hero_git
-from hero.repoguard import leftovers
+from hero.git.ops import git as hero_git
+from hero.git.storyrepo import StoryRepo
 from hero.runner import child_env
 from hero.testing.scripted import Reply, call, text
 

@@ -1,4 +1,4 @@
-"""Tests for hero.gitops: worktrees, branches, commits, diffs and the repo lock, on real git."""
+"""Tests for hero.git.ops: worktrees, branches, commits, diffs and the repo lock, on real git."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from hero.git.storyrepo import StoryRepo
-from hero.gitops import (
+from hero.git.ops import (
     DEFAULT_IDENTITY,
     GitError,
     TargetRepo,
@@ -25,7 +24,8 @@ from hero.gitops import (
     head_sha,
     log_since,
 )
-from hero.gitops import git as git_call
+from hero.git.ops import git as git_call
+from hero.git.storyrepo import StoryRepo
 
 
 def worktree_paths(repo: Path) -> list[Path]:

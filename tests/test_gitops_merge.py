@@ -1,4 +1,4 @@
-"""Tests for hero.gitops' merges without a worktree (merge_heads) and set_branch, on real git."""
+"""Tests for hero.git.ops' merges without a worktree (merge_heads) and set_branch, on real git."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from hero import gitops
-from hero.gitops import DEFAULT_IDENTITY, GitError, MergeConflict, merge_heads, set_branch
+from hero.git import ops as gitops
+from hero.git.ops import DEFAULT_IDENTITY, GitError, MergeConflict, merge_heads, set_branch
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Plan Merger",

@@ -12,7 +12,7 @@ import pytest
 from conftest import git
 
 from hero.config import LlmSettings, Provider, RoleConfig
-from hero.gitops import GitError
+from hero.git.ops import GitError
 from hero.llm import LlmClient
 from hero.roles.planner import (
     PlanInvalid,

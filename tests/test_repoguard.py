@@ -1,4 +1,4 @@
-"""hero.repoguard on real repositories: the user's refs put back, the story branch kept
+"""hero.git.guard on real repositories: the user's refs put back, the story branch kept
 growing, what a rescue commit must not take, and git push refused in children's env."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import GIT_ENV, git
 
-from hero.repoguard import (
+from hero.git.guard import (
     Guard,
     Strays,
     has_conflict_markers,

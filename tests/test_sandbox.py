@@ -26,8 +26,8 @@ from conftest import git
 from helpers import alive, is_review, step_of
 
 from hero.cli import main
+from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
 from hero.git.storyrepo import StoryRepo
-from hero.gitops import DEFAULT_IDENTITY, TargetRepo
 from hero.runner import CommandResult, child_env, run_command
 from hero.sandbox import (
     SANDBOX_HOME,

@@ -27,8 +27,8 @@ from hero import sandbox_agent
 from hero.agent.tools import ToolContext
 from hero.agent.tools.shell import tool_bash
 from hero.cli import main
+from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
 from hero.git.storyrepo import StoryRepo
-from hero.gitops import DEFAULT_IDENTITY, TargetRepo
 from hero.limits import Limits, mechanism
 from hero.runner import CommandResult, child_env, run_command
 from hero.sandbox import SANDBOX_HOME, Sandbox, bwrap_problem, resolve

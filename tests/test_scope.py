@@ -22,7 +22,7 @@ from hero.agent.tools import ToolContext, ToolOutcome, execute_tool
 from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
 from hero.cli import main
 from hero.config import DEFAULT_PROTECTED
-from hero.gitops import DEFAULT_IDENTITY
+from hero.git.ops import DEFAULT_IDENTITY
 from hero.runner import child_env
 from hero.testing.scripted import Reply, ScriptedModel, call, text
 

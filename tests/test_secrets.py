@@ -367,7 +367,7 @@ def test_a_worktree_file_holding_the_key_is_not_committed_and_the_round_fails_na
 
 
 def test_leftovers_flags_new_secrets_only(tmp_path: Path) -> None:
-    from hero.repoguard import leftovers
+    from hero.git.guard import leftovers
 
     repo = tmp_path / "r"
     repo.mkdir()
@@ -397,7 +397,7 @@ def test_leftovers_flags_new_secrets_only(tmp_path: Path) -> None:
 
 
 def test_commits_adding_a_secret_are_taken_off_the_branch_their_work_kept(tmp_path: Path) -> None:
-    from hero.repoguard import secret_commits, uncommit_secrets
+    from hero.git.guard import secret_commits, uncommit_secrets
 
     repo = tmp_path / "r"
     repo.mkdir()

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from conftest import GIT_ENV, git
 
+from hero.git.ops import GitError, TargetRepo
+from hero.git.ops import git as hero_git
 from hero.git.storyrepo import COPIED_SETTINGS, BringBackRefused, StoryRepo
-from hero.gitops import GitError, TargetRepo
-from hero.gitops import git as hero_git
 
 BRANCH = "hero/s1"
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

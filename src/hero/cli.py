@@ -335,7 +335,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hero.app import Refused, run_with_config
     from hero.config import ConfigError, load_config
     from hero.errors import Interrupted
-    from hero.gitops import GitError
+    from hero.git.ops import GitError
     from hero.state import StateError, Status
     from hero.story import StoryError
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hero.gitops import DEFAULT_IDENTITY
+from hero.git.ops import DEFAULT_IDENTITY
 
 DEMO_STORY = "add-slugify.md"
 

@@ -26,8 +26,14 @@ from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
 from hero.budget import BudgetExceeded, Meter
 from hero.config import Config, context_limits
 from hero.errors import Interrupted
-from hero.git.storyrepo import BringBackRefused, StoryRepo
-from hero.gitops import (
+from hero.git.guard import (
+    Guard,
+    commit_of,
+    leftovers,
+    push_refusals,
+    uncommit_secrets,
+)
+from hero.git.ops import (
     GitError,
     MergeConflict,
     TargetRepo,
@@ -39,19 +45,13 @@ from hero.gitops import (
     log_since,
     merge_heads,
 )
+from hero.git.storyrepo import BringBackRefused, StoryRepo
 from hero.llm import LlmError
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
 from hero.names import StoryRef
 from hero.prompting import PromptError
 from hero.redact import RedactingModel, Redactor
-from hero.repoguard import (
-    Guard,
-    commit_of,
-    leftovers,
-    push_refusals,
-    uncommit_secrets,
-)
 from hero.roles.reviewer import APPROVED, Verdict, review, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.roles.worker import build_messages, condense_prompt
@@ -411,7 +411,7 @@ class StoryRun:
 
     def _own_git(self) -> Any:
         """The block within which hero's own git in the story's repository runs in the
-        sandbox (see ``hero.gitops.confined``): at each phase's end."""
+        sandbox (see ``hero.git.ops.confined``): at each phase's end."""
         box = self.git_sandbox
         return confined(self.worktree, box.wrap if box is not None else None)
 

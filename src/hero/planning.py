@@ -73,7 +73,7 @@ def cmd_plan(args: argparse.Namespace, home: Path) -> int:
 def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry_run: bool) -> int:
     """`hero plan PLAN.md`: ask the planner, check, write (unless ``dry_run``), draw."""
     from hero.config import ConfigError, load_config
-    from hero.gitops import GitError
+    from hero.git.ops import GitError
     from hero.llm import LlmClient, LlmError
     from hero.prompting import PromptError
     from hero.redact import RedactingModel, Redactor

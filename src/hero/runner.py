@@ -144,7 +144,7 @@ def child_env(
 
     The one rule for every child hero starts: the worker's and the verifier's commands (base:
     hero's environment minus the provider keys) and hero's own git (base: the few variables
-    git needs; see ``hero.gitops``)."""
+    git needs; see ``hero.git.ops``)."""
     source = os.environ if base is None else base
     drop = set(drop_names)
     secrets = {s for s in secret_values if s}

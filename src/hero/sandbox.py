@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from hero.gitops import GitError, git
+from hero.git.ops import GitError, git
 from hero.limits import Limits, tmpfs_args
 from hero.runner import run_process
 

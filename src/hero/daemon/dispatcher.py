@@ -32,7 +32,7 @@ from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watchi
 from hero.daemon.plans import finish_plan, mark_skipped
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
-from hero.gitops import TargetRepo
+from hero.git.ops import TargetRepo
 from hero.locks import DaemonLock as DaemonLock  # re-exported: `hero watch` and tests
 from hero.locks import DaemonRunning as DaemonRunning
 from hero.locks import StoryBusy

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from hero.config import Config
 from hero.dag import leaves
-from hero.gitops import GitError, MergeConflict, TargetRepo, git, merge_heads, set_branch
+from hero.git.guard import commit_of
+from hero.git.ops import GitError, MergeConflict, TargetRepo, git, merge_heads, set_branch
 from hero.names import MANIFEST, StoryRef, plan_branch
 from hero.plan import PlanError, plan_dir, read_plan
-from hero.repoguard import commit_of
 from hero.state import RunState, StateError, Status, file_digest, load_state, save_state
 from hero.story import Story
 

@@ -30,7 +30,7 @@ from hero.config import Config
 from hero.engine.store import Store
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
-from hero.gitops import GitError, TargetRepo, git
+from hero.git.ops import GitError, TargetRepo, git
 from hero.locks import story_lock
 from hero.pipeline import done_path_for, move_story_file
 from hero.state import TERMINAL, RunState, StateError, Status, load_state, save_state

@@ -35,8 +35,8 @@ from hero.engine.app import TASK_NAME
 from hero.engine.store import LeaseLost, Store
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
+from hero.git.ops import GitError, TargetRepo, git, push_env
 from hero.git.storyrepo import StoryRepo
-from hero.gitops import GitError, TargetRepo, git, push_env
 from hero.names import StoryRef
 from hero.redact import Redactor
 from hero.state import RunState, Status, load_state, save_state

@@ -28,7 +28,7 @@ import stat
 import time
 from pathlib import Path
 
-from hero.gitops import (
+from hero.git.ops import (
     WORKTREE_TIMEOUT_S,
     GitError,
     TargetRepo,

@@ -26,7 +26,7 @@ others from being reported, and no ``Exception`` leaves :func:`report_sweep` (a
 ``BaseException``, such as the watcher's stop in a rate-limit wait, goes through).
 
 Secrets: the token is only ever in the ``GitHub`` client. The push runs hero's own git
-(``hero.gitops.git``: a timeout, no hooks, an environment without secrets) to the remote as
+(``hero.git.ops.git``: a timeout, no hooks, an environment without secrets) to the remote as
 configured in the target repository: hero adds no credential to its URL, its config or its
 command line (see :func:`_push_env` for how it gets past the push refusal all of hero's git
 carries). Every text sent to GitHub or logged is redacted of the token and of every secret
@@ -45,8 +45,8 @@ from typing import Any
 
 from hero.config import Config, GitHubSettings
 from hero.fsio import atomic_write
+from hero.git.ops import GitError, git, push_env
 from hero.github.api import GitHub, GitHubError
-from hero.gitops import GitError, git, push_env
 from hero.redact import Redactor
 from hero.state import RunState, StateError, Status, load_state, state_dir
 from hero.story import StoryError, parse_story

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hero.agent.tools.context import ToolContext, ToolError
 from hero.agent.tools.paths import open_in_worktree
-from hero.gitops import git
+from hero.git.ops import git
 
 #: Files in the target repo whose rules the worker must follow, in this order.
 RULE_FILES = ("AGENTS.md", "CLAUDE.md")
@@ -174,7 +174,7 @@ def repo_layout(repo: Path, max_chars: int = MAX_LAYOUT_CHARS) -> str:
     """The files git tracks in ``repo`` (``git ls-files``), one path a line, cut to about
     ``max_chars`` with a last line saying how many files were left out, and where.
 
-    GitError (from :func:`hero.gitops.git`) when ``repo`` is not a git repository.
+    GitError (from :func:`hero.git.ops.git`) when ``repo`` is not a git repository.
     """
     # -z: names as they are, not C-quoted (a space or an accent stays readable)
     files = [f for f in git(repo, "ls-files", "-z").split("\0") if f]

@@ -60,7 +60,7 @@ class Verdict:
 
 def short_circuit(summary: str) -> Verdict:
     """A verdict given without calling the model: a red verifier, a worker guardrail, or
-    what the worker or the checks did to the repository (see ``hero.repoguard``)."""
+    what the worker or the checks did to the repository (see ``hero.git.guard``)."""
     return Verdict(CHANGES_REQUESTED, summary, short_circuited=True)
 
 

@@ -39,7 +39,7 @@ class ToolContext:
     # every secret value hero knows: redacted from what a tool returns to the model
     secrets: tuple[str, ...] = field(default=(), repr=False)
     # run before hero's own git looks at the worktree during the turn (the scope check):
-    # puts back program-running git settings a command planted (repoguard.Guard); its note
+    # puts back what hero owns of the story's git directory (StoryRepo.make_safe); its note
     # goes to the tool result
     before_git: Callable[[], str] | None = None
 

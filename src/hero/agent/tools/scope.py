@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hero.agent.tools.context import ToolContext
-from hero.gitops import GitError, git
+from hero.git.ops import GitError, git
 
 #: Paths given to one ``git restore``: far below the kernel's limit on arguments.
 _RESTORE_BATCH = 500
@@ -353,7 +353,7 @@ def _status(worktree: Path) -> tuple[str, set[str], set[str]]:
         "--untracked-files=all",
         "--no-renames",
         # a submodule's commit, not its files: finding those means running git in the
-        # submodule's git directory, which a worker can swap (see hero.gitops.confined)
+        # submodule's git directory, which a worker can swap (see hero.git.ops.confined)
         "--ignore-submodules=dirty",
     )
     head = ""

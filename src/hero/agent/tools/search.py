@@ -14,7 +14,7 @@ grep reads every file through that walk itself.
 A regular file with more than one hard link may be the same file as one outside the
 worktree (hero's home, say): as read_file refuses it, grep and find leave it out and say so.
 The git they run (``ls-files``) runs no hook and no filesystem monitor the worker may have
-set in the repository (``hero.gitops.NO_PROGRAMS``): it runs outside any sandbox.
+set in the repository (``hero.git.ops.NO_PROGRAMS``): it runs outside any sandbox.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from hero.agent.tools.paths import (
 )
 from hero.agent.tools.scope import glob_to_regex
 from hero.agent.tools.text import BINARY_SNIFF_BYTES, LINE_MAX_CHARS, cut_line, is_binary
-from hero.gitops import NO_PROGRAMS
+from hero.git.ops import NO_PROGRAMS
 
 GREP_MAX_LINES = 200
 GREP_TIMEOUT_S = 60.0

@@ -852,7 +852,7 @@ def push_env(repo: Path, remote: str) -> dict[str, str]:
     urls = [
         f if p.startswith(PUSH_REFUSED_URL) else p for p, f in zip(pushes, fetches, strict=True)
     ]
-    try:  # after the GIT_CONFIG_* entries hero's git inherits (see gitops.git_env)
+    try:  # after the GIT_CONFIG_* entries hero's git inherits (see git_env)
         n = max(0, int(os.environ.get("GIT_CONFIG_COUNT", "0")))
     except ValueError:
         n = 0

@@ -16,7 +16,7 @@ The story's own branch may only grow: the head a phase starts from stays in its 
 ``leftovers`` finds what a rescue commit must not take (unresolved merge conflicts, files
 holding a secret value) or cannot take (changes inside a submodule's checkout);
 ``uncommit_secrets`` takes the worker's own commits that add a secret value off the branch.
-Every git call goes through ``hero.gitops.git``.
+Every git call goes through ``hero.git.ops.git``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hero.gitops import (
+from hero.git.ops import (
     DEFAULT_IDENTITY,
     WORKTREE_TIMEOUT_S,
     current_branch,

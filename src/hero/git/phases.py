@@ -1,0 +1,153 @@
+"""hero's git at the end of each of a story's phases: one method per phase.
+
+A phase is the worker's turn or the checks. Before it, ``watch`` records what the phase may
+not change (``hero.git.guard.Guard``). After it, with the user's repository locked and hero's
+own git in the story's sandbox (``hero.git.ops.confined``), one method does the whole end:
+in-progress git state removed, the worktree back on the story branch, what the worker left
+uncommitted committed (unless it holds conflicts or a secret), history kept, the user's
+branches put back (in the story's repository, where the worker has copies of them), and the
+story's commits brought into the user's repository (``StoryRepo.bring_back``). Each returns a
+``PhaseEnd``: the branch's tip in the user's repository, why the round fails, and what hero
+merely tidied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from hero.git.guard import Guard, leftovers, uncommit_secrets
+from hero.git.ops import TargetRepo, Wrap, commit_all, confined
+from hero.git.storyrepo import BringBackRefused, StoryRepo
+from hero.redact import Redactor
+
+#: What keeps the worktree within the story's scope before hero's commit: returns
+#: (what it tidied, what it could not undo). Given by the pipeline (the scope is the agent's).
+Tidy = Callable[[], tuple[list[str], list[str]]]
+
+
+@dataclass
+class PhaseEnd:
+    """What the end of a phase found and did."""
+
+    head: str
+    """The story branch's tip in the user's repository afterwards."""
+    problems: list[str] = field(default_factory=list)
+    """Why the round fails (the reviewer is not asked then)."""
+    notes: list[str] = field(default_factory=list)
+    """What hero tidied up, to tell the user."""
+
+
+class StoryGit:
+    """hero's git for one story: its own repository, the user's, and the ends of phases."""
+
+    def __init__(
+        self,
+        target: TargetRepo,
+        repo: StoryRepo,
+        *,
+        identity: Mapping[str, str],
+        secrets: Redactor,
+        tidy: Tidy | None = None,
+    ) -> None:
+        self.target = target
+        self.repo = repo
+        self.branch = repo.branch
+        self.identity = identity
+        self.secrets = secrets
+        self.tidy = tidy
+        #: where hero's own git in the story's repository runs (its sandbox), once known
+        self.sandbox: Wrap | None = None
+
+    # -- before a phase -------------------------------------------------------------------
+
+    def watch(self, start: str) -> Guard:
+        """The guard of a phase that must build on ``start``, watching from now."""
+        guard = Guard(self.repo.path, self.repo.path, self.branch, start)
+        guard.watch()
+        return guard
+
+    # -- after a phase --------------------------------------------------------------------
+
+    def end_work(self, guard: Guard, message: str, base: str) -> PhaseEnd:
+        """After the worker's turn: commit what it left (``message``), keep the round's
+        history, take off the branch the worker's own commits that add a secret, bring the
+        commits into the user's repository."""
+        with self._ending():
+            notes = self.repo.end_phase()
+            guard.before_rescue()
+            refused = self._rescue(message, base)
+            guard.after_rescue()
+            refused += uncommit_secrets(self.repo.path, guard.start, base, self.secrets)
+            refused += self._bring_back(guard)
+        return self._end(guard, refused, notes)
+
+    def end_checks(self, guard: Guard) -> PhaseEnd:
+        """After the checks: what they did to the branch or the refs undone, the branch
+        brought back. Problems are said as the checks'."""
+        with self._ending():
+            notes = self.repo.end_phase()
+            guard.before_rescue()
+            guard.after_rescue()
+            refused = self._bring_back(guard)
+        end = self._end(guard, refused, notes)
+        end.problems = [f"while the checks ran: {p}" for p in end.problems]
+        return end
+
+    def keep_leftovers(self, start: str, message: str, base: str) -> PhaseEnd:
+        """After a run that crashed or was stopped (nothing of it runs any more): commit
+        what it left (``message``) and put the worktree back on the branch."""
+        guard = Guard(self.repo.path, self.repo.path, self.branch, start)
+        with self._ending():
+            notes = self.repo.end_phase()
+            guard.before_rescue()
+            refused = self._rescue(message, base)
+            guard.after_rescue()
+            refused += self._bring_back(guard)
+        return self._end(guard, refused, notes)
+
+    def after_stop(self, guard: Guard) -> PhaseEnd:
+        """A worker's turn stopped midway (Ctrl-C, an error): the refs put back and the
+        commits made so far brought back; the rest waits for the round to go on."""
+        with self._ending():
+            guard.before_rescue()
+            guard.restore_refs()
+            refused = self._bring_back(guard)
+        return self._end(guard, refused, [])
+
+    # -- parts ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _ending(self) -> Iterator[None]:
+        with self.target.locked(), confined(self.repo.path, self.sandbox):
+            yield
+
+    def _end(self, guard: Guard, refused: list[str], notes: list[str]) -> PhaseEnd:
+        head = self.target.branch_sha(self.branch) or ""
+        return PhaseEnd(head, [*guard.problems, *refused], [*notes, *guard.notes])
+
+    def _rescue(self, message: str, base: str) -> list[str]:
+        """Commit what is left uncommitted in the worktree, unless it holds unresolved
+        conflicts or a file with a secret value (then nothing is committed); returns what
+        was not committed and why, and what could not be kept within the scope."""
+        if not self.repo.exists():
+            return []
+        stuck: list[str] = []
+        if base and self.tidy is not None:
+            _tidied, stuck = self.tidy()
+        left = leftovers(self.repo.path, base, self.secrets)
+        if left.committable and not left.conflicted and not left.with_secrets:
+            commit_all(self.repo.path, message, self.identity)
+        return [*stuck, *left.problems()]
+
+    def _bring_back(self, guard: Guard) -> list[str]:
+        """The story branch's commits (and any stray branch the guard made) into the
+        user's repository; why the round fails, or nothing."""
+        for branch in guard.strays.made:
+            self.repo.keep_in_target(branch)
+        try:
+            self.repo.bring_back()
+        except BringBackRefused as exc:
+            return [str(exc)]
+        return []
