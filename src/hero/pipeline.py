@@ -29,9 +29,7 @@ from hero.errors import Interrupted
 from hero.git.guard import (
     Guard,
     commit_of,
-    leftovers,
     push_refusals,
-    uncommit_secrets,
 )
 from hero.git.ops import (
     GitError,
@@ -45,6 +43,7 @@ from hero.git.ops import (
     log_since,
     merge_heads,
 )
+from hero.git.phases import StoryGit
 from hero.git.storyrepo import BringBackRefused, StoryRepo
 from hero.llm import LlmError
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
@@ -134,6 +133,13 @@ class StoryRun:
         # the story's own repository at worktrees/<id>; its submodules' URLs are the user's
         self._story_file_id = story.file_id  # the story file as hero read it
         self.story_repo = StoryRepo(self.repo, self.worktree, self.branch, self._user_base())
+        #: hero's git at the end of each phase (see hero.git.phases)
+        self.story_git = StoryGit(
+            self.repo,
+            self.story_repo,
+            secrets=self.redactor,
+            tidy=self._tidy,
+        )
         self.run_dir = self.ref.run_dir(self.home)
         self.state = RunState(id=story.id, plan=story.plan)
         self._usage_base: dict[str, Any] = {}
@@ -403,6 +409,7 @@ class StoryRun:
         self.worker_sandbox = box and box.with_network(safety.sandbox_network)
         self.verify_sandbox = box and box.with_network(safety.verify_network)
         self.git_sandbox = box and box.with_network(False)
+        self.story_git.sandbox = self.git_sandbox.wrap if self.git_sandbox is not None else None
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
@@ -418,18 +425,14 @@ class StoryRun:
     def _keep_leftovers(self, why: str = "found on resume") -> None:
         """After a run that crashed or was stopped: commit what it left (unless it holds
         unresolved conflicts) and put the worktree back on the branch."""
-        story_id = self.key
-        guard = Guard(self.worktree, self.worktree, self.branch, self.state.head_sha)
-        with self.repo.locked(), self._own_git():
-            notes = self.story_repo.end_phase()
-            guard.before_rescue()
-            guard.notes += notes
-            refused = self._rescue(f"hero: keep uncommitted work {why} ({story_id})")
-            guard.after_rescue()
-            refused += self._bring_back(guard)
-        self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
-        for line in (*guard.notes, *guard.problems, *refused):
-            self.say(f"{story_id}: {line}")
+        end = self.story_git.keep_leftovers(
+            self.state.head_sha,
+            f"hero: keep uncommitted work {why} ({self.key})",
+            self.state.base_sha,
+        )
+        self.state.head_sha = end.head or self.state.head_sha
+        for line in (*end.notes, *end.problems):
+            self.say(f"{self.key}: {line}")
 
     def _stop_at_budget(self, exc: BudgetExceeded) -> None:
         """A budget is used up (checked before each model call): the story ends
@@ -520,7 +523,9 @@ class StoryRun:
             )
             if unreplayable:
                 trace.event("resume_failed", reason=unreplayable)
-            guard = Guard(self.worktree, self.worktree, self.branch, self._built_on())
+            guard = Guard(
+                self.worktree, self.worktree, self.branch, self._built_on()
+            )  # watched below
             if replayed is not None and replayed.done:
                 result = AgentResult.from_replay(replayed)
                 if replayed.ended is None:
@@ -644,14 +649,10 @@ class StoryRun:
                 self._end_sandbox(ctx)
         except BaseException:
             try:
-                with self.repo.locked(), self._own_git():
-                    guard.before_rescue()
-                    guard.restore_refs()
-                    guard.problems += self._bring_back(guard)
+                for line in self.story_git.after_stop(guard).problems:
+                    self.say(f"{self.key}: {line}")
             except GitError as exc:
                 self.say(f"{self.key}: could not check the repository after the stop: {exc}")
-            for line in guard.problems:
-                self.say(f"{self.key}: {line}")
             raise
 
     def _end_sandbox(self, ctx: ToolContext) -> None:
@@ -675,25 +676,21 @@ class StoryRun:
 
     def _rescue_round(self, n: int, result: AgentResult, guard: Guard) -> list[str]:
         """Commit what the worker left, put the worktree back on the branch, and undo what
-        the worker did to history or to the user's refs; returns why the round fails (the
-        reviewer is not asked then), or nothing."""
-        with self.repo.locked(), self._own_git():
-            guard.notes += self.story_repo.end_phase()
-            guard.before_rescue()
-            refused = self._rescue(f"hero: commit work left uncommitted in round {n} ({self.key})")
-            guard.after_rescue()
-            refused += uncommit_secrets(
-                self.worktree, guard.start, self.state.base_sha, self.redactor
-            )
-            refused += self._bring_back(guard)
-        self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
-        for note in guard.notes:
+        the worker did to history or to the refs; returns why the round fails (the reviewer
+        is not asked then), or nothing."""
+        end = self.story_git.end_work(
+            guard,
+            f"hero: commit work left uncommitted in round {n} ({self.key})",
+            self.state.base_sha,
+        )
+        self.state.head_sha = end.head or self.state.head_sha
+        for note in end.notes:
             self.say(f"round {n}: {note}")
         self.say(
             f"round {n}: worker {result.stop_reason}: {result.turns} turns, "
             f"{result.tool_calls} tool calls"
         )
-        return [*guard.problems, *refused, *self._no_commit()]
+        return [*end.problems, *self._no_commit()]
 
     def _no_commit(self) -> list[str]:
         """Why the round fails if the branch holds no commit since the base (unless the
@@ -707,30 +704,13 @@ class StoryRun:
         ]
 
     def _after_checks(self, n: int, guard: Guard) -> list[str]:
-        """Undo what the story's checks did to the branch or the user's refs; returns why
-        the round fails, or nothing."""
-        with self.repo.locked(), self._own_git():
-            notes = self.story_repo.end_phase()
-            guard.before_rescue()
-            guard.after_rescue()
-            guard.notes += notes
-            refused = self._bring_back(guard)
-        self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
-        for note in guard.notes:
+        """Undo what the story's checks did to the branch or the refs; returns why the round
+        fails, or nothing."""
+        end = self.story_git.end_checks(guard)
+        self.state.head_sha = end.head or self.state.head_sha
+        for note in end.notes:
             self.say(f"round {n}: {note}")
-        return [f"while the checks ran: {p}" for p in [*guard.problems, *refused]]
-
-    def _bring_back(self, guard: Guard) -> list[str]:
-        """Bring the story branch's commits (and any stray branch the guard made) from the
-        story's repository into the user's; returns why the round fails, or nothing. Call
-        it with the target locked."""
-        for branch in guard.strays.made:
-            self.story_repo.keep_in_target(branch)
-        try:
-            self.story_repo.bring_back()
-        except BringBackRefused as exc:
-            return [str(exc)]
-        return []
+        return end.problems
 
     def _check(
         self,
@@ -1000,26 +980,20 @@ class StoryRun:
         story_repo.remove()
         return kept
 
-    def _rescue(self, message: str) -> list[str]:
-        """Commit what is left uncommitted in the worktree, unless it holds unresolved
-        conflicts or a file with a secret value (then nothing is committed); returns what
-        was not committed and why.
-        Call it with the repository locked."""
-        if not (self.worktree / ".git").exists():
-            return []
-        stuck: list[str] = []  # changes outside the scope hero could not undo: the round fails
-        if self.state.base_sha:  # what appeared outside the scope since the last bash check
-            rules = path_rules(self.story.scope, self.config.safety.protected_files)
-            for path in unhide_outside(self.worktree, rules):
-                self.say(f"{self.key}: removed {path}, a new ignore file outside the scope")
-            undone = undo_outside(self.worktree, self.state.base_sha, rules)
-            for line in undone.lines():
-                self.say(f"{self.key}: undone before hero's commit: {line}")
-            stuck = [f"a change outside the story's scope: {line}" for line in undone.failures()]
-        left = leftovers(self.worktree, self.state.base_sha, self.redactor)
-        if left.committable and not left.conflicted and not left.with_secrets:
-            commit_all(self.worktree, message, self.repo.identity_env())
-        return [*stuck, *left.problems()]
+    def _tidy(self) -> tuple[list[str], list[str]]:
+        """Before hero's commit at a phase's end: what appeared outside the scope since the
+        last bash check is undone (a new ignore file there first, so that nothing it hid
+        stays); returns (what was undone, what could not be: the round fails)."""
+        rules = path_rules(self.story.scope, self.config.safety.protected_files)
+        tidied = [
+            f"removed {path}, a new ignore file outside the scope"
+            for path in unhide_outside(self.worktree, rules)
+        ]
+        undone = undo_outside(self.worktree, self.state.base_sha, rules)
+        tidied += [f"undone before hero's commit: {line}" for line in undone.lines()]
+        for line in tidied:
+            self.say(f"{self.key}: {line}")
+        return tidied, [f"a change outside the story's scope: {line}" for line in undone.failures()]
 
     def _write_error_log(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ merely tidied.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -47,14 +47,12 @@ class StoryGit:
         target: TargetRepo,
         repo: StoryRepo,
         *,
-        identity: Mapping[str, str],
         secrets: Redactor,
         tidy: Tidy | None = None,
     ) -> None:
         self.target = target
         self.repo = repo
         self.branch = repo.branch
-        self.identity = identity
         self.secrets = secrets
         self.tidy = tidy
         #: where hero's own git in the story's repository runs (its sandbox), once known
@@ -138,7 +136,7 @@ class StoryGit:
             _tidied, stuck = self.tidy()
         left = leftovers(self.repo.path, base, self.secrets)
         if left.committable and not left.conflicted and not left.with_secrets:
-            commit_all(self.repo.path, message, self.identity)
+            commit_all(self.repo.path, message, self.target.identity_env())
         return [*stuck, *left.problems()]
 
     def _bring_back(self, guard: Guard) -> list[str]:
