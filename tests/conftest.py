@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hero.git.ops import DEFAULT_IDENTITY
+from hero.sandbox import bwrap_problem
 from hero.testing.scripted import ScriptedModel
 
 GIT_ENV = {**DEFAULT_IDENTITY, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -153,3 +154,21 @@ def scripted() -> Iterator[Callable[..., ScriptedModel]]:
     yield start
     for model in started:
         model.stop()
+
+
+def working_bwrap() -> str:
+    """The path of a working bwrap, or the calling test is skipped with the reason (.ci/run
+    installs bubblewrap; where it cannot work, the sandbox's tests say why they did not run)."""
+    path = shutil.which("bwrap")
+    if path is None:
+        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
+    problem = bwrap_problem(path)
+    if problem:
+        pytest.skip(f"bubblewrap does not work on this machine: {problem}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def bwrap() -> str:
+    """The path of a working bwrap, or the test is skipped with the reason."""
+    return working_bwrap()

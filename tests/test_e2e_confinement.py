@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import GIT_ENV, git
+from conftest import GIT_ENV, git, working_bwrap
 from helpers import (
     backlog,
     is_review,
@@ -49,7 +49,6 @@ from helpers import (
 from hero.cli import main
 from hero.config import load_config
 from hero.limits import mechanism
-from hero.sandbox import bwrap_problem
 from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 PY = shlex.quote(sys.executable)
@@ -67,12 +66,7 @@ Review = Callable[[int], Reply]
 def _bwrap_works() -> None:
     """These attacks are stopped by the sandbox and its limits: without a working bwrap
     there is nothing to test (test_sandbox.py says the same, the same way)."""
-    path = shutil.which("bwrap")
-    if path is None:
-        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
-    problem = bwrap_problem(path)
-    if problem:
-        pytest.skip(f"bubblewrap does not work on this machine: {problem}")
+    working_bwrap()
 
 
 @pytest.fixture(autouse=True)

@@ -31,11 +31,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from conftest import GIT_ENV, git
+from conftest import GIT_ENV, git, working_bwrap
 from helpers import is_review, load_state, step_of, task_text, worker_round
 
 from hero.cli import main
-from hero.sandbox import bwrap_problem
 from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 PY = shlex.quote(sys.executable)
@@ -50,12 +49,7 @@ PlanSpec = Sequence[Reply] | Mapping[int, Sequence[Reply]]
 def _bwrap_works() -> None:
     """These attacks are stopped by the sandbox: without a working bwrap there is nothing to
     test (test_sandbox.py says the same, the same way)."""
-    path = shutil.which("bwrap")
-    if path is None:
-        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
-    problem = bwrap_problem(path)
-    if problem:
-        pytest.skip(f"bubblewrap does not work on this machine: {problem}")
+    working_bwrap()
 
 
 @pytest.fixture(autouse=True)

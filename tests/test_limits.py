@@ -38,24 +38,12 @@ from hero.limits import (
     tmpfs_args,
 )
 from hero.runner import CommandResult, child_env, run_command
-from hero.sandbox import Sandbox, build, bwrap_problem
+from hero.sandbox import Sandbox, build
 from hero.scaffold import init_home
 
 PY = shlex.quote(sys.executable)
 #: Small limits, so that each test reaches one quickly.
 SMALL = Limits(tmpfs_mb=16, processes=64, memory_mb=256, file_size_mb=8, cpu_s=1, open_files=64)
-
-
-@pytest.fixture(scope="session")
-def bwrap() -> str:
-    """The path of a working bwrap, or the test is skipped with the reason."""
-    path = shutil.which("bwrap")
-    if path is None:
-        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
-    problem = bwrap_problem(path)
-    if problem:
-        pytest.skip(f"bubblewrap does not work on this machine: {problem}")
-    return path
 
 
 @dataclass(frozen=True)

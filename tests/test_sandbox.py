@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import socket
 import sys
 import threading
@@ -45,18 +44,6 @@ SECRET = "hero-home-secret-4f1c"
 REACHED = "reached the server"
 #: The commands' environment, as the pipeline builds it where git has no identity.
 ENV = child_env(extra=DEFAULT_IDENTITY)
-
-
-@pytest.fixture(scope="session")
-def bwrap() -> str:
-    """The path of a working bwrap, or the test is skipped with the reason."""
-    path = shutil.which("bwrap")
-    if path is None:
-        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
-    problem = bwrap_problem(path)
-    if problem:
-        pytest.skip(f"bubblewrap does not work on this machine: {problem}")
-    return path
 
 
 @dataclass

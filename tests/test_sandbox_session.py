@@ -31,7 +31,7 @@ from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
 from hero.git.storyrepo import StoryRepo
 from hero.limits import Limits, mechanism
 from hero.runner import CommandResult, child_env, run_command
-from hero.sandbox import SANDBOX_HOME, Sandbox, bwrap_problem, resolve
+from hero.sandbox import SANDBOX_HOME, Sandbox, resolve
 from hero.sandbox_session import SandboxSession
 from hero.testing.scripted import call, text
 
@@ -41,17 +41,6 @@ KEY_NAME = "HERO_SESSION_TEST_PROVIDER_KEY"
 KEY = "sk-session-test-5b7c1a9e3f"
 ENV = child_env(extra=DEFAULT_IDENTITY)
 REACHED = "reached the server"
-
-
-@pytest.fixture(scope="session")
-def bwrap() -> str:
-    path = shutil.which("bwrap")
-    if path is None:
-        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
-    problem = bwrap_problem(path)
-    if problem:
-        pytest.skip(f"bubblewrap does not work on this machine: {problem}")
-    return path
 
 
 class Round:

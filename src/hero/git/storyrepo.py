@@ -357,28 +357,12 @@ class StoryRepo:
     # -- submodules -------------------------------------------------------------------------
 
     def _base_submodules(self, rev: str) -> dict[str, tuple[str, str]]:
-        """name -> (path, url) of the submodules ``rev``'s ``.gitmodules`` names."""
+        """name -> (path, url) of the submodules the user's ``rev``'s ``.gitmodules`` names
+        with both a path and a URL."""
         if not rev:
             return {}
-        out = git(
-            self.target.path,
-            "config",
-            "--blob",
-            f"{rev}:.gitmodules",
-            "--get-regexp",
-            r"^submodule\..*\.(path|url)$",
-            check=False,
-        )
-        found: dict[str, dict[str, str]] = {}
-        for line in out.splitlines():
-            key, _, value = line.partition(" ")
-            name, _, field = key[len("submodule.") :].rpartition(".")
-            found.setdefault(name, {})[field] = value
-        return {
-            name: (f["path"], f["url"])
-            for name, f in found.items()
-            if f.get("path") and f.get("url") and "\n" not in name
-        }
+        found = _submodules_at(self.target.path, rev)
+        return {n: (p, u) for n, (p, u) in found.items() if p and u and "\n" not in n}
 
     def init_submodules(self) -> list[str]:
         """Check out the submodules the user's ``submodules_from`` names, from the URLs it
@@ -616,6 +600,8 @@ class StoryRepo:
 
 
 def _submodules_at(repo: Path, rev: str) -> dict[str, tuple[str, str]]:
+    """name -> (path, url) of every submodule ``rev``'s ``.gitmodules`` in ``repo`` names
+    ("" for a field it leaves out)."""
     out = git(
         repo,
         "config",
