@@ -727,7 +727,8 @@ def test_worker_bash_does_not_see_the_provider_key(
     monkeypatch.setenv("HARMLESS_E2E_VAR", "visible-value")
     worker = [call("bash", command="env; echo ENV-DONE"), *good_worker()]
     model = scripted(policy(worker, APPROVE))
-    home = make_home(model)
+    # the user passes these names on: the harmless one is seen, the key's copy is not
+    home = make_home(model, pass_env=["HARMLESS_E2E_VAR", "SOME_OTHER_COPY", "TEST_HERO_KEY"])
     if source == "api_key_env":
         monkeypatch.setenv("TEST_HERO_KEY", secret)
         provider = home / "config" / "providers" / "scripted.yaml"

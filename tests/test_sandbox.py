@@ -333,8 +333,12 @@ def _worker(port: int) -> list[Reply]:
 
 @pytest.mark.parametrize(
     ("knobs", "worker_online", "checks_online"),
-    [({}, False, True), ({"sandbox_network": True, "verify_network": False}, True, False)],
-    ids=["default", "flipped"],
+    [
+        ({}, False, False),
+        ({"sandbox_network": True, "verify_network": True}, True, True),
+        ({"verify_network": True}, False, True),
+    ],
+    ids=["default", "both-online", "checks-online"],
 )
 def test_a_story_runs_its_worker_and_its_checks_in_the_sandbox_with_their_network_settings(
     bwrap: str,

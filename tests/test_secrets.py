@@ -263,20 +263,21 @@ def test_secret_printed_by_env_and_cat_is_redacted_before_the_model_and_in_the_t
             assert not exposed(str(message.get("content") or "")), message
     assert model.requests[0].headers["authorization"] == f"Bearer {KEY}"  # only where it goes
 
-    # child_env: the provider's variable and any variable equal to the key are not there;
-    # a longer value holding it is, redacted
+    # child_env: the provider's variable, any variable equal to the key and any value that
+    # holds it are not there at all
     env_out = result_of(model, "env")
     assert KEY_ENV not in env_out and "COPY_OF_THE_KEY" not in env_out
-    assert "LEAKY_URL=https://bot:[redacted]@db.invalid/app" in env_out
+    assert "LEAKY_URL" not in env_out
+    assert "db.invalid" not in result_of(model, "printenv LEAKY_URL")
     assert "API_KEY=[redacted]\n" in result_of(model, "cat deploy.env")
-    for command in printing[2:]:
+    for command in printing[2:5]:
         assert REDACTED in result_of(model, command), command
     read = [v for v in tool_results(model).values() if "REGION=eu" in v and "# deploy" in v]
     assert read and all("API_KEY=[redacted]" in v for v in read)
 
     # the trace: the same results, redacted; nothing under runs/ holds the key
     trace = (home / "runs" / "s1" / "round-1.jsonl").read_text()
-    assert "LEAKY_URL=https://bot:[redacted]@db.invalid/app" in trace
+    assert "LEAKY_URL=" not in trace and "db.invalid" not in trace
     assert leaks_under(home / "runs") == {}
 
 

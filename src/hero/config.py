@@ -83,6 +83,7 @@ KNOB_KEYS = (
     "sandbox",
     "sandbox_network",
     "verify_network",
+    "pass_env",
     "protected_files",
     "allow_commands",
     "deny_commands",
@@ -221,8 +222,11 @@ class Safety:
     """auto: bubblewrap when it works, else none with a warning; bwrap: required; none."""
     sandbox_network: bool = False
     """Whether the worker's commands may reach the network (in the sandbox)."""
-    verify_network: bool = True
+    verify_network: bool = False
     """Whether the verify commands may reach the network (in the sandbox)."""
+    pass_env: tuple[str, ...] = ()
+    """Names of hero's environment variables the commands may see beside the safe ones
+    (``hero.runner.SAFE_NAMES``); a value holding a secret is dropped all the same."""
     protected_files: tuple[str, ...] = DEFAULT_PROTECTED
     allow_commands: tuple[str, ...] = ()
     deny_commands: tuple[str, ...] = ()
@@ -546,7 +550,8 @@ def _load(
         worker_limits=worker_limits,
         llm=llm,
         roles=loaded,
-        secrets=tuple(dict.fromkeys(s for s in secrets if s)),
+        # normalised once, here: a key with a blank around it is the same key
+        secrets=tuple(dict.fromkeys(s.strip() for s in secrets if s and s.strip())),
         key_env_names=key_env_names,
         safety=_safety(r),
         budgets=Budgets(
@@ -581,7 +586,8 @@ def _safety(r: _Reader) -> Safety:
     return Safety(
         sandbox=sandbox,
         sandbox_network=r.boolean("sandbox_network", False),
-        verify_network=r.boolean("verify_network", True),
+        verify_network=r.boolean("verify_network", False),
+        pass_env=_env_names(r, "pass_env"),
         protected_files=tuple(
             dict.fromkeys((*DEFAULT_PROTECTED, *r.string_list("protected_files")))
         ),
@@ -589,6 +595,21 @@ def _safety(r: _Reader) -> Safety:
         deny_commands=_rules(r, "deny_commands"),
         limits=_limits(r),
     )
+
+
+#: A name an environment variable can have.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_names(r: _Reader, key: str) -> tuple[str, ...]:
+    """Names of environment variables (``pass_env``): never hero's own ``HERO_*``."""
+    names = r.string_list(key)
+    for name in names:
+        if not _ENV_NAME.fullmatch(name):
+            raise r._error(key, f"{name!r} is not the name of an environment variable")
+        if name.startswith("HERO_"):
+            raise r._error(key, f"{name} is hero's own: hero never passes a HERO_* variable on")
+    return tuple(dict.fromkeys(names))
 
 
 def _limits(r: _Reader) -> Limits:

@@ -386,6 +386,7 @@ class StoryRun:
             self.say(f"{self.key}: {note}")
         self._confine()  # again: the submodules' git directories are guarded too
         return child_env(
+            allow=self.config.safety.pass_env,
             drop_names=self.config.key_env_names,
             secret_values=self.config.secrets,
             extra={**self.repo.identity_env(), RUN_MARKER: marker},

@@ -61,6 +61,39 @@ _SAFE_ENV = {
     "EDITOR": "true",
 }
 
+#: What a command inherits of hero's environment by name (``child_env(allow=...)``), beside
+#: ``LC_*`` and the names a user adds (``pass_env`` in config/roles.yaml): where programs are,
+#: whose they are, the language, the time zone, the certificates, the toolchains' homes.
+#: Nothing else: not a token, a broker URL, a proxy with a password, nor any ``HERO_*``.
+SAFE_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TERM",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "JAVA_HOME",
+        "GOPATH",
+        "GOROOT",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "PYENV_ROOT",
+        "NVM_DIR",
+    }
+)
+SAFE_PREFIXES = ("LC_",)
+#: Names hero keeps for itself: never passed on from its environment, whatever a user allows.
+OWN_PREFIX = "HERO_"
+
 #: Where every push of a child's git goes instead (``url.<this>.pushInsteadOf`` with an empty
 #: prefix, which every push URL starts with): a path that is no repository, so `git push`
 #: fails, and git's error names this text. Not a sandbox: a command that drops the
@@ -136,6 +169,7 @@ def child_env(
     secret_values: Iterable[str] = (),
     extra: Mapping[str, str] | None = None,
     git_config: Iterable[tuple[str, str]] = (),
+    allow: Iterable[str] | None = None,
 ) -> dict[str, str]:
     """Environment for child processes: base minus dropped names and secret-valued variables,
     plus non-interactive defaults (pagers, editors, git prompts), then ``extra``; and git
@@ -143,12 +177,25 @@ def child_env(
     after the ``GIT_CONFIG_COUNT`` entries the environment already has.
 
     The one rule for every child hero starts: the worker's and the verifier's commands (base:
-    hero's environment minus the provider keys) and hero's own git (base: the few variables
-    git needs; see ``hero.git.ops``)."""
+    hero's environment, ``allow``: the names of it they may see, see ``SAFE_NAMES``) and
+    hero's own git (base: the few variables git needs; see ``hero.git.ops``). A variable whose
+    value holds any of ``secret_values`` (compared trimmed, as a substring) is never passed on,
+    nor, with ``allow``, one whose name starts with ``HERO_``."""
     source = os.environ if base is None else base
     drop = set(drop_names)
-    secrets = {s for s in secret_values if s}
-    env = {k: v for k, v in source.items() if k not in drop and v not in secrets}
+    secrets = [s.strip() for s in secret_values if s and s.strip()]
+    env = {
+        k: v
+        for k, v in source.items()
+        if k not in drop and not any(secret in v for secret in secrets)
+    }
+    if allow is not None:  # an allowlist: the safe names and the ones the user adds
+        allowed = SAFE_NAMES | set(allow)
+        env = {
+            k: v
+            for k, v in env.items()
+            if not k.startswith(OWN_PREFIX) and (k in allowed or k.startswith(SAFE_PREFIXES))
+        }
     env.update(_SAFE_ENV)
     if extra:
         env.update(extra)

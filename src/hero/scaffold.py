@@ -197,9 +197,16 @@ sandbox: auto
 # Whether the Worker's commands may reach the network from the sandbox. Default false.
 sandbox_network: false
 
-# Whether the verify commands may reach the network from the sandbox (test suites that
-# fetch dependencies need it). Default true.
-verify_network: true
+# Whether the verify commands may reach the network from the sandbox. Default false: a
+# test the Worker wrote runs in the checks, and with the network it could send what it reads
+# anywhere. Set true for test suites that fetch dependencies.
+verify_network: false
+
+# The Worker's and the verify commands see of hero's environment only PATH, HOME, USER, the
+# language and time zone (LANG, LC_*, TZ), TMPDIR, certificates (SSL_CERT_*) and toolchain
+# homes (VIRTUAL_ENV, JAVA_HOME, GOPATH, CARGO_HOME, ...). Name others they need here; a
+# variable whose value holds a key or token hero knows is never passed on, nor any HERO_*.
+pass_env: []
 
 # ---------------------------------------------------------------- sandbox limits
 
