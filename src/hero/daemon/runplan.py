@@ -16,7 +16,7 @@ from hero.daemon.plans import PlanOutcome, finish_plan
 from hero.dag import layers, problems
 from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from hero.names import StoryRef, plan_branch, plan_name_problem
-from hero.plan import PlanError, read_plan
+from hero.plan import Plan, PlanError, read_plan
 from hero.state import StateError, Status, load_state
 
 
@@ -44,7 +44,7 @@ def cmd_run_plan(args: argparse.Namespace, home: Path) -> int:
         plan = read_plan(config.home, name)
     except PlanError as exc:
         return _usage(str(exc))
-    found = [*plan.problems, *problems(plan.deps())]
+    found = [*plan.problems, *problems(plan.deps()), *_policy_problems(config, plan)]
     if found:
         return _usage(
             f"plan '{name}' ({plan.folder}) cannot run:\n" + "\n".join(f"  - {p}" for p in found)
@@ -59,6 +59,29 @@ def cmd_run_plan(args: argparse.Namespace, home: Path) -> int:
             return _run(config, name, verbose=bool(args.verbose))
     except PlanBusy as exc:
         return _usage(str(exc))
+
+
+def _policy_problems(config: Config, plan: Plan) -> list[str]:
+    """The plan's verify commands (a planner model wrote them) that the command policy
+    (allow_commands, deny_commands) refuses, one line each naming the story and command:
+    the plan is refused before any of them runs."""
+    from hero.agent.tools.policy import Policy
+
+    safety = config.safety
+    policy = Policy.from_rules(allow=safety.allow_commands, deny=safety.deny_commands)
+    if policy is None:
+        return []
+    found = []
+    for story_id, story in plan.stories.items():
+        for tier in story.verify:
+            for command in tier.commands:
+                why = policy.refusal(command)
+                if why:
+                    found.append(
+                        f"{story_id}: verify command `{command}` breaks the command policy "
+                        f"of config/roles.yaml: {' '.join(why.split())}"
+                    )
+    return found
 
 
 def _usage(message: str) -> int:
