@@ -797,7 +797,7 @@ def _merge_tree(repo: Path, left: str, right: str) -> tuple[str, tuple[str, ...]
     code, out, said = _git_answer(repo, *args)
     tree, *paths = out.split("\0")
     # exit 1 is a conflict only with a tree on stdout: a bad commit exits 1 too, with none
-    if code in (0, 1) and _is_oid(tree):
+    if code in (0, 1) and is_oid(tree):
         return tree, None if code == 0 else tuple(dict.fromkeys(p for p in paths if p))
     if code == 129:  # git before 2.38: merge-tree takes three trees, prints its usage
         version = git(repo, "version", check=False).strip() or "this git"
@@ -808,7 +808,8 @@ def _merge_tree(repo: Path, left: str, right: str) -> tuple[str, tuple[str, ...]
     raise GitError(f"git {' '.join(args)} (in {repo}) failed: {said or out.strip()}")
 
 
-def _is_oid(text: str) -> bool:
+def is_oid(text: str) -> bool:
+    """A full object id (SHA-1 or SHA-256), in lower-case hex."""
     return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 

@@ -28,12 +28,14 @@ import stat
 import time
 from pathlib import Path
 
+from hero.git.guard import is_ancestor
 from hero.git.ops import (
     WORKTREE_TIMEOUT_S,
     GitError,
     TargetRepo,
     commit_all,
     git,
+    is_oid,
     worktree_gitdir,
 )
 
@@ -231,7 +233,7 @@ class StoryRepo:
         here = os.path.realpath(self.path / ".git")
         if os.path.realpath(back.strip()) != here:
             return None
-        if head.strip() not in (f"ref: refs/heads/{self.branch}",) and not _is_oid(head.strip()):
+        if head.strip() not in (f"ref: refs/heads/{self.branch}",) and not is_oid(head.strip()):
             return None
         return gitdir
 
@@ -346,7 +348,7 @@ class StoryRepo:
             return []
         if not mine:
             git(self.path, "update-ref", f"refs/heads/{self.branch}", tip)
-        elif _is_ancestor(self.path, mine, tip):
+        elif is_ancestor(self.path, mine, tip):
             git(self.path, "update-ref", f"refs/heads/{self.branch}", tip, mine)
         else:
             return []  # this repository is ahead, or went its own way: bring_back decides
@@ -395,7 +397,7 @@ class StoryRepo:
             max_output=_GITMODULES_MAX_BYTES,
         )
         gitmodules = self.path / ".gitmodules"
-        kept = _keep_file(gitmodules)
+        kept = _KeptFile(gitmodules)
         if kept.too_big:
             return [*notes, "submodules not checked out: .gitmodules is over 1 MiB"]
         try:
@@ -541,7 +543,7 @@ class StoryRepo:
         incoming = f"refs/hero/incoming/{self.branch}"
         self._fetch(tip, incoming)
         try:
-            if current and not _is_ancestor(self.target.path, current, tip):
+            if current and not is_ancestor(self.target.path, current, tip):
                 raise BringBackRefused(
                     f"{self.branch} at {tip[:12]} in the story's repository does not build on "
                     f"{current[:12]}, the commit hero last brought into {self.target.path}; "
@@ -617,11 +619,6 @@ def _submodules_at(repo: Path, rev: str) -> dict[str, tuple[str, str]]:
         name, _, field = key[len("submodule.") :].rpartition(".")
         found.setdefault(name, {})[field] = value
     return {n: (f.get("path", ""), f.get("url", "")) for n, f in found.items()}
-
-
-def _is_ancestor(repo: Path, older: str, newer: str) -> bool:
-    """``older`` is in the history of ``newer`` (False if either is unknown)."""
-    return bool(older) and git(repo, "merge-base", older, newer, check=False).strip() == older
 
 
 def _quoted(value: str) -> str:
@@ -708,10 +705,6 @@ def _refname_ok(name: bytes) -> bool:
     )
 
 
-def _is_oid(text: str) -> bool:
-    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
-
-
 def _norm(path: str) -> str:
     """A submodule path as git compares it: no ``./`` in front, no ``/`` at the end."""
     while path.startswith("./"):
@@ -758,7 +751,3 @@ class _KeptFile:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, self.mode)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(self.data)
-
-
-def _keep_file(path: Path) -> _KeptFile:
-    return _KeptFile(path)
