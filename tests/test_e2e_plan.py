@@ -567,6 +567,28 @@ def test_a_plan_whose_verify_commands_break_the_policy_is_refused_before_anythin
     assert git(target_repo, "branch", "--format=%(refname:short)") == branches_before
 
 
+def test_with_model_verify_off_a_plan_s_own_verify_commands_never_run(
+    scripted, make_home, run_plan, target_repo: Path
+) -> None:
+    """model_verify: false: the verify commands a planner model wrote never run (the
+    policy has nothing to refuse then), and default_verify runs in their place."""
+    model = scripted(PlanPolicy())
+    home = make_home(
+        model, deny_commands=["rm"], model_verify=False, default_verify=["test -f b.txt"]
+    )
+    folder = write_plan(home, "off", {"b": []})
+    write_plan_story(folder, "b", verify=["rm -f b.txt; false"])
+
+    hero = run_plan(home, "off")
+
+    assert hero.rc == 0, hero.output()
+    record = state_of(home, "off", "b")
+    assert record["status"] == "passed"
+    ran = [(c["tier"], c["command"]) for r in record["rounds"] for c in r["verify"]["commands"]]
+    assert ran == [("default", "test -f b.txt")]
+    assert show(target_repo, "hero/plans/off/b", "b.txt") == "off b\n"
+
+
 UNREADABLE = "---\nid: z\ntitle: [unclosed\n---\n\nbody\n"
 
 

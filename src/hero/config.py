@@ -87,6 +87,7 @@ KNOB_KEYS = (
     "protected_files",
     "allow_commands",
     "deny_commands",
+    "model_verify",
     # limits on every sandboxed command (issue 17): limit_<field> of hero.limits.Limits
     *LIMIT_KEYS,
     "max_story_tokens",
@@ -230,6 +231,10 @@ class Safety:
     protected_files: tuple[str, ...] = DEFAULT_PROTECTED
     allow_commands: tuple[str, ...] = ()
     deny_commands: tuple[str, ...] = ()
+    model_verify: bool = True
+    """Whether the verify commands a planner model wrote (a plan's stories) run at all: true,
+    checked by allow_commands/deny_commands like the worker's commands; false, never run
+    (default_verify runs in their place)."""
     limits: Limits = Limits()
     """What each sandboxed command may use (the ``limit_*`` keys; see hero.limits)."""
 
@@ -593,6 +598,7 @@ def _safety(r: _Reader) -> Safety:
         ),
         allow_commands=_rules(r, "allow_commands"),
         deny_commands=_rules(r, "deny_commands"),
+        model_verify=r.boolean("model_verify", True),
         limits=_limits(r),
     )
 

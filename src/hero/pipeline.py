@@ -52,7 +52,13 @@ from hero.names import StoryRef
 from hero.prompting import PromptError
 from hero.redact import RedactingModel, Redactor
 from hero.roles.reviewer import APPROVED, Verdict, review, short_circuit
-from hero.roles.verifier import VerifyResult, run_verify
+from hero.roles.verifier import (
+    MODEL_VERIFY_HINT,
+    VerifyResult,
+    model_verify_tiers,
+    policy_problems,
+    run_verify,
+)
 from hero.roles.worker import build_messages, condense_prompt
 from hero.runner import RUN_MARKER, child_env, kill_marked
 from hero.sandbox import Sandbox, SandboxUnavailable
@@ -343,12 +349,23 @@ class StoryRun:
         return "\n".join(lines)
 
     def _tiers(self) -> tuple[VerifyTier, ...]:
-        """The story's verify tiers, else the config's default commands as one tier."""
+        """The story's verify tiers, else the config's default commands as one tier. A
+        plan's story's tiers a planner model wrote: only when ``model_verify`` is on."""
+        default = self.config.default_verify
         if self.story.verify:
+            if self.story.plan:
+                return model_verify_tiers(self.config.safety, self.story.verify, default)
             return self.story.verify
-        if self.config.default_verify:
-            return (VerifyTier("default", self.config.default_verify),)
-        return ()
+        return (VerifyTier("default", default),) if default else ()
+
+    def _check_model_verify(self) -> None:
+        """A plan's story whose verify commands (a planner model wrote them) break the
+        command policy does not start: StartError naming each, before any model call."""
+        if not self.story.plan:
+            return
+        found = policy_problems(self.config.safety, self.story.verify)
+        if found:
+            raise StartError("; ".join(found) + f" ({MODEL_VERIFY_HINT})")
 
     def _end_leftovers(self) -> None:
         """Before any git call on the story: end the processes an earlier run left running
@@ -825,6 +842,7 @@ class StoryRun:
             finish_done_move(old, story.path)
             self.state = old
             return old
+        self._check_model_verify()
         if resume:
             assert old is not None
             state = old

@@ -26,6 +26,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hero.dag import problems as dag_problems
 from hero.dag import render_dot, render_mermaid, render_text
@@ -34,6 +35,10 @@ from hero.names import MANIFEST, StoryRef, plan_branch, plan_name_problem
 from hero.plan import Manifest, ManifestStory, PlanError, dump_manifest, read_plan, utc_now
 from hero.story import Story
 from hero.yamlio import ValueProblem, decode_text, read_file
+
+if TYPE_CHECKING:
+    from hero.config import Safety
+    from hero.roles.planner import Draft
 
 #: The largest plan file hero reads.
 MAX_PLAN_BYTES = 1 << 20
@@ -107,6 +112,7 @@ def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry
             layout=layout,
             rules=repo_rules(config.target_repo),
             home=config.home,
+            check=lambda d: _policy_problems(config.safety, d),
         )
     except ConfigError as exc:
         raise Refusal(f"configuration error: {exc}") from None
@@ -127,8 +133,7 @@ def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry
     nodes, titles = draft.deps(), draft.titles()
     if dry_run:
         print(f"plan {chosen} (dry run: nothing written): {len(draft.stories)} stories\n")
-        for story in draft.stories:
-            print(_describe_story(story.story))
+        _describe_stories(config.safety, draft)
         print(render_text(nodes, titles), end="")
         if _existing(home, chosen) or _started(home, chosen):
             print(f"\nnote: a plan named {chosen} exists; writing this one needs --force")
@@ -146,6 +151,7 @@ def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry
     folder = _write_plan(home, manifest, [(s.metadata, s.body) for s in draft.stories])
     print(f"plan {chosen}: {len(draft.stories)} stories written to {_shown(home, folder)}/")
     print(f"from {source}; branch when every story passed: {plan_branch(chosen)}\n")
+    _describe_stories(config.safety, draft)
     print(render_text(nodes, titles, dict.fromkeys(nodes, NOT_STARTED)), end="")
     print(f"\nnext: hero run-plan {chosen}   (or `hero watch`)")
     return EXIT_OK
@@ -286,8 +292,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _policy_problems(safety: Safety, draft: Draft) -> list[str]:
+    """The draft's verify commands the command policy refuses, one line each naming the
+    story: sent back to the planner, which must answer without them."""
+    from hero.roles.verifier import policy_problems
+
+    return [
+        f"story {s.id!r}: {problem}"
+        for s in draft.stories
+        for problem in policy_problems(safety, s.story.verify)
+    ]
+
+
+def _describe_stories(safety: Safety, draft: Draft) -> None:
+    """Every story of the plan with the verify commands the planner wrote, for the user to
+    read before they run (or that default_verify replaces, with model_verify off)."""
+    print(
+        "verify commands below were written by the planner model: read them before you run the plan"
+        if safety.model_verify
+        else "model_verify is off: the planner's verify commands below never run; "
+        "default_verify runs in their place"
+    )
+    print()
+    for story in draft.stories:
+        print(_describe_story(story.story))
+
+
 def _describe_story(story: Story) -> str:
-    """One story of a dry run: id and title, then priority, depends_on, scope and verify."""
+    """One story: id and title, then priority, depends_on, scope and verify."""
     lines = [
         f"{story.id}  {story.title}",
         f"  priority:   {story.priority}",
@@ -343,6 +375,10 @@ def show_plan(home: Path, name: str, *, fmt: str = "text") -> int:
         print(f"branch: {branch}")
         print(f"from {plan.manifest.source}, planned {plan.manifest.created_at}\n")
         print(render_text(nodes, titles, statuses), end="")
+        print("\nverify commands (written by the planner model):")
+        for story_id, story in plan.stories.items():
+            commands = [f"{t.name}: {c}" for t in story.verify for c in t.commands]
+            print(f"- {story_id}: " + ("; ".join(commands) or "(none: default_verify)"))
     for line in plan.problems + dag_problems(nodes):
         _err(f"warning: {line}")
     return EXIT_OK

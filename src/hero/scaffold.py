@@ -257,9 +257,10 @@ protected_files: []
 # `rmdir x` or `echo rm`. Deny wins over allow; a non-empty allow list refuses every part it
 # does not name (list `cd`, `echo`, ... too, and both a wrapper and what it wraps:
 # `timeout` and `pytest`). A refused command is not run; the Worker is told the rule.
-# Only the Worker's commands: verify commands run as written. A guard-rail, not a security
-# boundary (a script the Worker writes, or `python -c`, is not looked into): use the sandbox
-# for that. Default [] for both (no policy).
+# The Worker's commands, and the verify commands a planner model wrote (a plan's stories);
+# verify commands you wrote run as written. A guard-rail against accidents, not a security
+# boundary (a script the Worker writes, or `python -c`, is not looked into): the sandbox is
+# that. Default [] for both (no policy).
 allow_commands: []
 deny_commands: []
 # deny_commands:
@@ -275,6 +276,12 @@ deny_commands: []
 #   - cat
 #   - echo
 #   - cd
+
+# Whether the verify commands a planner model wrote (`hero plan`) run at all. true: they run,
+# checked by the rules above (`hero plan` asks the planner again, and `hero run-plan` and
+# `hero watch` refuse a story, when one breaks them); false: they never run, and
+# default_verify runs in their place. Default true.
+model_verify: true
 
 # ---------------------------------------------------------------- budgets
 

@@ -39,6 +39,7 @@ from hero.locks import StoryBusy
 from hero.names import StoryRef
 from hero.pipeline import StoryRun, finish_done_move
 from hero.redact import Redactor
+from hero.roles.verifier import MODEL_VERIFY_HINT, policy_problems
 from hero.runner import kill_marked
 from hero.state import RunState, StateError, Status, file_digest, load_state, state_dir
 from hero.story import MAX_STORY_BYTES, Story, StoryError, parse_story
@@ -238,6 +239,9 @@ class Dispatcher:
             return
         entry = Entry(story, path, sig[0] / 1e9)
         problem = self._eligibility(entry)
+        found = policy_problems(self.config.safety, story.verify) if plan else []
+        if problem is None and found:  # a planner model wrote them: refused before it starts
+            problem = f"{path}: verify: " + "; ".join(found) + f" ({MODEL_VERIFY_HINT})"
         if problem is None:
             self._clear_refusal(path)
             self._ready[path] = entry

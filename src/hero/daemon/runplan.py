@@ -65,23 +65,13 @@ def _policy_problems(config: Config, plan: Plan) -> list[str]:
     """The plan's verify commands (a planner model wrote them) that the command policy
     (allow_commands, deny_commands) refuses, one line each naming the story and command:
     the plan is refused before any of them runs."""
-    from hero.agent.tools.policy import Policy
+    from hero.roles.verifier import policy_problems
 
-    safety = config.safety
-    policy = Policy.from_rules(allow=safety.allow_commands, deny=safety.deny_commands)
-    if policy is None:
-        return []
-    found = []
-    for story_id, story in plan.stories.items():
-        for tier in story.verify:
-            for command in tier.commands:
-                why = policy.refusal(command)
-                if why:
-                    found.append(
-                        f"{story_id}: verify command `{command}` breaks the command policy "
-                        f"of config/roles.yaml: {' '.join(why.split())}"
-                    )
-    return found
+    return [
+        f"{story_id}: {problem}"
+        for story_id, story in plan.stories.items()
+        for problem in policy_problems(config.safety, story.verify)
+    ]
 
 
 def _usage(message: str) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,12 +111,14 @@ def plan_stories(
     layout: str,
     rules: str,
     home: Path | None,
+    check: Callable[[Draft], list[str]] | None = None,
 ) -> Draft:
     """Ask the planner for the plan's stories and check its answer.
 
     An unusable answer goes back to the planner once, followed by a message listing every
     problem; PlanInvalid (with the last answer's problems) if the second is unusable too.
-    LlmError from the model passes through.
+    ``check`` adds the caller's problems with a well-formed answer (the command policy's
+    refusals of its verify commands). LlmError from the model passes through.
     """
     messages = planner_messages(
         plan_text, plan_file=plan_file, layout=layout, rules=rules, home=home
@@ -126,9 +128,10 @@ def plan_stories(
         completion = model.complete(messages)
         try:
             draft = check_answer(completion.content)
+            errors = check(draft) if check is not None else []
         except PlanInvalid as exc:
             errors = exc.errors
-        else:
+        if not errors:
             return Draft(draft.plan, draft.stories, answers=answer)
         messages = [
             *messages,

@@ -2,6 +2,11 @@
 
 Fail-fast between tiers (a red unit tier makes the slow tiers pointless) but every command
 within a tier runs, so the worker sees all of that tier's failures at once.
+
+Verify commands a planner model wrote (a plan's stories) are the model's, not the user's:
+:func:`model_verify_tiers` decides whether they run at all (``model_verify``), and
+:func:`policy_problems` checks them against the command policy, so a plan text that talks
+the planner into ``curl ... $(git config ...)`` is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hero.agent.tools.policy import Policy
+from hero.config import Safety
 from hero.errors import Interrupted
 from hero.redact import Redactor
 from hero.runner import run_command
@@ -20,6 +27,44 @@ from hero.sandbox import Sandbox
 from hero.story import VerifyTier
 
 TAIL_CHARS = 2_000
+
+
+#: What to do about a model-written verify command the policy refuses (said with it).
+MODEL_VERIFY_HINT = (
+    "a planner model wrote it: edit the story's verify, or set model_verify: false in "
+    "config/roles.yaml to run default_verify instead"
+)
+
+
+def model_verify_tiers(
+    safety: Safety, tiers: tuple[VerifyTier, ...], default: tuple[str, ...]
+) -> tuple[VerifyTier, ...]:
+    """The tiers that run for a plan's story whose ``tiers`` a planner model wrote: those,
+    unless ``model_verify`` is off; then ``default`` (default_verify) as one tier, or none."""
+    if safety.model_verify:
+        return tiers
+    return (VerifyTier("default", default),) if default else ()
+
+
+def policy_problems(safety: Safety, tiers: tuple[VerifyTier, ...]) -> list[str]:
+    """The commands of ``tiers`` (a planner model wrote them) that the command policy
+    (allow_commands, deny_commands) refuses, one line each naming the command and the rule.
+    None when ``model_verify`` is off (they never run) or there is no policy."""
+    if not safety.model_verify:
+        return []
+    policy = Policy.from_rules(allow=safety.allow_commands, deny=safety.deny_commands)
+    if policy is None:
+        return []
+    found = []
+    for tier in tiers:
+        for command in tier.commands:
+            why = policy.refusal(command)
+            if why:
+                found.append(
+                    f"verify command `{command}` breaks the command policy "
+                    f"(allow_commands/deny_commands of config/roles.yaml): {' '.join(why.split())}"
+                )
+    return found
 
 
 @dataclass(frozen=True)
