@@ -23,6 +23,7 @@ from conftest import git
 from hero.cli import main
 from hero.config import Config, GitHubSettings
 from hero.github.api import GitHub, Retry
+from hero.github.defang import OwnIssue, defang, live_references
 from hero.github.report import REPORTED_FILE, _push_env, report_sweep
 from hero.state import ReviewRecord, Round, RunState, Status, save_state
 from hero.story import write_story
@@ -390,10 +391,91 @@ def test_model_text_cannot_close_other_issues_or_ping_people(world: World) -> No
     world.sweep()
 
     [pull] = world.pulls()
-    assert (
-        "Fixes `#99` and resolves `acme/other#3` as `@alice` asked; closes: `#7`." in pull["body"]
-    )
+    # a code span for the rendered body, a zero-width space (Z) for text GitHub reads plain
+    body = pull["body"].replace("\u200b", "Z")
+    assert "Fixes `#Z99` and resolves `acme/other#Z3` as `@Zalice` asked; closes: `#Z7`." in body
     assert pull["body"].count("Closes #") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "inert"),
+    [
+        ("Fixes #22, thanks @boss", "Fixes `#Z22`, thanks `@Zboss`"),
+        ("CLOSES: acme/other#21", "CLOSES: `acme/other#Z21`"),
+        (
+            "resolved https://github.com/acme/app/issues/22.",
+            "resolved `https://github.com/acme/app/issues/Z22`.",
+        ),
+        ("fixed GH-7 with `@alice`", "fixed `GH-Z7` with ``@Zalice``"),
+        ("cc @acme/devs; mail boss@example.com", "cc `@Zacme/devs`; mail boss@example.com"),
+        # the story's own issue, in every form, stays live
+        ("Closes #21. Fixes ACME/App#21, resolves https://github.com/acme/app/issues/21", None),
+    ],
+)
+def test_only_the_storys_own_issue_stays_live(text: str, inert: str | None) -> None:
+    own = OwnIssue("acme/app", 21)
+    done = defang(text, own)
+    assert done.replace("\u200b", "Z") == (inert or text)
+    assert defang(done, own) == done  # twice changes nothing
+    assert live_references(done, own) == []
+    assert bool(live_references(text, own)) == (inert is not None)
+
+
+def test_the_pull_requests_title_closes_no_other_issue(world: World) -> None:
+    # a squash merge makes the title the subject of the commit that lands
+    n = new_issue(world)
+    state = gh_story(world, n, Status.PASSED)
+    state.title = f"Fixes #{n}, fixes #99 for @alice"
+    save_state(world.home, state)
+
+    world.sweep()
+
+    [pull] = world.pulls()
+    assert pull["title"].replace("\u200b", "Z") == f"Fixes #{n}, fixes `#Z99` for `@Zalice`"
+
+
+@pytest.mark.parametrize("pushed_before", [False, True], ids=["new", "pushed-by-an-older-hero"])
+def test_a_branch_whose_commits_close_other_issues_or_ping_people_is_not_pushed(
+    world: World, pushed_before: bool
+) -> None:
+    # a branch as an older hero left it: the worker's messages as it wrote them
+    n = new_issue(world)
+    state = gh_story(world, n, Status.PASSED)
+    tree = git(world.repo, "rev-parse", "main^{tree}").strip()
+    first = state.head_sha  # "gh-N: work": nothing GitHub acts on
+    bad = git(world.repo, "commit-tree", tree, "-p", first, "-m", "Fixes #22, thanks @boss")
+    bad = bad.strip()
+    git(world.repo, "update-ref", f"refs/heads/hero/gh-{n}", bad)
+    state.head_sha = bad
+    save_state(world.home, state)
+    if pushed_before:  # pushed, and the report cut short before the pull request
+        git(world.repo, "push", "-q", "origin", f"hero/gh-{n}")
+        assert git(world.repo, "rev-parse", f"origin/hero/gh-{n}").strip() == bad
+
+    world.sweep()
+
+    assert world.remote_sha(f"hero/gh-{n}") == (bad if pushed_before else "")  # not by hero
+    assert world.pulls() == [] and world.comments(n) == []
+    [(event, said)] = world.log.events("error")
+    assert event == "report failed" and said["story"] == f"gh-{n}"
+    assert bad[:12] in said["error"] and "Fixes #22" in said["error"] and "@boss" in said["error"]
+    assert first[:12] not in said["error"]  # only the commit at fault is named
+
+
+def test_a_commit_that_closes_the_storys_own_issue_is_pushed(world: World) -> None:
+    n = new_issue(world)
+    state = gh_story(world, n, Status.PASSED)
+    tree = git(world.repo, "rev-parse", "main^{tree}").strip()
+    message = f"Closes #{n}, also {REPO}#{n}; mail boss@example.com; fixes `#\u200b22`"
+    own = git(world.repo, "commit-tree", tree, "-p", state.head_sha, "-m", message).strip()
+    git(world.repo, "update-ref", f"refs/heads/hero/gh-{n}", own)
+    state.head_sha = own
+    save_state(world.home, state)
+
+    world.sweep()
+
+    assert world.remote_sha(f"hero/gh-{n}") == own
+    assert len(world.pulls()) == 1 and world.log.events("error") == []
 
 
 # --------------------------------------------------------------------------- failed

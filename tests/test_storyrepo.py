@@ -27,7 +27,9 @@ from conftest import GIT_ENV, git
 
 from hero.git.ops import GitError, TargetRepo
 from hero.git.ops import git as hero_git
+from hero.git.rewrite import rewrite_messages
 from hero.git.storyrepo import COPIED_SETTINGS, BringBackRefused, StoryRepo
+from hero.github.defang import commit_message_rule
 
 BRANCH = "hero/s1"
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -585,6 +587,143 @@ def test_keep_in_target_brings_a_branch_of_the_story_repository_into_the_users(
         "refs/heads/hero/s1-stray-1": stray,
         "refs/heads/hero/s1-kept": stray,
     }
+
+
+# ----------------------------------------------------------------------------- messages
+
+ISSUE_21 = commit_message_rule({"repo": "acme/app", "issue": 21, "author": "octocat"})
+LIVE_22 = re.compile(r"(?i)\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?):?\s+#22\b")
+LIVE_MENTION = re.compile(r"(?<!\w)@[A-Za-z0-9]")
+WORKER = {
+    "GIT_AUTHOR_NAME": "Wörker Bee",
+    "GIT_AUTHOR_EMAIL": "worker@example.com",
+    "GIT_AUTHOR_DATE": "@1700000000 +0530",
+    "GIT_COMMITTER_NAME": "Com Mitter",
+    "GIT_COMMITTER_EMAIL": "committer@example.com",
+    "GIT_COMMITTER_DATE": "@1700000100 -0700",
+}
+
+
+def worker_commit(cwd: Path, name: str, message: str, *more: str) -> str:
+    """A commit as the worker makes it, with its own author, committer and dates."""
+    (cwd / name).write_text(f"{name}\n")
+    env = {**os.environ, **GIT_ENV, **WORKER}
+    subprocess.run(["git", "add", "-A"], cwd=cwd, check=True, env=env)
+    args = ["git", "commit", "-q", "-m", message, *(a for m in more for a in ("-m", m))]
+    subprocess.run(args, cwd=cwd, check=True, env=env)
+    return git(cwd, "rev-parse", "HEAD").strip()
+
+
+def history(repo: Path, rev: str, since: str) -> list[list[str]]:
+    """Each commit in ``since..rev``, oldest first: tree, parent count, author, committer,
+    message."""
+    fmt = "%T%x00%P%x00%an <%ae> %ad%x00%cn <%ce> %cd%x00%B%x01"
+    out = git(
+        repo, "log", "--reverse", "--topo-order", "--date=raw", f"--format={fmt}", f"{since}..{rev}"
+    )
+    rows = [r.strip("\n").split("\0") for r in out.split("\x01") if r.strip("\n")]
+    return [[t, str(len(p.split())), a, c, m] for t, p, a, c, m in rows]
+
+
+def test_bring_back_rewrites_the_new_commits_of_a_story_from_an_issue(
+    target: TargetRepo, base: str, tmp_path: Path
+) -> None:
+    git(target.path, "branch", BRANCH, base)
+    story = StoryRepo(target, tmp_path / "worktrees" / "s1", BRANCH, messages=ISSUE_21)
+    story.lay_out(base)
+    fine = worker_commit(story.path, "a.txt", "add a")
+    git(story.path, "switch", "-q", "-c", "side")
+    worker_commit(story.path, "side.txt", "side work, cc @carol")
+    git(story.path, "switch", "-q", BRANCH)
+    worker_commit(story.path, "b.txt", "Fixes #22, thanks @boss", "Closes #21")
+    subprocess.run(
+        ["git", "merge", "-q", "--no-ff", "-m", "Merge side (fixes: acme/app#22)", "side"],
+        cwd=story.path,
+        check=True,
+        env={**os.environ, **GIT_ENV, **WORKER},
+    )
+    worker_commit(story.path, "c.txt", "after the merge")
+    old = story.tip()
+    was = history(story.path, old, base)
+    notes: list[str] = []
+
+    new = story.bring_back(notes)
+
+    assert new != old and target.branch_sha(BRANCH) == new == story.tip()
+    now = history(target.path, new, base)
+    # trees, shapes (the merge keeps two parents), authors, committers and dates are kept
+    assert [row[:4] for row in now] == [row[:4] for row in was]
+    joined = "\n".join(row[4] for row in now)
+    assert not LIVE_22.search(joined) and not LIVE_MENTION.search(joined), joined
+    assert "Closes #21" in joined  # the story's own issue stays
+    plain = joined.replace("\u200b", "")
+    assert "Fixes `#22`, thanks `@boss`" in plain and "cc `@carol`" in plain
+    assert "Merge side (fixes: `acme/app#22`)" in plain
+    assert "Wörker Bee" in now[-1][2]
+    # a commit that needed no change and builds on none that did is the same commit
+    assert git(target.path, "rev-list", "--reverse", f"{base}..{new}").split()[0] == fine
+    # the worker's checkout follows, clean, on the branch
+    assert git(story.path, "status", "--porcelain") == ""
+    assert git(story.path, "symbolic-ref", "HEAD").strip() == f"refs/heads/{BRANCH}"
+    [note] = notes
+    assert "rewrote the message of 3 commit(s)" in note and old[:12] in note and new[:12] in note
+    assert "after them were made anew" in note
+    assert_sound(target.path)
+    # the same commits give the same new commits
+    again = rewrite_messages(target.path, old, [base], ISSUE_21)
+    assert again.tip == new and len(again.reworded) == 3
+
+    # forward only: what was brought back stays; only a new commit is rewritten
+    later = worker_commit(story.path, "d.txt", "ping @dave")
+    assert story.bring_back(notes) == target.branch_sha(BRANCH) != later
+    assert git(target.path, "rev-parse", f"{BRANCH}~1").strip() == new
+    assert "`@\u200bdave`" in git(target.path, "log", "-1", "--format=%B", BRANCH)
+    assert story.bring_back(notes) == target.branch_sha(BRANCH)  # nothing new: as it is
+    assert len(notes) == 2
+
+
+def test_bring_back_leaves_the_users_commits_and_other_stories_alone(
+    target: TargetRepo, base: str, tmp_path: Path
+) -> None:
+    git(target.path, "branch", BRANCH, base)
+    story = StoryRepo(target, tmp_path / "worktrees" / "s1", BRANCH, messages=ISSUE_21)
+    story.lay_out(base)
+    # the user's own commit on main, after the story started, which the worker merges
+    users = commit_file(target.path, "u.txt", "u\n", "Fixes #22, as @boss wanted")
+    worker_commit(story.path, "w.txt", "work")
+    git(story.path, "merge", "-q", "--no-edit", users)
+    mine = worker_commit(story.path, "x.txt", "all good")
+    plain = StoryRepo(target, tmp_path / "worktrees" / "s2", "hero/s2")  # no rule: not from GitHub
+    git(target.path, "branch", "hero/s2", base)
+    plain.lay_out(base)
+    other = worker_commit(plain.path, "y.txt", "Fixes #22, thanks @boss")
+
+    assert story.bring_back() == mine  # nothing to rewrite: the only fangs are the user's
+    assert plain.bring_back() == other
+    assert git(target.path, "log", "-1", "--format=%s", "hero/s2").strip() == (
+        "Fixes #22, thanks @boss"
+    )
+
+
+def test_a_commit_hero_cannot_make_anew_is_not_brought_back(
+    target: TargetRepo, base: str, tmp_path: Path
+) -> None:
+    git(target.path, "branch", BRANCH, base)
+    story = StoryRepo(target, tmp_path / "worktrees" / "s1", BRANCH, messages=ISSUE_21)
+    story.lay_out(base)
+    tree = git(story.path, "rev-parse", f"{base}^{{tree}}").strip()
+    nameless = ". <x@example.com> 1700000000 +0000"  # no name git makes a commit with
+    commit = f"tree {tree}\nparent {base}\nauthor {nameless}\ncommitter {IDENT}\n\nFixes #22\n"
+    bad = _write_object(story.path, "commit", commit.encode())
+    git(story.path, "update-ref", f"refs/heads/{BRANCH}", bad)
+    before = refs(target.path)
+
+    with pytest.raises(BringBackRefused, match="must rewrite commit messages") as info:
+        story.bring_back()
+
+    assert bad[:12] in str(info.value)
+    assert refs(target.path) == before and target.branch_sha(BRANCH) == base
+    assert story.tip() == bad
 
 
 # ----------------------------------------------------------------------------- catch_up

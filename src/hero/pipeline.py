@@ -45,6 +45,7 @@ from hero.git.ops import (
 )
 from hero.git.phases import StoryGit
 from hero.git.storyrepo import BringBackRefused, StoryRepo
+from hero.github.defang import commit_message_rule
 from hero.llm import LlmError
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
@@ -138,7 +139,14 @@ class StoryRun:
         self.worktree = self.ref.worktree(self.home)
         # the story's own repository at worktrees/<id>; its submodules' URLs are the user's
         self._story_file_id = story.file_id  # the story file as hero read it
-        self.story_repo = StoryRepo(self.repo, self.worktree, self.branch, self._user_base())
+        # a story from a GitHub issue: its commits close no other issue and mention no one
+        self.story_repo = StoryRepo(
+            self.repo,
+            self.worktree,
+            self.branch,
+            self._user_base(),
+            messages=commit_message_rule(story.source),
+        )
         #: hero's git at the end of each phase (see hero.git.phases)
         self.story_git = StoryGit(
             self.repo,

@@ -6,7 +6,9 @@ own git in the story's sandbox (``hero.git.ops.confined``), one method does the 
 in-progress git state removed, the worktree back on the story branch, what the worker left
 uncommitted committed (unless it holds conflicts or a secret), history kept, the user's
 branches put back (in the story's repository, where the worker has copies of them), and the
-story's commits brought into the user's repository (``StoryRepo.bring_back``). Each returns a
+story's commits brought into the user's repository (``StoryRepo.bring_back``: for a story
+from a GitHub issue, the messages of its new commits rewritten so that they close no other
+issue and mention no one, which the notes tell). Each returns a
 ``PhaseEnd``: the branch's tip in the user's repository, why the round fails, and what hero
 merely tidied.
 """
@@ -78,7 +80,7 @@ class StoryGit:
             refused = self._rescue(message, base)
             guard.after_rescue()
             refused += uncommit_secrets(self.repo.path, guard.start, base, self.secrets)
-            refused += self._bring_back(guard)
+            refused += self._bring_back(guard, notes)
         return self._end(guard, refused, notes)
 
     def end_checks(self, guard: Guard) -> PhaseEnd:
@@ -88,7 +90,7 @@ class StoryGit:
             notes = self.repo.end_phase()
             guard.before_rescue()
             guard.after_rescue()
-            refused = self._bring_back(guard)
+            refused = self._bring_back(guard, notes)
         end = self._end(guard, refused, notes)
         end.problems = [f"while the checks ran: {p}" for p in end.problems]
         return end
@@ -102,17 +104,18 @@ class StoryGit:
             guard.before_rescue()
             refused = self._rescue(message, base)
             guard.after_rescue()
-            refused += self._bring_back(guard)
+            refused += self._bring_back(guard, notes)
         return self._end(guard, refused, notes)
 
     def after_stop(self, guard: Guard) -> PhaseEnd:
         """A worker's turn stopped midway (Ctrl-C, an error): the refs put back and the
         commits made so far brought back; the rest waits for the round to go on."""
+        notes: list[str] = []
         with self._ending():
             guard.before_rescue()
             guard.restore_refs()
-            refused = self._bring_back(guard)
-        return self._end(guard, refused, [])
+            refused = self._bring_back(guard, notes)
+        return self._end(guard, refused, notes)
 
     # -- parts ----------------------------------------------------------------------------
 
@@ -139,13 +142,14 @@ class StoryGit:
             commit_all(self.repo.path, message, self.target.identity_env())
         return [*stuck, *left.problems()]
 
-    def _bring_back(self, guard: Guard) -> list[str]:
+    def _bring_back(self, guard: Guard, notes: list[str]) -> list[str]:
         """The story branch's commits (and any stray branch the guard made) into the
-        user's repository; why the round fails, or nothing."""
+        user's repository, their messages rewritten where the story's rule says (told in
+        ``notes``); why the round fails, or nothing."""
         for branch in guard.strays.made:
             self.repo.keep_in_target(branch)
         try:
-            self.repo.bring_back()
+            self.repo.bring_back(notes)
         except BringBackRefused as exc:
             return [str(exc)]
         return []

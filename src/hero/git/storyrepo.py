@@ -11,7 +11,9 @@ there at all.
 
 hero brings a story's commits into the user's repository itself (``bring_back``): its own git
 fetches the story branch into a hero ref with every received object checked, and moves
-``refs/heads/hero/<id>`` only forward, from the tip it last brought back.
+``refs/heads/hero/<id>`` only forward, from the tip it last brought back. A story given a
+``MessageRule`` (one taken from a GitHub issue) has the messages of the commits it brings back
+for the first time rewritten by that rule (``hero.git.rewrite``), in both repositories alike.
 
 Between two commands nothing of the worker runs (a command's processes end with it), so
 hero's own reads of the story's repository are not raced; ``make_safe`` runs before each and
@@ -38,6 +40,7 @@ from hero.git.ops import (
     is_oid,
     worktree_gitdir,
 )
+from hero.git.rewrite import MessageRule, rewrite_messages
 
 #: Settings of the target's config copied into a story's repository: how files are checked
 #: out. None of them runs a program.
@@ -129,7 +132,12 @@ class StoryRepo:
     """``worktrees/<id>``: the story's own repository, on its branch ``branch``."""
 
     def __init__(
-        self, target: TargetRepo, path: Path, branch: str, submodules_from: str = ""
+        self,
+        target: TargetRepo,
+        path: Path,
+        branch: str,
+        submodules_from: str = "",
+        messages: MessageRule | None = None,
     ) -> None:
         self.target = target
         self.path = path
@@ -137,6 +145,9 @@ class StoryRepo:
         #: the user's commit whose ``.gitmodules`` names the submodules to check out and
         #: their URLs (a story branch's own ``.gitmodules`` is never fetched from)
         self.submodules_from = submodules_from
+        #: how the messages of the commits ``bring_back`` brings in must read (None: as
+        #: they are)
+        self.messages = messages
         self.gitdir = path / ".git"
         self._config = ""  # what hero writes as the repository's config
         self._packed_ok: tuple[int, ...] | None = None  # packed-refs last found sound
@@ -528,11 +539,15 @@ class StoryRepo:
             self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{self.branch}", check=False
         ).strip()
 
-    def bring_back(self) -> str:
+    def bring_back(self, notes: list[str] | None = None) -> str:
         """Bring the story branch's commits onto the target's ``refs/heads/<branch>``, which
         only moves forward: BringBackRefused if the new tip does not build on the target's
-        branch as it is. Received objects are checked (``transfer.fsckObjects``). Returns the
-        target branch's tip. Call it with the target locked, between commands."""
+        branch as it is. Received objects are checked (``transfer.fsckObjects``). With a
+        ``MessageRule``, the commits not brought back before are rewritten by it (in the
+        target, which then holds their objects; the story branch here moves to the same new
+        commits, whose trees are the ones checked out); what was rewritten is added to
+        ``notes``. Returns the target branch's tip. Call it with the target locked, between
+        commands."""
         self.make_safe()
         tip = self.tip()
         if not tip:
@@ -549,10 +564,44 @@ class StoryRepo:
                     f"{current[:12]}, the commit hero last brought into {self.target.path}; "
                     "hero left the user's repository as it was"
                 )
-            git(self.target.path, "update-ref", f"refs/heads/{self.branch}", tip, current)
+            new = self._rewrite(tip, current, notes)
+            if new != tip:  # here first: if moving the target's branch fails, the next call
+                # finds the same new commits here, on what it brought back, and moves it then
+                git(self.path, "update-ref", f"refs/heads/{self.branch}", new, tip)
+            git(self.target.path, "update-ref", f"refs/heads/{self.branch}", new, current)
         finally:
             git(self.target.path, "update-ref", "-d", incoming, check=False)
-        return tip
+        return new
+
+    def _rewrite(self, tip: str, current: str, notes: list[str] | None) -> str:
+        """``tip`` with the messages of its commits after ``current`` as ``messages`` has
+        them (the tip itself when they already are); BringBackRefused if that cannot be."""
+        rule = self.messages
+        if rule is None:
+            return tip
+        try:
+            done = rewrite_messages(self.target.path, tip, [current], rule)
+        except GitError as exc:
+            raise BringBackRefused(
+                f"hero must rewrite commit messages on {self.branch} ({rule.why}) and could "
+                f"not: {exc}; hero left the user's repository as it was"
+            ) from None
+        if done.reworded and notes is not None:
+            pairs = ", ".join(f"{old[:12]} is now {new[:12]}" for old, new in done.reworded[:5])
+            if len(done.reworded) > 5:
+                pairs += f" and {len(done.reworded) - 5} more"
+            moved = (
+                f"; {done.moved} commit(s) after them were made anew on top, changes, authors "
+                "and dates the same"
+                if done.moved
+                else ""
+            )
+            notes.append(
+                f"hero rewrote the message of {len(done.reworded)} commit(s) on {self.branch}: "
+                f"{rule.why}. {pairs}{moved}; {self.branch} is now at {done.tip[:12]}, no "
+                f"longer {tip[:12]}. Build on it as it is (`git log` shows the new messages)."
+            )
+        return done.tip
 
     def keep_in_target(self, branch: str, as_name: str = "") -> str:
         """Bring a branch of this repository (a stray one hero made) into the target under

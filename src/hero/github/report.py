@@ -31,7 +31,9 @@ configured in the target repository: hero adds no credential to its URL, its con
 command line (see :func:`_push_env` for how it gets past the push refusal all of hero's git
 carries). Every text sent to GitHub or logged is redacted of the token and of every secret
 in the configuration, and model-written text can neither close other issues nor mention
-people (:func:`_defang`).
+people (:func:`hero.github.defang.defang`). Nor can the commits pushed: hero rewrote their
+messages as it brought them back (``hero.git.storyrepo``), and :func:`_push` checks them
+again and refuses a branch whose commits still would (say, one an older hero made).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ from typing import Any
 from hero.config import Config, GitHubSettings
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, git, push_env
+from hero.git.rewrite import new_commits
 from hero.github.api import GitHub, GitHubError
+from hero.github.defang import OwnIssue, defang, live_references
 from hero.redact import Redactor
 from hero.state import RunState, StateError, Status, load_state, state_dir
 from hero.story import StoryError, parse_story
@@ -68,17 +72,12 @@ _FAILED = {
     Status.BUDGET_EXCEEDED: "ran out of budget",
 }
 _STORY_ID_RE = re.compile(r"^gh-(\d+)$")
-# What GitHub acts on in a body: closing keywords with an issue reference close that issue
-# when the pull request merges, and @mentions notify people. Model-written text (summaries,
-# feedback, criteria) is data from a story that may come from a stranger: it must not close
-# other issues or ping anyone, so such references are put in code spans, where GitHub
-# neither links nor acts on them.
-_CLOSING_RE = re.compile(
-    r"\b((?:close|closes|closed|fix|fixes|fixed|resolve|resolves|resolved)\s*:?\s+)"
-    r"([\w.-]+/[\w.-]+#\d+|#\d+|https?://\S+/(?:issues|pull)/\d+)",
-    re.IGNORECASE,
-)
-_MENTION_RE = re.compile(r"(?<![\w`])@([A-Za-z0-9][A-Za-z0-9-]*(?:/[A-Za-z0-9_.-]+)?)")
+#: The most commits a refused push names.
+MAX_NAMED_COMMITS = 5
+
+
+class PushRefused(GitError):
+    """A branch whose commits would close other issues or mention people: not pushed."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +140,9 @@ def _report_logged(
     """One story's report; its failure is logged, with the story, and never raised."""
     try:
         _report(issue, home, gh, settings, config, memory, redactor, log)
+    except PushRefused as exc:  # it stays refused until its commits change: an error
+        error = _one_line(str(exc))
+        level = log.error
     except (GitHubError, GitError, OSError) as exc:
         error = _one_line(str(exc))
         level = log.warning
@@ -272,12 +274,13 @@ def _open_pull(
     """Push the branch, then the URL of the open pull request from it: the one that exists
     (made by an earlier sweep whose report was cut short, or by hand), else a new one.
     Returns ``(url, reused)``."""
-    _push(issue, config.target_repo, settings.remote)
+    own = OwnIssue(settings.repo, issue.number)
+    _push(issue, config.target_repo, settings.remote, own)
     existing = gh.find_open_pull(issue.branch)
     if existing is not None:
         return str(existing.get("html_url") or existing.get("url") or ""), True
-    created = gh.create_pull(
-        title=redactor.redact(issue.title),
+    created = gh.create_pull(  # a squash merge makes the title a commit's subject: defanged
+        title=redactor.redact(defang(issue.title, own)),
         body=_pull_body(issue, redactor),
         head=issue.branch,
         base=_base_branch(gh, config, settings),
@@ -285,9 +288,13 @@ def _open_pull(
     return str(created.get("html_url") or created.get("url") or ""), False
 
 
-def _push(issue: _Issue, repo: Path, remote: str) -> None:
+def _push(issue: _Issue, repo: Path, remote: str, own: OwnIssue) -> None:
     """Put the approved commit (the record's ``head_sha``) on ``refs/heads/hero/<id>`` of
     ``remote``, as the target repository configures that remote.
+
+    Not when a commit of the story's (``new_commits`` since the record's base) still has a
+    closing keyword for another issue than the story's own or an @mention in its message:
+    PushRefused, naming the commits, and nothing is pushed.
 
     Forced, with a lease: the branch is hero's, and after a retry its new head need not
     descend from what an earlier ending pushed, which it must still replace. The lease
@@ -303,6 +310,7 @@ def _push(issue: _Issue, repo: Path, remote: str) -> None:
         raise GitError(
             f"{issue.id} passed at {wanted}, which is no commit in {repo}: nothing to push"
         )
+    _check_messages(issue, repo, local, own)
     listed = git(repo, "ls-remote", remote, ref).split()
     remote_sha = listed[0] if listed else ""
     if remote_sha == local:
@@ -319,6 +327,28 @@ def _push(issue: _Issue, repo: Path, remote: str) -> None:
 
 
 _push_env = push_env  # the name this module's tests know
+
+
+def _check_messages(issue: _Issue, repo: Path, tip: str, own: OwnIssue) -> None:
+    """PushRefused if a commit of the story's up to ``tip`` has a message GitHub would act
+    on (see ``hero.github.defang``)."""
+    bad = []
+    for commit in new_commits(repo, tip, [issue.state.base_sha]):
+        found = live_references(commit.message, own)
+        if found:
+            bad.append(f"{commit.sha[:12]} ({', '.join(dict.fromkeys(found))})")
+    if not bad:
+        return
+    named = "; ".join(bad[:MAX_NAMED_COMMITS])
+    if len(bad) > MAX_NAMED_COMMITS:
+        named += f"; and {len(bad) - MAX_NAMED_COMMITS} more"
+    raise PushRefused(
+        f"{issue.branch} not pushed: the message of commit {named} would close another issue "
+        f"than #{issue.number} or notify people once the pull request merges. hero rewrites "
+        "such messages as it brings a story's commits back; these were made otherwise (by an "
+        f"older hero, or by hand). Reword them on {issue.branch} (or run the story afresh) "
+        "and the next sweep pushes it"
+    )
 
 
 def _base_branch(gh: GitHub, config: Config, settings: GitHubSettings) -> str:
@@ -338,10 +368,10 @@ def _base_branch(gh: GitHub, config: Config, settings: GitHubSettings) -> str:
 def _pull_body(issue: _Issue, redactor: Redactor) -> str:
     state = issue.state
     last = state.rounds[-1] if state.rounds else None
-    parts = [f"hero's work on #{issue.number}: {_defang(state.title or issue.id)}"]
+    parts = [f"hero's work on #{issue.number}: {defang(state.title or issue.id)}"]
     summary = last.review.summary.strip() if last is not None else ""
     if summary:
-        parts.append("## Summary\n\n" + _defang(summary))
+        parts.append("## Summary\n\n" + defang(summary))
     parts.append(_rounds_section(state))
     if last is not None:
         parts.append(_verify_section(last.round, last.verify))
@@ -373,7 +403,7 @@ def _rounds_section(state: RunState) -> str:
             checks = f"{'passed' if verify.get('passed') else 'failed'} ({green}/{len(commands)})"
         review = r.review.verdict or "-"
         if r.review.short_circuited:  # a red check or a guardrail: the reason, in short
-            review += f" (not reviewed: {_defang(_one_line(r.review.summary)[:120])})"
+            review += f" (not reviewed: {defang(_one_line(r.review.summary)[:120])})"
         lines.append(f"| {r.round} | {checks} | {_cell(review, 200)} |")
     return "\n".join(lines)
 
@@ -414,7 +444,7 @@ def _ac_section(ac_check: Sequence[Mapping[str, Any]]) -> str:
         met = "yes" if a.get("satisfied") else "no"
         commit = str(a.get("commit") or "").strip()
         lines.append(
-            f"| {_cell(_defang(str(a.get('ac', '?'))), 300)} | {met} | "
+            f"| {_cell(defang(str(a.get('ac', '?'))), 300)} | {met} | "
             f"{_code(_cell(commit, 40)) if commit else ''} |"
         )
     return "\n".join(lines)
@@ -438,26 +468,20 @@ def _failed_comment(issue: _Issue, redactor: Redactor) -> str:
         reason = f"hero gave up {after}: the reviewer did not approve."
     else:
         why = _one_line(state.error) or "no reason recorded"
-        reason = f"hero {_FAILED[state.status]} {after}: {_defang(why)}"
+        reason = f"hero {_FAILED[state.status]} {after}: {defang(why)}"
     parts = [reason]
     last = state.rounds[-1] if state.rounds else None
     feedback = (last.feedback or "").strip() if last is not None else ""
     if feedback:
         if len(feedback) > MAX_FEEDBACK_CHARS:
             feedback = feedback[:MAX_FEEDBACK_CHARS] + "\n[... cut]"
-        quoted = "\n".join(f"> {line}" if line else ">" for line in _defang(feedback).splitlines())
+        quoted = "\n".join(f"> {line}" if line else ">" for line in defang(feedback).splitlines())
         parts.append(f"Last reviewer feedback (round {last.round if last else '?'}):\n\n{quoted}")
     else:
         parts.append("No reviewer feedback was recorded.")
     parts.append(f"The work so far is kept on hero's branch `{issue.branch}` (not pushed).")
     text = redactor.redact("\n\n".join(parts))
     return _fit(text, "\n\n" + issue.marker() + "\n")
-
-
-def _defang(text: str) -> str:
-    """Model-written text with closing keywords' references and @mentions in code spans."""
-    text = _CLOSING_RE.sub(lambda m: f"{m.group(1)}`{m.group(2)}`", text)
-    return _MENTION_RE.sub(lambda m: f"`@{m.group(1)}`", text)
 
 
 def _cell(text: str, limit: int) -> str:
