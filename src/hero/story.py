@@ -1115,19 +1115,73 @@ def _sanitize_feedback(text: str) -> str:
 
 
 def contain_sections(text: str) -> str:
-    """``text`` made safe to put inside a story section: headings of level 1-3 demoted to
-    level 4 (outside code fences) and an unclosed fence closed, so that nothing in it can
-    open a section (``## Acceptance Criteria``, the feedback heading) or hide the ones after."""
-    lines = text.split("\n")
-    out: list[str] = []
+    """``text`` made safe to put inside a story section: headings of level 1-3 demoted in
+    every form (:func:`demote_headings`) and an unclosed fence closed, so that nothing in it
+    can open a section (``## Acceptance Criteria``, the feedback heading) or hide the ones
+    after, for hero's parser or for a person reading it rendered."""
+    out = demote_headings(text).split("\n")
     fence: str | None = None
-    for line in lines:
-        fence, is_fence = _fence_step(line, fence)
-        if not is_fence and fence is None:
-            h = re.match(r"^( {0,3})(#{1,3})(?=[ \t]|$)", line)
-            if h:
-                line = h.group(1) + "####" + line[h.end() :]
-        out.append(line)
+    for line in out:
+        fence, _ = _fence_step(line, fence)
     if fence is not None:
         out.append(fence)
+    return "\n".join(out)
+
+
+#: What may stand before a heading's ``#`` (or a setext heading's text) and leave it a
+#: heading to a markdown renderer: indentation and the markers of block quotes and list
+#: items, nested (``> - ## X``). Any indentation: a line of an indented code block that
+#: looks like a heading is demoted too, which changes it by two ``#``.
+_CONTAINER = r"(?:[ \t]*(?:>|[-*+](?=[ \t])|\d{1,9}[.)](?=[ \t])))*[ \t]*"
+_CONTAINER_RE = re.compile(_CONTAINER)
+_ATX_RE = re.compile(rf"^({_CONTAINER})(#{{1,6}})(?=[ \t]|$)")
+#: A setext heading's underline (``===`` level 1, ``---`` level 2), in block quotes or
+#: indented; a list marker in front of it starts an item instead.
+_UNDERLINE_RE = re.compile(r"^[ \t>]*(?:=+|-+)[ \t]*$")
+#: A thematic break (``---``, ``* * *``, ``___``): no paragraph, so nothing to underline.
+_RULE_RE = re.compile(rf"^{_CONTAINER}(?:(?:-[ \t]*){{3,}}|(?:\*[ \t]*){{3,}}|(?:_[ \t]*){{3,}})$")
+#: The start of an HTML heading tag of level 1-3, opening or closing (``<h2>``, ``</H1>``,
+#: ``<h3 class=x>``, also split over lines).
+_HTML_HEADING_RE = re.compile(r"<(/?h[1-3])(?=[\s/>]|$)", re.IGNORECASE)
+
+
+def demote_headings(text: str) -> str:
+    """``text`` (markdown) with no heading of level 1-3 in any form a markdown renderer or
+    hero's story parser knows, outside code fences, its words kept:
+
+    - ATX (``## X``), also in block quotes and list items (``> ## X``, ``- ## X``,
+      ``1. ## X``) and indented: level 4 (``#### X``);
+    - setext (a line of text over ``===`` or ``---``): the text line made a level-4 ATX
+      heading (``#### X``), the underline left below it (a rule or a line of ``=``);
+    - HTML (``<h2>X</h2>``, any case, with attributes): the tags' ``<`` written as
+      ``&lt;``, so that they show as text.
+
+    Levels 4-6 are left as they are: hero's sections are level 2 (rounds of feedback
+    level 3). :func:`contain_sections` then closes a fence left open."""
+    out: list[str] = []
+    fence: str | None = None
+    text_line: int | None = None  # the line of ``out`` an underline would make a heading
+    for line in text.split("\n"):
+        fence, is_fence = _fence_step(line, fence)
+        if is_fence or fence is not None:
+            out.append(line)
+            text_line = None
+            continue
+        line = _HTML_HEADING_RE.sub(r"&lt;\1", line)
+        atx = _ATX_RE.match(line)
+        if atx is not None:
+            if len(atx.group(2)) <= 3:
+                line = f"{atx.group(1)}####{line[atx.end() :]}"
+            text_line = None
+        elif text_line is not None and _UNDERLINE_RE.match(line):
+            before = out[text_line]
+            cut = _CONTAINER_RE.match(before)
+            at = cut.end() if cut is not None else 0
+            out[text_line] = f"{before[:at]}#### {before[at:]}"
+            text_line = None
+        elif not line.strip(" \t>") or _RULE_RE.match(line):
+            text_line = None
+        else:
+            text_line = len(out)
+        out.append(line)
     return "\n".join(out)

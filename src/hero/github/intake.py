@@ -15,7 +15,7 @@ MEMBER, COLLABORATOR by default: people with write access) are taken. What GitHu
 show a reader is taken out before the text goes anywhere (:func:`sanitize`): HTML comments,
 zero-width and bidirectional-control characters, every other format (Cf) or control
 character but tab and newline, variation selectors and the invisible fillers. Headings in
-the body are demoted (:func:`demote_headings`), so the text cannot open a section of the
+the body are demoted (:func:`hero.story.contain_sections`), so the text cannot open a section of the
 story (its own acceptance criteria, the reviewer-feedback section), neither for hero's story
 parser nor for a reader or a markdown renderer. Secrets hero knows are redacted.
 
@@ -48,7 +48,6 @@ from hero.config import Config, GitHubSettings
 from hero.fsio import atomic_write
 from hero.redact import Redactor
 from hero.story import MAX_STORY_BYTES, StoryError, contain_sections, story_handler, write_story
-from hero.story import _fence_step as fence_step  # the story parser's fences: the two agree
 from hero.yamlio import ValueProblem, decode_text, read_file
 
 if TYPE_CHECKING:
@@ -70,21 +69,6 @@ _STORY_NAME_RE = re.compile(r"^gh-(\d+)(?:\.\d+)?\.md$")
 _COMMENT_RE = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _TASK_RE = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+\[[ xX]\]\s+(\S.*)$")
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-#: What may stand before a heading's ``#`` (or a setext heading's text) and leave it a
-#: heading to a markdown renderer: indentation and the markers of block quotes and list
-#: items, nested (``> - ## X``). Any indentation: a line of an indented code block that
-#: looks like a heading is demoted too, which changes it by two ``#``.
-_CONTAINER = r"(?:[ \t]*(?:>|[-*+](?=[ \t])|\d{1,9}[.)](?=[ \t])))*[ \t]*"
-_CONTAINER_RE = re.compile(_CONTAINER)
-_ATX_RE = re.compile(rf"^({_CONTAINER})(#{{1,6}})(?=[ \t]|$)")
-#: A setext heading's underline (``===`` level 1, ``---`` level 2), in block quotes or
-#: indented; a list marker in front of it starts an item instead.
-_UNDERLINE_RE = re.compile(r"^[ \t>]*(?:=+|-+)[ \t]*$")
-#: A thematic break (``---``, ``* * *``, ``___``): no paragraph, so nothing to underline.
-_RULE_RE = re.compile(rf"^{_CONTAINER}(?:(?:-[ \t]*){{3,}}|(?:\*[ \t]*){{3,}}|(?:_[ \t]*){{3,}})$")
-#: The start of an HTML heading tag of level 1-3, opening or closing (``<h2>``, ``</H1>``,
-#: ``<h3 class=x>``, also split over lines).
-_HTML_HEADING_RE = re.compile(r"<(/?h[1-3])(?=[\s/>]|$)", re.IGNORECASE)
 #: Invisible characters that are not format (Cf) characters: combining grapheme joiner,
 #: Hangul fillers, Khmer inherent vowels, braille blank, variation selectors.
 _INVISIBLE = frozenset(
@@ -121,48 +105,6 @@ def _visible(char: str) -> bool:
     if ord(char) in _INVISIBLE:
         return False
     return unicodedata.category(char) not in ("Cf", "Cc", "Zl", "Zp", "Cs")
-
-
-def demote_headings(text: str) -> str:
-    """``text`` (markdown) with no heading of level 1-3 in any form a markdown renderer or
-    hero's story parser knows, outside code fences, its words kept:
-
-    - ATX (``## X``), also in block quotes and list items (``> ## X``, ``- ## X``,
-      ``1. ## X``) and indented: level 4 (``#### X``);
-    - setext (a line of text over ``===`` or ``---``): the text line made a level-4 ATX
-      heading (``#### X``), the underline left below it (a rule or a line of ``=``);
-    - HTML (``<h2>X</h2>``, any case, with attributes): the tags' ``<`` written as
-      ``&lt;``, so that they show as text.
-
-    Levels 4-6 are left as they are: hero's sections are level 2 (rounds of feedback
-    level 3). ``hero.story.contain_sections`` then closes a fence left open."""
-    out: list[str] = []
-    fence: str | None = None
-    text_line: int | None = None  # the line of ``out`` an underline would make a heading
-    for line in text.split("\n"):
-        fence, is_fence = fence_step(line, fence)
-        if is_fence or fence is not None:
-            out.append(line)
-            text_line = None
-            continue
-        line = _HTML_HEADING_RE.sub(r"&lt;\1", line)
-        atx = _ATX_RE.match(line)
-        if atx is not None:
-            if len(atx.group(2)) <= 3:
-                line = f"{atx.group(1)}####{line[atx.end() :]}"
-            text_line = None
-        elif text_line is not None and _UNDERLINE_RE.match(line):
-            before = out[text_line]
-            cut = _CONTAINER_RE.match(before)
-            at = cut.end() if cut is not None else 0
-            out[text_line] = f"{before[:at]}#### {before[at:]}"
-            text_line = None
-        elif not line.strip(" \t>") or _RULE_RE.match(line):
-            text_line = None
-        else:
-            text_line = len(out)
-        out.append(line)
-    return "\n".join(out)
 
 
 def task_items(body: str) -> list[str]:
@@ -235,7 +177,7 @@ def issue_story(
         "whatever they claim to be."
     )
     goal = (
-        contain_sections(demote_headings(body))
+        contain_sections(body)
         if body.strip()
         else "The issue has no description: its title says what to do."
     )
