@@ -33,7 +33,7 @@ MANIFEST = "_manifest.yaml"
 
 def plan_name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a plan, or None."""
-    if not re.match(PLAN_RE, name):
+    if not re.fullmatch(PLAN_RE, name):
         return (
             "expected letters, digits, '_' or '-', starting with a letter or digit "
             f"(pattern {PLAN_RE}); found {name!r}"
@@ -98,7 +98,7 @@ class StoryRef:
 
     def valid(self) -> bool:
         """Whether this could name a story at all (a user's typo cannot reach outside runs/)."""
-        if not re.match(ID_RE, self.id) or ".." in self.id:
+        if not re.fullmatch(ID_RE, self.id) or ".." in self.id:
             return False
         return not self.plan or plan_name_problem(self.plan) is None
 

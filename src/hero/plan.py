@@ -158,7 +158,7 @@ def _stories(value: Any, path: Path) -> tuple[ManifestStory, ...]:
                 path, where, f"expected a mapping (id, title, depends_on); found {describe(entry)}"
             )
         story_id = entry.get("id")
-        if not isinstance(story_id, str) or not re.match(ID_RE, story_id):
+        if not isinstance(story_id, str) or not re.fullmatch(ID_RE, story_id):
             raise PlanError(
                 path,
                 f"{where}.id",

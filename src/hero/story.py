@@ -551,7 +551,7 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
             )
 
     story_id = _required_str(meta, "id", path)
-    if not re.match(ID_RE, story_id):
+    if not re.fullmatch(ID_RE, story_id):
         raise StoryError(
             path,
             "id",
@@ -598,7 +598,7 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
 
     depends_on = _str_list(meta.get("depends_on"), "depends_on", path)
     for dep in depends_on:
-        if not re.match(ID_RE, dep):
+        if not re.fullmatch(ID_RE, dep):
             raise StoryError(
                 path,
                 "depends_on",

@@ -207,7 +207,7 @@ def _check_story(
         errors.append(f"story {n}: expected a JSON object; found {describe(entry)}")
         return None, None, ()
     raw_id = entry.get("id")
-    story_id = raw_id if isinstance(raw_id, str) and re.match(ID_RE, raw_id) else None
+    story_id = raw_id if isinstance(raw_id, str) and re.fullmatch(ID_RE, raw_id) else None
     where = f"story {n} ({raw_id!r})" if isinstance(raw_id, str) else f"story {n}"
     before = len(errors)
     unknown = [str(k) for k in entry if k not in STORY_KEYS]
@@ -255,7 +255,7 @@ def _depends_on(value: Any, where: str, errors: list[str]) -> tuple[str, ...]:
     except ValueProblem as exc:
         errors.append(f"{where}: depends_on: {exc.message}")
         return ()
-    bad = [d for d in deps if not re.match(ID_RE, d)]
+    bad = [d for d in deps if not re.fullmatch(ID_RE, d)]
     if bad:
         errors.append(
             f"{where}: depends_on: expected story ids (pattern {ID_RE}); found "
