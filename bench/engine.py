@@ -156,10 +156,12 @@ _PROCS: list[Proc] = []
 
 def marked_env() -> dict[str, str]:
     """hero_env (no HERO_HOME, no user git config), unbuffered, with the bench's marker, and
-    no broker URL from the environment (the homes' config names the bench's redis-server)."""
+    no broker URL from the environment (the homes' config names the bench's redis-server);
+    the engine key the coordinator and its workers share (engine: celery needs one)."""
     env = hero_env()
     env.pop("HERO_BROKER_URL", None)
     env.pop("HERO_STATE_URL", None)
+    env["HERO_ENGINE_KEY"] = "bench-engine-key-" + TOKEN
     env["PYTHONUNBUFFERED"] = "1"
     env[MARK_ENV] = TOKEN
     return env

@@ -72,6 +72,9 @@ ENGINE_KNOBS: dict[str, object] = {
 #: The environment variable that marks every process of one test's cluster.
 CLUSTER_MARK = "HERO_TEST_CLUSTER"
 
+#: The engine key every home of the harness shares (config.local.yaml ``engine_key``).
+ENGINE_KEY = "test-engine-key-" + "5" * 48
+
 
 # --------------------------------------------------------------------------- waiting
 
@@ -126,32 +129,103 @@ def free_port() -> int:
 # --------------------------------------------------------------------------- redis-server
 
 
-def redis_ping(port: int, timeout: float = 1.0) -> bool:
-    """Whether a Redis server answers PING on 127.0.0.1:``port`` (RESP by hand: no client)."""
+def redis_pid(port: int, timeout: float = 1.0, ca: Path | None = None) -> int | None:
+    """The process id of the Redis server answering on 127.0.0.1:``port`` (``INFO server``,
+    RESP by hand: no client; over TLS, checking the server against ``ca``, when given), None
+    when none answers. A pid, not a PONG: a restart on the same port must not take another
+    test's redis-server, which took the port meanwhile, for its own."""
+    import ssl
+
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+            sock = raw
+            if ca is not None:
+                sock = ssl.create_default_context(cafile=str(ca)).wrap_socket(
+                    raw, server_hostname="127.0.0.1"
+                )
+            sock.sendall(b"INFO server\r\n")
+            data = b""
+            while b"process_id:" not in data or not data.endswith(b"\r\n"):
+                chunk = sock.recv(4096)
+                if not chunk or data.startswith(b"-") or len(data) > 1 << 16:
+                    break
+                data += chunk
     except OSError:
-        return False
+        return None
+    found = re.search(rb"process_id:(\d+)", data)
+    return int(found.group(1)) if found else None
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A throwaway certificate authority and a server certificate it signed, for 127.0.0.1."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def make_tls_files(folder: Path) -> TlsFiles:
+    """A CA and a server certificate for 127.0.0.1 (openssl's command line), in ``folder``;
+    skips the test when there is no openssl."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed: it makes the TLS test's certificates")
+    folder.mkdir(parents=True, exist_ok=True)
+    files = TlsFiles(folder / "ca.pem", folder / "server.pem", folder / "server-key.pem")
+    ext = folder / "san.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    steps = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+         "/CN=hero test CA", "-keyout", str(folder / "ca-key.pem"), "-out", str(files.ca)],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(files.key), "-out", str(folder / "server.csr")],
+        ["x509", "-req", "-in", str(folder / "server.csr"), "-CA", str(files.ca),
+         "-CAkey", str(folder / "ca-key.pem"), "-CAcreateserial", "-days", "1",
+         "-extfile", str(ext), "-out", str(files.cert)],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run(
+            [openssl, *step], capture_output=True, text=True, timeout=60, cwd=folder
+        )
+        assert done.returncode == 0, f"openssl {step[0]}: {done.stderr}"
+    return files
 
 
 class RedisServer:
     """A real ``redis-server`` on 127.0.0.1, no persistence: ``stop()`` then ``start()`` is a
-    broker restart on the same port with every key lost."""
+    broker restart on the same port with every key lost. With ``tls``, it speaks TLS only
+    (``rediss://``), its certificate signed by ``tls.ca``."""
 
-    def __init__(self, binary: str, workdir: Path) -> None:
+    def __init__(self, binary: str, workdir: Path, tls: TlsFiles | None = None) -> None:
         self.binary = binary
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = self.dir / "redis.log"
         self.port = 0
+        self.tls = tls
         self.proc: subprocess.Popen[bytes] | None = None
         self._client: Any = None
 
     @property
     def url(self) -> str:
+        if self.tls is not None:
+            return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def user_url(self, user: str, password: str) -> str:
+        """``url`` as ACL user ``user``."""
+        scheme, rest = self.url.split("://", 1)
+        return f"{scheme}://{user}:{password}@{rest}"
+
+    def _listen(self, port: int) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(port)]
+        return [
+            "--port", "0", "--tls-port", str(port),
+            "--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key),
+            "--tls-ca-cert-file", str(self.tls.ca), "--tls-auth-clients", "no",
+        ]  # fmt: skip
 
     def start(self) -> RedisServer:
         """Start it (the first time on a free port, later on the same one); returns when it
@@ -163,8 +237,7 @@ class RedisServer:
                 proc = subprocess.Popen(
                     [
                         self.binary,
-                        "--port",
-                        str(port),
+                        *self._listen(port),
                         "--bind",
                         "127.0.0.1",
                         "--save",
@@ -183,8 +256,9 @@ class RedisServer:
                     start_new_session=True,
                 )
             deadline = time.monotonic() + REDIS_START_TIMEOUT_S
+            ca = self.tls.ca if self.tls is not None else None
             while proc.poll() is None and time.monotonic() < deadline:
-                if redis_ping(port):
+                if redis_pid(port, ca=ca) == proc.pid:
                     self.port, self.proc = port, proc
                     return self
                 time.sleep(0.05)
@@ -220,17 +294,41 @@ class RedisServer:
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A started redis-server on loopback (a free port), killed at teardown."""
+    server = RedisServer(redis_binary(), tmp_path / "redis")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def tls_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A started redis-server speaking TLS only, with a throwaway CA (``rediss://`` URLs
+    name it: ``?ssl_ca_certs=...``); skipped when openssl, or TLS in redis-server, is
+    missing."""
+    binary = redis_binary()
+    server = RedisServer(binary, tmp_path / "redis-tls", make_tls_files(tmp_path / "tls"))
+    try:
+        try:
+            server.start()
+        except pytest.fail.Exception:
+            log = server.log.read_text(errors="replace")
+            if "tls" in log.lower() and "not supported" in log.lower():
+                pytest.skip(f"{binary} was built without TLS: {log.strip()[-300:]}")
+            raise
+        yield server
+    finally:
+        server.stop()
+
+
+def redis_binary() -> str:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip(
             "redis-server is not installed: the celery engine's tests need a real one "
             "(.ci/run installs it with apt-get, package redis-server)"
         )
-    server = RedisServer(binary, tmp_path / "redis")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    return binary
 
 
 @pytest.fixture
@@ -548,6 +646,12 @@ def kill_marked(mark: str) -> int:
 # --------------------------------------------------------------------------- the cluster
 
 
+def write_local(home: Path, values: dict[str, str]) -> None:
+    """``config.local.yaml`` of ``home``: ``values``, quoted."""
+    text = "".join(f"{k}: {json.dumps(v)}\n" for k, v in values.items())
+    (home / "config.local.yaml").write_text(text, encoding="utf-8")
+
+
 def roles_yaml(model: ScriptedModel, settings: dict[str, object]) -> str:
     """config/roles.yaml as conftest's make_home writes it: knobs, then both roles on the
     scripted model."""
@@ -578,13 +682,15 @@ class Cluster:
     coordinator_home: Path | None = None
     model: ScriptedModel | None = None
     knobs: dict[str, object] = field(default_factory=dict)
+    #: config.local.yaml of every home (the engine key; a broker URL with a password)
+    local: dict[str, str] = field(default_factory=lambda: {"engine_key": ENGINE_KEY})
 
     @property
     def env(self) -> dict[str, str]:
         """The environment of every process of the cluster."""
         env = {**os.environ, CLUSTER_MARK: self.mark, "PYTHONUNBUFFERED": "1"}
-        env.pop("HERO_BROKER_URL", None)  # the broker is the one in the homes' config
-        env.pop("HERO_HOME", None)
+        for name in ("HERO_BROKER_URL", "HERO_STATE_URL", "HERO_ENGINE_KEY", "HERO_HOME"):
+            env.pop(name, None)  # the broker and the key are the ones in the homes' config
         return env
 
     def engine_knobs(self, **knobs: object) -> dict[str, object]:
@@ -601,11 +707,15 @@ class Cluster:
         self.model = model
         self.knobs = self.engine_knobs(**knobs)
         self.coordinator_home = self.make_home(model, **self.knobs)
+        write_local(self.coordinator_home, self.local)
         return self.coordinator_home
 
-    def worker_home(self, name: str, **knobs: object) -> Path:
+    def worker_home(
+        self, name: str, *, local: dict[str, str] | None = None, **knobs: object
+    ) -> Path:
         """A hero home on "machine" ``name``: the coordinator's model and knobs, ``knobs``
-        over them (None: left out), and no ``target_repo``: a worker has only the remote."""
+        over them (None: left out), and no ``target_repo``: a worker has only the remote;
+        config.local.yaml the cluster's (``local``: instead)."""
         assert self.model is not None, "call cluster.home(model) first"
         home = self.root / name / "hero"
         (home / "config" / "providers").mkdir(parents=True, exist_ok=True)
@@ -616,6 +726,7 @@ class Cluster:
         settings = {**TEST_KNOBS, **shared, **knobs}
         settings = {k: v for k, v in settings.items() if v is not None}  # None: left out
         (home / "config" / "roles.yaml").write_text(roles_yaml(self.model, settings))
+        write_local(home, self.local if local is None else local)
         return home
 
     def start_worker(
@@ -625,16 +736,24 @@ class Cluster:
         concurrency: int = 1,
         ready: bool = True,
         args: tuple[str, ...] = (),
+        local: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
         **knobs: object,
     ) -> Worker:
         """``hero worker`` on a new "machine" (``<root>/<name>/``: its home ``hero/``, its
         workdir ``work/``); with ``ready``, returns once it is ready."""
         name = name or f"w{sum(isinstance(p, Worker) for p in self.procs) + 1}"
-        home = self.worker_home(name, **knobs)
+        home = self.worker_home(name, local=local, **knobs)
         workdir = self.root / name / "work"
         workdir.mkdir(parents=True, exist_ok=True)
         worker = Worker(
-            name, home, workdir, self.root, self.env, concurrency=concurrency, args=args
+            name,
+            home,
+            workdir,
+            self.root,
+            {**self.env, **(env or {})},
+            concurrency=concurrency,
+            args=args,
         )
         self.procs.append(worker)
         return worker.wait_ready() if ready else worker
@@ -677,6 +796,24 @@ def cluster(
     machines = tmp_path / "machines"
     machines.mkdir()
     c = Cluster(machines, redis_server, remote, target_repo, make_home)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def tls_cluster(
+    tmp_path: Path,
+    tls_redis_server: RedisServer,
+    remote: Path,
+    target_repo: Path,
+    make_home: HomeFactory,
+) -> Iterator[Cluster]:
+    """``cluster``, its Redis speaking TLS only (``rediss://``)."""
+    machines = tmp_path / "machines"
+    machines.mkdir()
+    c = Cluster(machines, tls_redis_server, remote, target_repo, make_home)
     try:
         yield c
     finally:

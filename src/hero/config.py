@@ -61,7 +61,7 @@ PROVIDER_KEYS = (
 #: The request fields a role's output cap may be sent as (OpenAI's reasoning models
 #: refuse ``max_tokens``).
 OUTPUT_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
-LOCAL_KEYS = ("keys", "github_token", "broker_url", "state_url")
+LOCAL_KEYS = ("keys", "github_token", "broker_url", "state_url", "engine_key")
 KNOB_KEYS = (
     "target_repo",
     "target_base_ref",
@@ -111,6 +111,7 @@ KNOB_KEYS = (
     "lease_s",
     "engine_queue",
     "broker_visibility_timeout_s",
+    "engine_key",  # refused here, with where it belongs: config.local.yaml (a secret)
 )
 ENGINES = ("local", "celery")
 ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
@@ -300,6 +301,10 @@ class EngineSettings:
     visibility_timeout_s: float = 43200.0
     """broker_visibility_timeout_s: Redis's redelivery of a task taken but not acknowledged.
     hero acknowledges a story when a worker starts it, so it never applies to a running one."""
+    key: str = field(default="", repr=False)
+    """engine_key: the secret the coordinator and every worker share, that authenticates each
+    story sent and everything a worker publishes (HMAC-SHA256, see hero.engine.seal): env
+    HERO_ENGINE_KEY, else config.local.yaml's engine_key. Required with ``celery``."""
 
     @property
     def remote(self) -> bool:
@@ -667,6 +672,9 @@ def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) 
             "engine_queue", f"expected letters, digits, '.', '_' or '-'; found {queue!r}"
         )
     secrets.extend(_url_credentials(r.string("target_remote") or ""))
+    engine_key = _engine_key(r, local, env)
+    if engine_key:
+        secrets.append(engine_key)
     settings = EngineSettings(
         kind=kind,
         broker_url=broker,
@@ -675,6 +683,7 @@ def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) 
         lease_s=r.number("lease_s", 30.0),
         queue=queue,
         visibility_timeout_s=r.number("broker_visibility_timeout_s", 43200.0),
+        key=engine_key,
     )
     if settings.remote:
         if not broker:
@@ -695,7 +704,72 @@ def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) 
                 "required with engine: celery; expected a git URL every worker can reach "
                 "(a bare repository on a shared path, ssh://..., https://...)",
             )
+        if not engine_key:
+            raise ConfigError(
+                LOCAL_FILE,
+                "engine_key",
+                "required with engine: celery: the secret that authenticates every story the "
+                "coordinator sends and everything a worker publishes; make one with "
+                f"{ENGINE_KEY_HOWTO} and put the same value in {LOCAL_FILE} "
+                "(`engine_key: ...`) of the coordinator's and every worker's home, or in "
+                "HERO_ENGINE_KEY",
+            )
+        for name, url in (("broker_url", broker), ("state_url", state)):
+            problem = _tls_problem(url)
+            if problem:
+                raise r._error(name, problem)
     return settings
+
+
+#: The shortest engine_key hero accepts (``secrets.token_hex(32)`` makes 64 characters).
+ENGINE_KEY_MIN_CHARS = 32
+ENGINE_KEY_HOWTO = '`python -c "import secrets; print(secrets.token_hex(32))"`'
+
+
+def _engine_key(r: _Reader, local: Mapping[Any, Any], env: Mapping[str, str]) -> str:
+    """engine_key: env HERO_ENGINE_KEY, else config.local.yaml's; never roles.yaml's."""
+    if "engine_key" in r.data:
+        raise r._error(
+            "engine_key",
+            f"is a secret; put it in {LOCAL_FILE} (`engine_key: ...`) or in the environment "
+            "(HERO_ENGINE_KEY) instead, so that roles.yaml holds no secret",
+        )
+    value = local.get("engine_key")
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(
+            LOCAL_FILE, "engine_key", f"expected a string (quote it); found {type_name(value)}"
+        )
+    key = (env.get("HERO_ENGINE_KEY") or "").strip() or (value or "").strip()
+    if key and len(key) < ENGINE_KEY_MIN_CHARS:
+        raise ConfigError(
+            LOCAL_FILE,
+            "engine_key",
+            f"expected at least {ENGINE_KEY_MIN_CHARS} characters (here or in HERO_ENGINE_KEY); "
+            f"found {len(key)}. Make one with {ENGINE_KEY_HOWTO}",
+        )
+    return key
+
+
+def _tls_problem(url: str) -> str | None:
+    """Why a ``rediss://`` URL would talk TLS without checking the server, or None. (Kombu
+    connects to a bare ``rediss://`` URL without verifying the certificate: hero asks it
+    to, see hero.engine.app; a URL that says so itself is refused.)"""
+    from urllib.parse import parse_qs, urlsplit
+
+    if not url.startswith("rediss://"):
+        return None
+    try:
+        query = parse_qs(urlsplit(url).query)
+    except ValueError:
+        return None
+    wanted = [v.lower() for v in query.get("ssl_cert_reqs", [])]
+    if any(v not in ("required", "cert_required") for v in wanted):
+        return (
+            "ssl_cert_reqs: expected required (or leave it out: hero checks the server's "
+            "certificate); give a CA the server's certificate is signed by with "
+            "?ssl_ca_certs=/path/to/ca.pem instead of turning the check off"
+        )
+    return None
 
 
 def _url_credentials(url: str) -> list[str]:

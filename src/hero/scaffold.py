@@ -408,6 +408,12 @@ keys:
 # (GITHUB_TOKEN in the environment wins). It needs to read issues; the report-back also
 # writes issues and pull requests.
 # github_token: ghp_your-token-here
+
+# engine: celery only: the secret the coordinator and every `hero worker` share (the same
+# value on each machine; HERO_ENGINE_KEY in the environment wins). Every story sent and
+# everything a worker publishes through Redis is authenticated with it. Make one with
+#   python -c "import secrets; print(secrets.token_hex(32))"
+# engine_key: your-64-hex-characters-here
 """
 
 

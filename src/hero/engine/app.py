@@ -13,6 +13,13 @@
   keeps renewing a lease).
 - Redis reconnections are retried for ever: a broker restart pauses the fleet, it does not
   stop it.
+- Celery's keys and channels in Redis are under ``<engine_queue>:kombu:`` (kombu's
+  ``global_keyprefix``), beside hero's own ``<engine_queue>:*``: a Redis ACL user limited to
+  ``~hero:* &hero:*`` runs everything. No result backend (hero reads no task result: a
+  worker publishes into hero's keys) and no remote control (its pattern subscription is
+  one an ACL user limited to a prefix cannot be granted).
+- A ``rediss://`` URL checks the server's certificate: kombu, left alone, connects to a bare
+  ``rediss://`` without checking it (redis-py checks by default; hero's own keys).
 """
 
 from __future__ import annotations
@@ -44,7 +51,10 @@ def make_app(engine: EngineSettings) -> Any:
     """The Celery application for ``engine`` (imports Celery: only with ``engine: celery``)."""
     from celery import Celery
 
-    app = Celery("hero", broker=engine.broker_url, backend=engine.state_url or None)
+    app = Celery("hero", broker=engine.broker_url)
+    transport: dict[str, Any] = {"visibility_timeout": engine.visibility_timeout_s}
+    if engine.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        transport["global_keyprefix"] = kombu_prefix(engine.queue)
     app.conf.update(
         task_acks_late=False,
         task_reject_on_worker_lost=False,
@@ -55,17 +65,37 @@ def make_app(engine: EngineSettings) -> Any:
         task_default_queue=engine.queue,
         task_serializer="json",
         accept_content=["json"],
-        result_serializer="json",
-        result_expires=24 * 3600,
+        task_ignore_result=True,
         task_track_started=False,
-        broker_transport_options={"visibility_timeout": engine.visibility_timeout_s},
-        result_backend_transport_options={"visibility_timeout": engine.visibility_timeout_s},
+        broker_transport_options=transport,
         broker_connection_retry=True,
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
         worker_send_task_events=False,
+        worker_enable_remote_control=False,
         enable_utc=True,
     )
+    if _unchecked_tls(engine.broker_url):
+        import ssl
+
+        app.conf.broker_use_ssl = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
     return app
+
+
+def kombu_prefix(queue: str) -> str:
+    """Where Celery keeps its keys and channels in Redis, under hero's prefix."""
+    return f"{queue}:kombu:"
+
+
+def _unchecked_tls(url: str) -> bool:
+    """A ``rediss://`` URL that does not say how to check the server (kombu would not)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    if not url.startswith("rediss://"):
+        return False
+    try:
+        return "ssl_cert_reqs" not in parse_qs(urlsplit(url).query)
+    except ValueError:
+        return True

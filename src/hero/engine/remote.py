@@ -14,6 +14,13 @@ mark (it waits in no queue) and no end for the dispatch that sent it: a worker k
 with the record and current trace as mirrored here, and resumes from its last saved step
 on whichever worker takes it. A coordinator that restarts finds the story's lease or
 pending mark and waits for that dispatch rather than sending a second one.
+
+Every task it sends is signed with the engine key (hero.engine.seal), and everything it
+reads back from Redis is hostile input (hero.engine.trust): a value is used only when its
+seal holds, it comes from a dispatch of this story this run sent or followed, and it fits
+(a record is this story's, a file has a plain name, sizes are bounded). Paths are made from
+the story this coordinator sent, never from what Redis says. A value refused is said once
+in the log, with what and where, and the last good copy here stays as it was.
 """
 
 from __future__ import annotations
@@ -27,7 +34,15 @@ from typing import Any
 
 from hero import __version__
 from hero.config import Config
+from hero.engine.seal import Seal
 from hero.engine.store import Store
+from hero.engine.trust import (
+    DISPATCH_RE,
+    MAX_FILE_BYTES,
+    Untrusted,
+    file_name_problem,
+    record_for,
+)
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, git
@@ -58,7 +73,8 @@ class RemoteRun:
         self.path = path  # the story file in this home's inbox
         self.config = config
         self.home = config.home
-        self.store = store
+        self.seal = Seal(config.engine.key)
+        self.store = store.sealed_with(self.seal)
         self.app = app
         self.repo = repo
         self.log = log
@@ -71,6 +87,8 @@ class RemoteRun:
         self._log_index = 0
         self._lost_since: float | None = None
         self._sent: set[str] = set()  # every dispatch of the story this run made or followed
+        self._file_macs: dict[str, tuple[int, Any]] = {}  # name -> (length, its HMAC so far)
+        self._refused: set[tuple[str, str]] = set()  # (where, why) said in the log
 
     # -- the StoryRun interface ------------------------------------------------------------
 
@@ -95,7 +113,7 @@ class RemoteRun:
                 raise Interrupted("the coordinator stopped; the story runs on its worker")
             try:
                 self._mirror()
-                done = self.store.done(self.key)
+                done = self._done()
                 if done.get("dispatch") in self._sent and done.get("status"):
                     state = self._ended(done)
                     if state is not None:
@@ -104,12 +122,15 @@ class RemoteRun:
                 if self._lost():
                     self._lost_since = self._lost_since or time.monotonic()
                     if time.monotonic() - self._lost_since >= grace:
+                        self._worker_refused()
                         self.log.warning(
                             "sent again", reason="no worker holds it and no queue has it"
                         )
                         self._send()
                 else:
                     self._lost_since = None
+            except Untrusted as exc:  # a key of hero's planted with another type
+                self._refuse("a key", "redis", str(exc))
             except Exception as exc:
                 if not _broker_error(exc):
                     raise
@@ -122,15 +143,20 @@ class RemoteRun:
         after a coordinator restart; otherwise the story is sent."""
         while True:
             try:
-                value = self.store.redis.get(self.store.key("dispatch", self.key))
-                current = value.decode() if isinstance(value, bytes) else str(value or "")
-                alive = self.store.holder(self.key) or self.store.pending(self.key)
+                try:
+                    current = self.store.short("dispatch", self.key) or ""
+                    alive = self.store.holder(self.key) or self.store.pending(self.key)
+                except Untrusted as exc:  # planted with another type: send afresh
+                    self._refuse("a key", "redis", str(exc))
+                    current, alive = "", None
+                if not DISPATCH_RE.fullmatch(current):
+                    current = ""  # not one this coordinator could have sent
                 # a dispatch that still runs, or that ended while this coordinator was down
-                ended = self.store.done(self.key).get("dispatch") == current
+                ended = bool(current) and self._done().get("dispatch") == current
                 if current and (alive or ended):
                     self.dispatch = current
                     self._sent.add(current)
-                    self._log_index = len(self.store.log_lines(self.key, 0))
+                    self._log_index = self.store.log_length(self.key)
                     self.log.info("following", dispatch=self.dispatch, worker=alive)
                     return
                 self._send()
@@ -153,12 +179,16 @@ class RemoteRun:
         store.mark_pending(key, self.dispatch)
         self.app.send_task(
             "hero.run_story",
-            args=[self.payload()],
+            args=[self.task()],
             queue=self.config.engine.queue,
             task_id=f"{key.replace('/', '.')}-{self.dispatch}",
         )
         self._lost_since = None
         self.log.info("sent", dispatch=self.dispatch, queue=self.config.engine.queue)
+
+    def task(self) -> dict[str, Any]:
+        """The payload, signed (hero.engine.seal): what a worker is sent."""
+        return self.seal.sign_task(self.payload())
 
     def payload(self) -> dict[str, Any]:
         """What a worker needs of the story: its file, this home's record of it and its
@@ -213,45 +243,146 @@ class RemoteRun:
 
     def _mirror(self) -> None:
         """What the worker published, into this home: the story file, the traces and logs,
-        then the record (whose digest is the file's), then the progress lines."""
-        store, key = self.store, self.key
-        story_text = store.story_text(key)
-        if story_text is not None and story_text != self._story_text:
+        then the record (whose digest is the file's), then the progress lines. Each value
+        is checked first; one refused leaves this home's copy as it was."""
+        self._mirror_story()
+        self._mirror_files()
+        self._mirror_record()
+        self._mirror_log()
+
+    def _mirror_story(self) -> None:
+        sealed = self._checked("the story file", "story", self.store.story_text)
+        if sealed is None or sealed.dispatch not in self._sent:
+            return
+        story_text = sealed.value
+        if story_text != self._story_text:
             if self.path.exists() and _read_text(self.path) != story_text:
                 try:  # never through a link swapped in for the story file
                     atomic_write(self.path, story_text.encode("utf-8"), follow_link=False)
                 except OSError as exc:
                     self.log.warning("story file not updated", path=str(self.path), error=str(exc))
             self._story_text = story_text
-        run_dir = self.ref.run_dir(self.home)
-        for name in store.file_names(key):
-            if "/" in name or name.startswith(".") or not name:
-                continue
-            local = run_dir / name
-            have = local.stat().st_size if local.exists() else 0
-            length = store.file_length(key, name)
-            if length > have:  # grown (traces only grow): the new part
-                data = store.file_bytes(key, name, have)
-                run_dir.mkdir(parents=True, exist_ok=True)
-                with open(local, "ab") as fh:
-                    fh.write(data)
-            elif 0 < length < have:  # written anew (a verify log of a round run again)
-                atomic_write(local, store.file_bytes(key, name, 0))
-        text = store.state(key)
-        if text is not None and text != self._state_text:
-            self._save_record(text)
-            self._state_text = text
-        lines = store.log_lines(key, self._log_index)
+
+    def _mirror_record(self) -> None:
+        sealed = self._checked("the run record", "state", self.store.state)
+        if sealed is None or sealed.dispatch not in self._sent or sealed.value == self._state_text:
+            return
+        self._state_text = sealed.value
+        try:
+            state = record_for(self.ref, sealed.value)
+        except Untrusted as exc:
+            self._refuse("the run record", self.store.key("state", self.key), str(exc))
+            return
+        self._save_record(state)
+
+    def _mirror_log(self) -> None:
+        lines = self.store.log_lines(self.key, self._log_index)
         for line in lines:
-            self.log.info(line)
+            if isinstance(line, Untrusted):
+                self._refuse("a progress line", self.store.key("log", self.key), str(line))
+            elif line.dispatch in self._sent:
+                self.log.info(line.value)
         self._log_index += len(lines)
 
-    def _save_record(self, text: str) -> None:
+    def _mirror_files(self) -> None:
         try:
-            state = RunState.from_dict(json.loads(text))
-        except (ValueError, TypeError) as exc:
-            self.log.warning("unreadable record from the worker", error=str(exc)[:200])
+            names = self.store.file_names(self.key)
+        except Untrusted as exc:
+            self._refuse("the published files", self.store.key("files", self.key), str(exc))
             return
+        for name in names:
+            where = self.store.key("file", self.key, name[:200])
+            problem = file_name_problem(name)
+            try:
+                if problem:
+                    raise Untrusted(problem)
+                self._mirror_file(name)
+            except Untrusted as exc:
+                self._refuse("a published file", where, str(exc))
+            except OSError as exc:  # this home's copy cannot be written (a link put there)
+                self._refuse("a published file", where, f"not mirrored: {exc}")
+
+    def _mirror_file(self, name: str) -> None:
+        """``runs/<id>/<name>`` as the worker published it: the part it has grown by
+        appended, or the whole when it was written anew; either only when the seal of the
+        whole (what is here and the new part) holds."""
+        store, key = self.store, self.key
+        local = self.ref.run_dir(self.home) / name
+        have = local.stat().st_size if local.is_file() and not local.is_symlink() else 0
+        length = store.file_length(key, name)
+        if length == have:
+            return
+        if length > have and have:  # grown (traces only grow): the new part
+            data, seal = store.file_part(key, name, have)
+            mac = self._file_mac(name, local, have).copy()
+            mac.update(data)
+            if Seal.matches(mac, seal):
+                with open(local, "ab") as fh:
+                    fh.write(data)
+                self._file_macs[name] = (have + len(data), mac)
+                return
+        # written anew (a verify log of a round run again), or new here: the whole
+        data, seal = store.file_part(key, name, 0)
+        mac = self.seal.file_mac(key, name)
+        mac.update(data)
+        if not Seal.matches(mac, seal):
+            raise Untrusted("its seal does not match (not published by a hero worker)")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(local, data, follow_link=False)
+        self._file_macs[name] = (len(data), mac)
+
+    def _file_mac(self, name: str, local: Path, have: int) -> Any:
+        """The HMAC of the first ``have`` bytes of this home's copy of file ``name``."""
+        known = self._file_macs.get(name)
+        if known is not None and known[0] == have:
+            return known[1]
+        mac = self.seal.file_mac(self.key, name)
+        with open(local, "rb") as fh:
+            mac.update(fh.read(min(have, MAX_FILE_BYTES)))
+        return mac
+
+    def _checked(self, what: str, kind: str, read: Any) -> Any:
+        """``read(key)``, or None (said once in the log) when it is refused."""
+        try:
+            return read(self.key)
+        except Untrusted as exc:
+            self._refuse(what, self.store.key(kind, self.key), str(exc))
+            return None
+
+    def _done(self) -> dict[str, str]:
+        """How the story's last dispatch ended ({} while none has, or when what Redis says
+        is not sealed by a worker)."""
+        try:
+            return self.store.done(self.key)
+        except Untrusted as exc:
+            self._refuse("the end of a dispatch", self.store.key("done", self.key), str(exc))
+            return {}
+
+    def _refuse(self, what: str, where: str, why: str) -> None:
+        """A value from Redis that is not used: said once (what, where, why)."""
+        if (where, why) in self._refused:
+            return
+        self._refused.add((where, why))
+        self.log.warning("refused from redis", what=what, where=where, reason=why[:300])
+
+    def _worker_refused(self) -> None:
+        """What a worker said when it refused the task of the current dispatch (it cannot
+        be trusted, so it is only shown: the story is sent again)."""
+        try:
+            note = json.loads(self.store.refusal(self.key) or "{}")
+        except (ValueError, Untrusted):
+            return
+        if not isinstance(note, dict) or note.get("dispatch") not in self._sent:
+            return
+        self.log.warning(
+            "a worker refused the story",
+            worker=" ".join(str(note.get("worker"))[:100].split()),
+            reason=" ".join(str(note.get("reason"))[:500].split()),
+        )
+
+    def _save_record(self, state: RunState) -> None:
+        """The record a worker published, checked to be this story's (record_for): saved
+        under this story's own paths, and the story file moved to done/ when it passed."""
         state.story_path = str(self.path)
         if state.status == Status.PASSED:  # as the pipeline does: record first, then move
             state.story_path = str(done_path_for(self.home, self.path, self.ref))
@@ -272,6 +403,9 @@ class RemoteRun:
         if state is None:
             state = RunState(id=self.ref.id, plan=self.ref.plan, status=Status.ERROR)
             state.error = f"worker {done.get('worker')} ended the story ({done.get('status')})"
+        # the ending is here now: its worker, which kept it published (a broker restart
+        # would have lost it, and the story seemed lost), may let go
+        self.store.mark_mirrored(self.key, done["dispatch"])
         if state.status not in TERMINAL:
             # stopped on its worker (a worker shutting down): send it on to another one
             self.log.info("stopped on its worker", status=state.status.value)

@@ -9,22 +9,41 @@ Keys, for a prefix ``P`` (``engine_queue``) and a story key ``K`` (``<id>``, ``<
   clears it. Neither lease nor pending mark for long: the story was lost (a dead worker,
   a broker that lost its data), and the coordinator sends it again.
 - ``P:state:K``: the run record (``runs/state/<id>.json``) as the worker last saved it.
-- ``P:file:K:<name>`` (names in ``P:files:K``): ``runs/<K>/<name>`` as the worker has it:
-  the round traces, verify logs, error log. Append-only files are appended to.
+- ``P:file:K:<name>`` (names in ``P:files:K``, seals in ``P:seals:K``): ``runs/<K>/<name>``
+  as the worker has it: the round traces, verify logs, error log. Append-only files are
+  appended to.
 - ``P:story:K``: the story file as the worker has it (with the feedback hero appends).
 - ``P:log:K``: the progress lines, in order.
+- ``P:done:K``: the dispatch whose run ended, and how.
+- ``P:dispatch:K``: the dispatch the coordinator sent last.
+- ``P:mirrored:K``: the dispatch whose ending the coordinator has mirrored (its worker
+  keeps the ending published, and the lease, until then).
+- ``P:refused:K``: why a worker last refused a task of the story (for the coordinator's log).
+
+Celery's own keys (the queue, kombu's bindings) are under ``P:kombu:`` (see hero.engine.app):
+a Redis ACL user limited to ``~P:*`` and ``&P:*`` runs hero.
 
 Every write a worker makes checks, in the same Lua call, that it still holds the lease: a
 worker that lost its story (it was presumed dead) cannot overwrite the new run's record.
+What a worker publishes is sealed (hero.engine.seal); a reader checks the seal, and bounds
+what it reads (hero.engine.trust): Redis is hostile input.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from hero.engine.trust import MAX_FILE_BYTES, MAX_FILES, MAX_LOG_CHARS, Untrusted, dispatch_of
+from hero.state import MAX_STATE_BYTES
+from hero.story import MAX_STORY_BYTES
+
 if TYPE_CHECKING:
     import redis
+
+    from hero.engine.seal import Seal, Sealed
 
 #: Lease renewal: ``ok`` (still ours), ``retaken`` (it had vanished, a broker that lost its
 #: data: taken again), ``lost`` (someone else holds it).
@@ -45,9 +64,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-#: KEYS: lease, target[, files set]; ARGV: owner, op, value, expected length, name, lease ms.
-#: -2: another worker holds the lease. A lease that vanished (a broker that lost its data)
-#: is taken again, as a renewal would. -1: an append whose expected length is not the file's.
+#: KEYS: lease, target[, files set, seals hash]; ARGV: owner, op, value, expected length,
+#: name, lease ms[, seal]. -2: another worker holds the lease. A lease that vanished (a
+#: broker that lost its data) is taken again, as a renewal would. -1: an append whose
+#: expected length is not the file's. A file's seal is set with its content, atomically.
 _WRITE = """
 local v = redis.call('GET', KEYS[1])
 if v == false then
@@ -67,9 +87,37 @@ elseif ARGV[2] == 'push' then
 end
 if KEYS[3] then
   redis.call('SADD', KEYS[3], ARGV[5])
+  redis.call('HSET', KEYS[4], ARGV[5], ARGV[7])
 end
 return redis.call('STRLEN', KEYS[2])
 """
+#: A list's range or a set's members, each cut to ARGV[1] bytes (a line or a name planted
+#: larger than any hero writes never leaves the server whole).
+_BOUNDED = """
+local items
+if ARGV[2] == 'list' then
+  items = redis.call('LRANGE', KEYS[1], ARGV[3], ARGV[4])
+else
+  items = redis.call('SMEMBERS', KEYS[1])
+end
+local most = tonumber(ARGV[1])
+for i, v in ipairs(items) do
+  if #v > most then items[i] = string.sub(v, 1, most) end
+end
+return items
+"""
+#: The longest lease holder, pending mark or dispatch read (hero writes ~60 bytes).
+_SHORT = 256
+#: How long the coordinator's word that it has mirrored a run's ending stays.
+MIRRORED_TTL_S = 3600
+#: How long a refusal note stays for the coordinator to read.
+REFUSAL_TTL_S = 24 * 3600
+#: Room for a sealed value's header line (hero.engine.seal), beyond the value's own bound.
+_HEADER_BYTES = 256
+#: The longest progress line (sealed) or file name read.
+_ITEM_BYTES = 4 * MAX_LOG_CHARS + _HEADER_BYTES
+#: Progress lines read in one look.
+LOG_LINES_PER_LOOK = 1000
 
 
 class LeaseLost(Exception):
@@ -77,7 +125,10 @@ class LeaseLost(Exception):
 
 
 class Store:
-    def __init__(self, url: str, prefix: str, lease_s: float) -> None:
+    """hero's keys in one Redis. What a worker publishes is sealed, and checked when read,
+    with ``seal`` (see :meth:`sealed_with`)."""
+
+    def __init__(self, url: str, prefix: str, lease_s: float, seal: Seal | None = None) -> None:
         import redis
 
         self.redis: redis.Redis = redis.Redis.from_url(
@@ -88,6 +139,20 @@ class Store:
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)
         self._write = self.redis.register_script(_WRITE)
+        self._bounded = self.redis.register_script(_BOUNDED)
+        self.seal = seal
+
+    def sealed_with(self, seal: Seal) -> Store:
+        """This store (its connection, its scripts), sealing and checking with ``seal``."""
+        other = copy.copy(self)
+        other.seal = seal
+        return other
+
+    @property
+    def _sealer(self) -> Seal:
+        if self.seal is None:
+            raise RuntimeError("a Store without a seal reads and writes no published value")
+        return self.seal
 
     def key(self, kind: str, story: str, name: str = "") -> str:
         return f"{self.prefix}:{kind}:{story}" + (f":{name}" if name else "")
@@ -104,8 +169,13 @@ class Store:
         self._release(keys=[self.key("lease", story)], args=[owner])
 
     def holder(self, story: str) -> str | None:
-        value = self.redis.get(self.key("lease", story))
-        return _text(value) if value is not None else None
+        return self.short("lease", story)
+
+    def short(self, kind: str, story: str) -> str | None:
+        """A short value (a lease's holder, a pending mark, a dispatch), cut to _SHORT."""
+        key = self.key(kind, story)
+        value = self._guarded(key, lambda: self.redis.getrange(key, 0, _SHORT - 1))
+        return _text(value) if value else None
 
     # -- the pending mark ------------------------------------------------------------------
 
@@ -120,46 +190,53 @@ class Store:
             self._release(keys=[self.key("pending", story)], args=[dispatch])
 
     def pending(self, story: str) -> str | None:
-        value = self.redis.get(self.key("pending", story))
-        return _text(value) if value is not None else None
+        return self.short("pending", story)
 
     # -- what a worker publishes (under its lease) -----------------------------------------
 
-    def put_state(self, story: str, owner: str, record: str) -> None:
-        self._checked(story, owner, self.key("state", story), "set", record)
+    def put_state(self, story: str, owner: str, dispatch: str, record: str) -> None:
+        self._put(story, owner, dispatch, "state", record)
 
-    def put_story(self, story: str, owner: str, text: str) -> None:
-        self._checked(story, owner, self.key("story", story), "set", text)
+    def put_story(self, story: str, owner: str, dispatch: str, text: str) -> None:
+        self._put(story, owner, dispatch, "story", text)
 
-    def push_log(self, story: str, owner: str, line: str) -> None:
-        self._checked(story, owner, self.key("log", story), "push", line)
+    def push_log(self, story: str, owner: str, dispatch: str, line: str) -> None:
+        sealed = self._sealer.wrap("log", story, dispatch, line[:MAX_LOG_CHARS])
+        self._checked(story, owner, self.key("log", story), "push", sealed)
 
-    def append_file(self, story: str, owner: str, name: str, data: bytes, offset: int) -> bool:
-        """Append ``data`` to the file, whose published length must be ``offset``; False
-        when it is not (the key was lost, or never written): then :meth:`set_file`."""
+    def _put(self, story: str, owner: str, dispatch: str, kind: str, value: str) -> None:
+        sealed = self._sealer.wrap(kind, story, dispatch, value)
+        self._checked(story, owner, self.key(kind, story), "set", sealed)
+
+    def append_file(
+        self, story: str, owner: str, name: str, data: bytes, offset: int, seal: str
+    ) -> bool:
+        """Append ``data`` to the file, whose published length must be ``offset``, its seal
+        now ``seal`` (of the whole); False when it is not (the key was lost, or never
+        written): then :meth:`set_file`."""
         result = self._write(
-            keys=[
-                self.key("lease", story),
-                self.key("file", story, name),
-                self.key("files", story),
-            ],
-            args=[owner, "append", data, offset, name, self.lease_ms],
+            keys=self._file_keys(story, name),
+            args=[owner, "append", data, offset, name, self.lease_ms, seal],
         )
         if result == -2:
             raise LeaseLost(story)
         return bool(result != -1)
 
-    def set_file(self, story: str, owner: str, name: str, data: bytes) -> None:
+    def set_file(self, story: str, owner: str, name: str, data: bytes, seal: str) -> None:
         result = self._write(
-            keys=[
-                self.key("lease", story),
-                self.key("file", story, name),
-                self.key("files", story),
-            ],
-            args=[owner, "set", data, 0, name, self.lease_ms],
+            keys=self._file_keys(story, name),
+            args=[owner, "set", data, 0, name, self.lease_ms, seal],
         )
         if result == -2:
             raise LeaseLost(story)
+
+    def _file_keys(self, story: str, name: str) -> list[str]:
+        return [
+            self.key("lease", story),
+            self.key("file", story, name),
+            self.key("files", story),
+            self.key("seals", story),
+        ]
 
     def _checked(self, story: str, owner: str, target: str, op: str, value: str) -> None:
         args: list[str | int] = [owner, op, value, 0, "", self.lease_ms]
@@ -170,49 +247,142 @@ class Store:
         """The run of ``dispatch`` is over (``status``): the coordinator may stop waiting.
         Under the lease, like every write a worker makes."""
         record = {"dispatch": dispatch, "status": status, "worker": worker}
-        self._checked(story, owner, self.key("done", story), "set", json.dumps(record))
+        self._put(story, owner, dispatch, "done", json.dumps(record))
 
     def done(self, story: str) -> dict[str, str]:
-        value = self.redis.get(self.key("done", story))
-        try:
-            record = json.loads(value) if value is not None else {}
-        except ValueError:
+        """How the story's last dispatch ended (``dispatch``, ``status``, ``worker``), {}
+        while none has; Untrusted for a value not sealed, or not one."""
+        sealed = self._sealed("done", story, 4096)
+        if sealed is None:
             return {}
-        return {str(k): str(v) for k, v in record.items()} if isinstance(record, dict) else {}
+        try:
+            record = json.loads(sealed.value)
+        except ValueError:
+            raise Untrusted(f"{self.key('done', story)}: not JSON") from None
+        if not isinstance(record, dict) or record.get("dispatch") != sealed.dispatch:
+            raise Untrusted(f"{self.key('done', story)}: not the end of its own dispatch")
+        dispatch_of(record.get("dispatch"))
+        return {k: str(v)[:200] for k, v in record.items() if k in ("dispatch", "status", "worker")}
 
-    # -- what the coordinator reads --------------------------------------------------------
+    def state(self, story: str) -> Sealed | None:
+        """The run record a worker last published, its seal checked (Untrusted otherwise);
+        whether it is the story's is the reader's check (hero.engine.trust.record_for)."""
+        return self._sealed("state", story, MAX_STATE_BYTES)
 
-    def state(self, story: str) -> str | None:
-        value = self.redis.get(self.key("state", story))
-        return _text(value) if value is not None else None
+    def story_text(self, story: str) -> Sealed | None:
+        """The story file a worker last published, its seal checked."""
+        return self._sealed("story", story, MAX_STORY_BYTES)
 
-    def story_text(self, story: str) -> str | None:
-        value = self.redis.get(self.key("story", story))
-        return _text(value) if value is not None else None
+    def _sealed(self, kind: str, story: str, limit: int) -> Sealed | None:
+        text = self.text(kind, story, limit)
+        if text is None:
+            return None
+        try:
+            return self._sealer.unwrap(kind, story, text)
+        except Untrusted as exc:
+            # which value it was (a reader says each refused value once)
+            digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:12]
+            raise Untrusted(f"{self.key(kind, story)}: {exc} [value sha256 {digest}]") from None
+
+    # -- what the coordinator (and the next worker) reads: bounded, never trusted -----------
+
+    def text(self, kind: str, story: str, limit: int) -> str | None:
+        """The string at ``P:kind:story``, None when there is none; Untrusted when it is
+        larger than ``limit`` bytes, or not a string."""
+        key = self.key(kind, story)
+        most = limit + _HEADER_BYTES  # and the seal's header line
+        value = self._guarded(key, lambda: self.redis.getrange(key, 0, most))
+        if not value:
+            return None
+        if len(value) > most:
+            raise Untrusted(f"{key}: larger than {limit} bytes")
+        return _text(value)
 
     def file_names(self, story: str) -> list[str]:
-        return sorted(_text(n) for n in self.redis.smembers(self.key("files", story)))
+        key = self.key("files", story)
+        count = self._guarded(key, lambda: int(self.redis.scard(key)))
+        if count > MAX_FILES:
+            raise Untrusted(f"{key}: more than {MAX_FILES} files")
+        names = self._guarded(key, lambda: self._bounded(keys=[key], args=[_ITEM_BYTES, "set"]))
+        return sorted({_text(n) for n in names})
 
     def file_length(self, story: str, name: str) -> int:
-        return int(self.redis.strlen(self.key("file", story, name)))
+        key = self.key("file", story, name)
+        return int(self._guarded(key, lambda: self.redis.strlen(key)))
 
-    def file_bytes(self, story: str, name: str, start: int) -> bytes:
-        value = self.redis.getrange(self.key("file", story, name), start, -1)
-        if isinstance(value, str):
-            return value.encode("utf-8")
-        return bytes(value) if value else b""
+    def file_part(self, story: str, name: str, start: int) -> tuple[bytes, bytes | None]:
+        """The file from byte ``start`` on, with its seal, read together (one transaction:
+        never a part from one write and a seal from another); Untrusted when the file is
+        larger than MAX_FILE_BYTES."""
+        key = self.key("file", story, name)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.getrange(key, start, MAX_FILE_BYTES)
+        pipe.hget(self.key("seals", story), name)
+        value, seal = self._guarded(key, pipe.execute)
+        data = value.encode("utf-8") if isinstance(value, str) else bytes(value or b"")
+        if start + len(data) > MAX_FILE_BYTES:
+            raise Untrusted(f"{key}: larger than {MAX_FILE_BYTES} bytes")
+        if seal is not None and not isinstance(seal, bytes):
+            seal = str(seal).encode("utf-8")
+        return data, seal
 
-    def log_lines(self, story: str, start: int) -> list[str]:
-        return [_text(v) for v in self.redis.lrange(self.key("log", story), start, -1)]
+    def log_lines(self, story: str, start: int) -> list[Sealed | Untrusted]:
+        """At most LOG_LINES_PER_LOOK progress lines from line ``start`` on, each sealed
+        (or Untrusted saying why not)."""
+        key = self.key("log", story)
+        end = start + LOG_LINES_PER_LOOK - 1
+        found: list[Sealed | Untrusted] = []
+        args: list[str | int] = [_ITEM_BYTES, "list", start, end]
+        for value in self._guarded(key, lambda: self._bounded(keys=[key], args=args)):
+            try:
+                found.append(self._sealer.unwrap("log", story, _text(value)))
+            except Untrusted as exc:
+                found.append(Untrusted(f"{key}: a line: {exc}"))
+        return found
+
+    def log_length(self, story: str) -> int:
+        key = self.key("log", story)
+        return int(self._guarded(key, lambda: self.redis.llen(key)))
+
+    def _guarded(self, key: str, read: Any) -> Any:
+        """``read()``; a key of the wrong type (a hash where a string is due, planted) is
+        Untrusted, not a broker that is away."""
+        import redis.exceptions
+
+        try:
+            return read()
+        except redis.exceptions.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            raise Untrusted(f"{key}: not of the type hero writes there") from None
+
+    def mark_mirrored(self, story: str, dispatch: str) -> None:
+        """The coordinator has the ending of ``dispatch``: its worker may let go (see
+        hero.engine.worker._Run._until_mirrored)."""
+        self.redis.set(self.key("mirrored", story), dispatch, ex=MIRRORED_TTL_S)
+
+    # -- refusals -----------------------------------------------------------------------------
+
+    def note_refusal(self, story: str, note: str) -> None:
+        """Why a worker refused a task of ``story`` (a task it cannot trust cannot end the
+        story: this note is all the coordinator hears of it)."""
+        self.redis.set(self.key("refused", story), note[:2000], ex=REFUSAL_TTL_S)
+
+    def refusal(self, story: str) -> str | None:
+        return self.text("refused", story, 4000)
 
     def forget(self, story: str) -> None:
         """Drop what was published of a story that ended and was mirrored."""
-        names = self.file_names(story)
+        try:
+            names = self.file_names(story)
+        except Untrusted:
+            names = []
         self.redis.delete(
             self.key("state", story),
             self.key("story", story),
             self.key("log", story),
             self.key("files", story),
+            self.key("seals", story),
             *(self.key("file", story, n) for n in names),
         )
 
