@@ -994,7 +994,7 @@ def test_rerun_without_state_keeps_old_branch_aside(
 def test_rerun_after_gave_up_continues_the_branch(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
-    """README: a story that gave up gets a fresh budget of rounds on the same branch, round
+    """docs/run.md: a story that gave up gets a fresh budget of rounds on the same branch, round
     numbers going on from where they stopped."""
     attempt = {"n": 1}
     model = scripted(_attempt_handler(attempt))

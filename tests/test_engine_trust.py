@@ -22,7 +22,7 @@ from engine_support import ENGINE_KEY, Cluster, Policy, wait_for, worker_turns
 from helpers import backlog
 from test_engine_celery import coordinator_side, once_per_turn
 
-#: The README's ACL user for hero's keys (engine_queue ``hero``), as it is typed there.
+#: The ACL user for hero's keys (engine_queue ``hero``) as docs/celery.md types it.
 ACL_RULES = "reset on >hero-acl-password-0123456789 ~hero:* &hero:* +@all -@dangerous"
 ACL_PASSWORD = "hero-acl-password-0123456789"
 ADMIN_PASSWORD = "admin-password-0123456789"
@@ -291,7 +291,7 @@ def test_values_planted_for_a_worker_are_refused_and_the_story_runs_as_sent(
 
 
 def acl_user(cluster: Cluster) -> str:
-    """The README's ACL user on the cluster's Redis, and a password on the default user
+    """The ACL user of docs/celery.md on the cluster's Redis, and a password on the default user
     (so every hero process must log in as the limited user); returns its URL."""
     admin = cluster.redis.client()
     admin.execute_command("ACL", "SETUSER", "hero", *ACL_RULES.split())
