@@ -18,16 +18,20 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: Top to bottom. ``name`` matches that module only; ``name.*`` matches the package ``name``
 #: and every module inside it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("hero.cli", "hero.__main__"),  # 1  entry points: arguments, exit codes
-    ("hero.app", "hero.demo", "hero.scaffold", "hero.planning"),  # 2  commands a user runs
-    ("hero.views.*",),  # 3  what `hero status` / `hero logs` show
-    # 4  scheduling, the inbox watcher; the GitHub watcher (a service beside it, with its logs);
-    #    the Celery engine (stories sent to `hero worker` processes, which run the pipeline)
-    ("hero.daemon.*", "hero.github.watch", "hero.engine.*"),
-    ("hero.pipeline",),  # 5  the round loop for one story
-    ("hero.roles.*",),  # 6  worker, verifier, reviewer: one job each
-    ("hero.agent.*",),  # 7  the tool-calling loop and its tools
-    (  # 8  the outside world: model, git, GitHub, processes, traces, prompts, locks
+    ("hero.cli", "hero.__main__"),  # 1  entry point: assembles the commands, maps errors to exits
+    ("hero.commands.*",),  # 2  one module per command: its arguments, what it prints, its exit
+    # 3  what the commands share and the services only a command calls: running one story,
+    #    the demo's home and model, `hero init`'s scaffold, drafting and writing a plan
+    ("hero.app", "hero.demo", "hero.scaffold", "hero.planning"),
+    ("hero.views.*",),  # 4  what `hero status` / `hero logs` show
+    # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
+    #    processes, which run the pipeline)
+    ("hero.daemon.*", "hero.engine.*"),
+    ("hero.pipeline",),  # 6  the round loop for one story
+    ("hero.roles.*",),  # 7  worker, verifier, reviewer: one job each
+    ("hero.agent.*",),  # 8  the tool-calling loop and its tools
+    (  # 9  the outside world: model, git, GitHub (its client, intake, report-back and
+        #    watcher), processes, traces, prompts, locks
         "hero.llm",
         "hero.git.*",
         "hero.github.*",
@@ -44,7 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.story",
         "hero.state",
         "hero.plan",
-    ),  # 9  the records hero reads and writes
+    ),  # 10 the records hero reads and writes
     (
         "hero.names",
         "hero.dag",
@@ -56,7 +60,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.redact",
         "hero",
         "hero.testing.*",
-    ),  # 10 foundations
+    ),  # 11 foundations
 )
 
 Graph = Mapping[str, Mapping[str, int]]  # module -> {imported hero module: first line}
@@ -258,7 +262,7 @@ def test_no_import_cycles(graph: Graph) -> None:
 
 def test_checker_reports_a_cycle_an_upward_import_and_an_unplaced_module() -> None:
     fake: dict[str, dict[str, int]] = {
-        "hero.llm": {"hero.pipeline": 3},  # layer 8 -> layer 5: upward
+        "hero.llm": {"hero.pipeline": 3},  # layer 9 -> layer 6: upward
         "hero.pipeline": {"hero.roles.worker": 4},
         "hero.roles.worker": {"hero.llm": 5},  # closes llm -> pipeline -> roles.worker -> llm
         "hero.config": {"hero.story": 6},  # same layer both ways: a cycle, not an upward one
@@ -268,7 +272,7 @@ def test_checker_reports_a_cycle_an_upward_import_and_an_unplaced_module() -> No
     }
 
     assert upward_imports(fake) == [
-        "hero.llm (layer 8) imports hero.pipeline (layer 5, above it) at line 3"
+        "hero.llm (layer 9) imports hero.pipeline (layer 6, above it) at line 3"
     ]
     assert cycles(fake) == [
         "hero.config -> hero.story -> hero.config",
@@ -305,6 +309,6 @@ def test_reader_sees_function_level_relative_and_submodule_imports(tmp_path: Pat
         "hero.agent.loop": {"hero.agent.tools.bash": 1},
     }
     assert upward_imports(found) == [
-        "hero.llm (layer 8) imports hero.pipeline (layer 5, above it) at line 2"
+        "hero.llm (layer 9) imports hero.pipeline (layer 6, above it) at line 2"
     ]
     assert cycles(found) == ["hero.agent.loop -> hero.agent.tools.bash -> hero.agent.loop"]

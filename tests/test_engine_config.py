@@ -120,9 +120,10 @@ def test_a_worker_home_needs_no_target_repo_but_a_coordinator_does(tmp_path: Pat
     home = make_home(tmp_path, CELERY, repo=False)
     config = load_config(home, env={})
     assert config.target_repo == home / "worker" / "repo"  # the worker's clone stands in
-    from hero.daemon.watch import watch
+    from hero.cli import main
 
-    assert watch(home, exit_when_idle=True) == 2  # `hero watch` needs a repository
+    # `hero watch` needs a repository
+    assert main(["watch", "--home", str(home), "--exit-when-idle"]) == 2
 
 
 def test_without_the_celery_extra_the_commands_say_what_to_install(

@@ -247,9 +247,9 @@ def run(self):
 
 
 hero.pipeline.StoryRun._start, hero.pipeline.StoryRun.run = start, run
-from hero.daemon.watch import watch
+from hero.cli import main
 
-sys.exit(watch(Path(sys.argv[1]), json_logs=True))
+sys.exit(main(["watch", "--home", sys.argv[1], "--log-format", "json"]))
 """
 
 

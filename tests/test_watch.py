@@ -699,9 +699,9 @@ def init(self, *args, **kwargs):
 
 
 hero.llm.LlmClient.__init__ = init
-from hero.daemon.watch import watch
+from hero.cli import main
 
-sys.exit(watch(Path(sys.argv[1]), json_logs=True))
+sys.exit(main(["watch", "--home", sys.argv[1], "--log-format", "json"]))
 """
 
 
@@ -782,9 +782,11 @@ def move(src, dest):  # hero has recorded the pass; it dies just before or after
 
 
 hero.pipeline.move_story_file = move
-from hero.daemon.watch import watch
+from hero.cli import main
 
-sys.exit(watch(Path(sys.argv[1]), exit_when_idle=True, json_logs=True))
+sys.exit(
+    main(["watch", "--home", sys.argv[1], "--exit-when-idle", "--log-format", "json"])
+)
 """
 
 

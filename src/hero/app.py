@@ -1,6 +1,7 @@
 """What the commands share: build the models a config names and run one story.
 
-`hero run` (cli) and `hero demo` both call this, so neither imports the other.
+`hero run` and `hero demo` (hero.commands.run, hero.commands.demo) both call this, so
+neither imports the other.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ import os
 from pathlib import Path
 
 from hero.config import Config
+from hero.errors import UsageError
 from hero.pipeline import Progress
 from hero.state import RunState
 from hero.story import Story
 
 
-class Refused(Exception):
+class Refused(UsageError):
     """The story may not run from this file as it stands (say, its id already passed from
     another file); the message is one line, for the user."""
 

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hero.config import Budgets
+from hero.errors import HeroError
 from hero.llm import Completion
 from hero.state import RunState
 
 
-class BudgetExceeded(Exception):
+class BudgetExceeded(HeroError):
     """A budget is used up. ``str()`` is the reason for the run record and the user, e.g.
     ``budget exceeded: story tokens 12034 > max_story_tokens 10000``; ``key`` is the
     roles.yaml setting that tripped."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hero.errors import ConfigurationError
 from hero.limits import SETTINGS as LIMIT_KEYS
 from hero.limits import Limits, bounds, setting
 from hero.yamlio import (
@@ -147,7 +148,7 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SENSITIVE_HEADER_RE = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
 
 
-class ConfigError(Exception):
+class ConfigError(ConfigurationError):
     """A configuration problem; ``str(e) == f"{file}: {key}: {message}"``, never a secret."""
 
     def __init__(self, file: str, key: str, message: str) -> None:

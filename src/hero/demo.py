@@ -1,8 +1,8 @@
-"""`hero demo`: the whole pipeline on an example repo, against hero's scripted model.
+"""What `hero demo` runs: an example home and repo, and hero's scripted model's part.
 
 No key, no network: the model is hero's own scripted OpenAI-compatible server on a
 loopback port, playing a worker that forgets the tests in round 1 and a reviewer that
-sends it back for them.
+sends it back for them. The command itself is :mod:`hero.commands.demo`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -70,47 +69,6 @@ def make_demo_home(root: Path, base_url: str) -> tuple[Path, Path]:
     story.parent.mkdir(parents=True, exist_ok=True)
     story.write_text(story_text, encoding="utf-8")
     return home, story
-
-
-def run_demo(directory: Path | None) -> int:
-    from hero.app import run_with_config
-    from hero.config import load_config
-    from hero.state import Status
-    from hero.testing.scripted import ScriptedModel
-
-    root = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="hero-demo-"))
-    if root.exists() and any(root.iterdir()):
-        print(f"hero demo: {root} is not empty; pass an empty or new --dir", file=sys.stderr)
-        return 2
-    root.mkdir(parents=True, exist_ok=True)
-    with ScriptedModel(demo_policy) as model:
-        print("hero demo")
-        print(f"  The model is SCRIPTED: hero's built-in fake model at {model.base_url}.")
-        print("  It plays a worker and a reviewer from a fixed script; no key, no network.")
-        home, story = make_demo_home(root, model.base_url)
-        print(f"  home:   {home}")
-        print(f"  repo:   {root / 'textkit'}")
-        print(f"  story:  {story.relative_to(home)}\n")
-        config = load_config(home, roles=("worker", "reviewer"))
-        state = run_with_config(story, config, progress=lambda m: print(f"  {m}", flush=True))
-    print()
-    print(f"result:   {state.status} after {len(state.rounds)} rounds")
-    for r in state.rounds:
-        print(f"  round {r.round}: {r.review.verdict}: {r.review.summary}")
-    print(f"branch:   {state.branch} in {config.target_repo}")
-    log = subprocess.run(
-        ["git", "log", "--oneline", f"{state.base_sha}..{state.branch}"],
-        cwd=config.target_repo,
-        capture_output=True,
-        text=True,
-    ).stdout
-    for line in log.splitlines():
-        print(f"            {line}")
-    print(f"worktree: {state.worktree}")
-    print(f"state:    {home / 'runs' / 'state' / (state.id + '.json')}")
-    print(f"traces:   {home / 'runs' / state.id}/round-N.jsonl, verify-rN.log")
-    print(f"story:    {state.story_path}")
-    return 0 if state.status == Status.PASSED else 1
 
 
 # -- the scripted model's part ---------------------------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hero.config import LlmSettings, RoleConfig
-from hero.errors import Interrupted
+from hero.errors import HeroError, Interrupted
 
 if TYPE_CHECKING:
     import openai
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 
 
-class LlmError(Exception):
+class LlmError(HeroError):
     """The model could not be reached or answered unusably; retries (if any) ran out."""
 
 
@@ -338,7 +338,7 @@ class LlmClient:
             raise Interrupted("cancelled while waiting to retry the model")
 
 
-class _BadReply(Exception):
+class _BadReply(HeroError):
     """The endpoint answered 200 with something that is not a usable chat completion."""
 
 

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from hero.errors import UsageError
 from hero.names import StoryRef
 
 #: A probe (``is_held``) holds a shared lock for microseconds: a taker tries this often,
@@ -35,11 +36,11 @@ _ATTEMPTS = 5
 _RETRY_S = 0.05
 
 
-class StoryBusy(Exception):
+class StoryBusy(UsageError):
     """Another hero process is running this story right now."""
 
 
-class DaemonRunning(Exception):
+class DaemonRunning(UsageError):
     """Another `hero watch` holds this home."""
 
 
@@ -110,7 +111,7 @@ def story_lock(home: Path, story: StoryRef | str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-class PlanBusy(Exception):
+class PlanBusy(UsageError):
     """Another ``hero run-plan`` runs this plan right now."""
 
 

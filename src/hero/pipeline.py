@@ -25,7 +25,7 @@ from hero.agent.tools.policy import Policy
 from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
 from hero.budget import BudgetExceeded, Meter
 from hero.config import Config, context_limits
-from hero.errors import Interrupted
+from hero.errors import HeroError, Interrupted
 from hero.git.guard import (
     Guard,
     commit_of,
@@ -103,7 +103,7 @@ def run_story(
     return run.run()
 
 
-class StartError(Exception):
+class StartError(HeroError):
     """A story that cannot start as it stands (say, its base_ref names no commit)."""
 
 

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from hero.errors import UsageError
 from hero.names import ID_RE, MANIFEST, plan_name_problem
 from hero.story import Story, StoryError, parse_story
 from hero.yamlio import ValueProblem, decode_text, describe, load_yaml, read_file, string_list
@@ -37,7 +38,7 @@ MANIFEST_KEYS = ("name", "source", "source_sha256", "created_at", "stories")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-class PlanError(Exception):
+class PlanError(UsageError):
     """A plan folder or manifest hero cannot use; ``str(e) == f"{path}: {field}: {message}"``."""
 
     def __init__(self, path: Path | str, field: str, message: str) -> None:

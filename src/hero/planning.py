@@ -1,43 +1,34 @@
 """`hero plan PLAN.md` and `hero plan show NAME`: a markdown plan becomes a DAG of stories.
 
-``hero plan PLAN.md [--name NAME] [--force] [--dry-run]`` asks the planner (its role in
-``config/roles.yaml``) for stories, shows it the target repository's files and rules, checks
-its answer (see :mod:`hero.roles.planner`), and writes ``inbox/<name>/<id>.md`` and
+:func:`draft_plan` asks the planner (its role in ``config/roles.yaml``) for stories, shows
+it the target repository's files and rules, and checks its answer (see
+:mod:`hero.roles.planner`); :func:`write_plan` writes ``inbox/<name>/<id>.md`` and
 ``inbox/<name>/_manifest.yaml`` all at once: everything goes into a dot-folder the inbox
 watcher ignores, renamed into place when complete. A name already planned is refused unless
-``--force``, and never replaced once one of its stories has a run record. It ends by
-drawing the DAG and saying what to run next.
+``force``, and never replaced once one of its stories has a run record.
+:func:`plan_statuses` reads a plan back with each story's status.
 
-``hero plan show NAME [--format text|mermaid|dot]`` draws a plan's DAG again, each story
-with its status from its run record.
-
-Exit codes: 0 done; 1 the planner's answer stayed invalid, or the model could not be
-reached (nothing is written); 2 usage or configuration error, an unreadable plan file, a
-name that exists without --force, a plan whose stories have started, an unknown plan.
+The command (its arguments, what it prints, its exit codes) is :mod:`hero.commands.plan`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import re
 import shutil
-import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hero.dag import problems as dag_problems
-from hero.dag import render_dot, render_mermaid, render_text
-from hero.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from hero.names import MANIFEST, StoryRef, plan_branch, plan_name_problem
-from hero.plan import Manifest, ManifestStory, PlanError, dump_manifest, read_plan, utc_now
-from hero.story import Story
+from hero.errors import UsageError
+from hero.names import MANIFEST, StoryRef, plan_name_problem
+from hero.plan import Manifest, ManifestStory, Plan, PlanError, dump_manifest, read_plan, utc_now
 from hero.yamlio import ValueProblem, decode_text, read_file
 
 if TYPE_CHECKING:
-    from hero.config import Safety
+    from hero.config import Config, Safety
     from hero.roles.planner import Draft
 
 #: The largest plan file hero reads.
@@ -46,43 +37,42 @@ NOT_STARTED = "not started"
 UNREADABLE = "unreadable"
 
 
-class Refusal(Exception):
+class Refusal(UsageError):
     """A plan hero will not write or show; the message says why and what to do (exit 2)."""
 
 
-def cmd_plan(args: argparse.Namespace, home: Path) -> int:
-    """Both forms of `hero plan`; returns the exit code."""
-    try:
-        if args.target == "show":
-            if args.name or args.force or args.dry_run:
-                raise Refusal("--name, --force and --dry-run are for `hero plan PLAN.md`")
-            if not args.show_name:
-                raise Refusal("`hero plan show` needs the plan's name: hero plan show NAME")
-            return show_plan(home, args.show_name, fmt=args.format)
-        if args.show_name:
-            raise Refusal(
-                f"unexpected argument {args.show_name!r}: hero plan PLAN.md [--name NAME] "
-                "[--force] [--dry-run], or hero plan show NAME"
-            )
-        return make_plan(
-            home, Path(args.target), name=args.name, force=args.force, dry_run=args.dry_run
-        )
-    except Refusal as exc:
-        _err(str(exc))
-        return EXIT_USAGE
+@dataclass(frozen=True)
+class Drafted:
+    """The planner's checked answer for a plan file, not yet written."""
+
+    name: str
+    """The plan's name: the one asked for, else the planner's, else the file's."""
+    draft: Draft
+    config: Config
+    source: Path
+    """The plan file, resolved."""
+    sha256: str
+    """Of the plan file's bytes, for the manifest."""
 
 
 # ----------------------------------------------------------------------------- hero plan
 
 
-def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry_run: bool) -> int:
-    """`hero plan PLAN.md`: ask the planner, check, write (unless ``dry_run``), draw."""
-    from hero.config import ConfigError, load_config
+def draft_plan(
+    home: Path, plan_file: Path, *, name: str | None, force: bool, dry_run: bool
+) -> Drafted:
+    """Ask the planner for the stories of ``plan_file`` and check its answer.
+
+    Refusal for an unusable plan file or name (unless ``dry_run``, a ``name`` that may not
+    be written, see :func:`check_free`: said before a model call is spent on it),
+    ConfigError, LlmError when the model could not answer, PlanInvalid when its answer
+    stayed invalid."""
+    from hero.config import load_config
     from hero.git.ops import GitError
-    from hero.llm import LlmClient, LlmError
+    from hero.llm import LlmClient
     from hero.prompting import PromptError
     from hero.redact import RedactingModel, Redactor
-    from hero.roles.planner import PlanInvalid, plan_stories
+    from hero.roles.planner import plan_stories
     from hero.roles.repo import repo_layout, repo_rules
 
     data, text = _read_plan_file(plan_file)
@@ -91,11 +81,8 @@ def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry
         if problem:
             raise Refusal(f"--name: {problem}")
         if not dry_run:
-            _check_free(home, name, force=force)  # before a model call is spent on it
-    try:
-        config = load_config(home, roles=("planner",))
-    except ConfigError as exc:
-        raise Refusal(f"configuration error: {exc}") from None
+            check_free(home, name, force=force)  # before a model call is spent on it
+    config = load_config(home, roles=("planner",))
     try:
         layout = repo_layout(config.target_repo)
     except GitError as exc:
@@ -114,47 +101,35 @@ def make_plan(home: Path, plan_file: Path, *, name: str | None, force: bool, dry
             home=config.home,
             check=lambda d: _policy_problems(config.safety, d),
         )
-    except ConfigError as exc:
-        raise Refusal(f"configuration error: {exc}") from None
     except PromptError as exc:
         raise Refusal(str(exc)) from None
-    except LlmError as exc:
-        _err(f"the planner could not answer: {exc}; nothing written")
-        return EXIT_FAILED
-    except PlanInvalid as exc:
-        _err("the planner's answer was still invalid after a second try; nothing written:")
-        for error in exc.errors:
-            print(error, file=sys.stderr)
-        return EXIT_FAILED
-
-    if draft.answers > 1:
-        _err("the planner's first answer was invalid; its corrected answer is used")
-    chosen = _plan_name(name, draft.plan, plan_file)
-    nodes, titles = draft.deps(), draft.titles()
-    if dry_run:
-        print(f"plan {chosen} (dry run: nothing written): {len(draft.stories)} stories\n")
-        _describe_stories(config.safety, draft)
-        print(render_text(nodes, titles), end="")
-        if _existing(home, chosen) or _started(home, chosen):
-            print(f"\nnote: a plan named {chosen} exists; writing this one needs --force")
-        return EXIT_OK
-
-    _check_free(home, chosen, force=force)
-    source = plan_file.resolve()
-    manifest = Manifest(
-        name=chosen,
-        source=str(source),
-        source_sha256=hashlib.sha256(data).hexdigest(),
-        created_at=utc_now(),
-        stories=tuple(ManifestStory(s.id, s.title, s.depends_on) for s in draft.stories),
+    return Drafted(
+        name=_plan_name(name, draft.plan, plan_file),
+        draft=draft,
+        config=config,
+        source=plan_file.resolve(),
+        sha256=hashlib.sha256(data).hexdigest(),
     )
-    folder = _write_plan(home, manifest, [(s.metadata, s.body) for s in draft.stories])
-    print(f"plan {chosen}: {len(draft.stories)} stories written to {_shown(home, folder)}/")
-    print(f"from {source}; branch when every story passed: {plan_branch(chosen)}\n")
-    _describe_stories(config.safety, draft)
-    print(render_text(nodes, titles, dict.fromkeys(nodes, NOT_STARTED)), end="")
-    print(f"\nnext: hero run-plan {chosen}   (or `hero watch`)")
-    return EXIT_OK
+
+
+def write_plan(home: Path, drafted: Drafted, *, force: bool) -> Path:
+    """Write the drafted plan to ``inbox/<name>/``, whole; its folder. Refusal when a plan
+    of that name exists (unless ``force``) or has started."""
+    check_free(home, drafted.name, force=force)
+    stories = drafted.draft.stories
+    manifest = Manifest(
+        name=drafted.name,
+        source=str(drafted.source),
+        source_sha256=drafted.sha256,
+        created_at=utc_now(),
+        stories=tuple(ManifestStory(s.id, s.title, s.depends_on) for s in stories),
+    )
+    return _write_plan(home, manifest, [(s.metadata, s.body) for s in stories])
+
+
+def plan_exists(home: Path, name: str) -> bool:
+    """Whether a plan called ``name`` has folders or run records."""
+    return bool(_existing(home, name) or _started(home, name))
 
 
 def _read_plan_file(path: Path) -> tuple[bytes, str]:
@@ -207,7 +182,7 @@ def _started(home: Path, name: str) -> list[str]:
     return sorted(names)
 
 
-def _check_free(home: Path, name: str, *, force: bool) -> None:
+def check_free(home: Path, name: str, *, force: bool) -> None:
     """Refusal unless a plan called ``name`` may be written: no such plan, or ``force`` and
     none of its stories has started."""
     started = _started(home, name)
@@ -219,7 +194,7 @@ def _check_free(home: Path, name: str, *, force: bool) -> None:
         )
     existing = _existing(home, name)
     if existing and not force:
-        where = " and ".join(f"{_shown(home, p)}/" for p in existing)
+        where = " and ".join(f"{shown(home, p)}/" for p in existing)
         raise Refusal(
             f"a plan named {name} exists ({where}); use --force to replace it, or --name to "
             "plan under another name"
@@ -258,7 +233,7 @@ def _write_plan(
             os.rename(tmp, target)
         except OSError as exc:
             raise Refusal(
-                f"{_shown(home, target)}/ appeared while the plan was being written "
+                f"{shown(home, target)}/ appeared while the plan was being written "
                 f"({exc.strerror or exc}); nothing written"
             ) from None
     except BaseException:
@@ -304,42 +279,12 @@ def _policy_problems(safety: Safety, draft: Draft) -> list[str]:
     ]
 
 
-def _describe_stories(safety: Safety, draft: Draft) -> None:
-    """Every story of the plan with the verify commands the planner wrote, for the user to
-    read before they run (or that default_verify replaces, with model_verify off)."""
-    print(
-        "verify commands below were written by the planner model: read them before you run the plan"
-        if safety.model_verify
-        else "model_verify is off: the planner's verify commands below never run; "
-        "default_verify runs in their place"
-    )
-    print()
-    for story in draft.stories:
-        print(_describe_story(story.story))
-
-
-def _describe_story(story: Story) -> str:
-    """One story: id and title, then priority, depends_on, scope and verify."""
-    lines = [
-        f"{story.id}  {story.title}",
-        f"  priority:   {story.priority}",
-        f"  depends_on: {', '.join(story.depends_on) or '(none)'}",
-        f"  scope:      {', '.join(story.scope) or '(whole repository)'}",
-    ]
-    if not story.verify:
-        lines.append("  verify:     (none: default_verify of config/roles.yaml)")
-    else:
-        lines.append("  verify:")
-        for tier in story.verify:  # in the order the verifier runs them
-            lines.extend(f"    {tier.name}: {command}" for command in tier.commands)
-    return "\n".join(lines) + "\n"
-
-
 # ----------------------------------------------------------------------------- hero plan show
 
 
-def show_plan(home: Path, name: str, *, fmt: str = "text") -> int:
-    """`hero plan show NAME`: the plan's DAG with each story's status, its branch and folder."""
+def plan_statuses(home: Path, name: str) -> tuple[Plan, dict[str, str]]:
+    """`hero plan show NAME`: the plan, and each story's status from its run record
+    (``NOT_STARTED`` without one, ``UNREADABLE`` for one that cannot be read)."""
     from hero.state import StateError, load_state
 
     problem = plan_name_problem(name)
@@ -361,39 +306,15 @@ def show_plan(home: Path, name: str, *, fmt: str = "text") -> int:
             statuses[story_id] = UNREADABLE
             continue
         statuses[story_id] = state.status.value if state is not None else NOT_STARTED
-    nodes, titles = plan.deps(), plan.titles()
-    folder = _shown(home, plan.folder)
-    branch = plan_branch(name)
-    if fmt == "mermaid":
-        print(f"%% plan {name}: folder {folder}/, branch {branch}")
-        print(render_mermaid(nodes, titles, statuses), end="")
-    elif fmt == "dot":
-        print(f"// plan {name}: folder {folder}/, branch {branch}")
-        print(render_dot(nodes, titles, statuses, name=name), end="")
-    else:
-        print(f"plan {name}: {len(nodes)} stories in {folder}/")
-        print(f"branch: {branch}")
-        print(f"from {plan.manifest.source}, planned {plan.manifest.created_at}\n")
-        print(render_text(nodes, titles, statuses), end="")
-        print("\nverify commands (written by the planner model):")
-        for story_id, story in plan.stories.items():
-            commands = [f"{t.name}: {c}" for t in story.verify for c in t.commands]
-            print(f"- {story_id}: " + ("; ".join(commands) or "(none: default_verify)"))
-    for line in plan.problems + dag_problems(nodes):
-        _err(f"warning: {line}")
-    return EXIT_OK
+    return plan, statuses
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def _shown(home: Path, path: Path) -> str:
+def shown(home: Path, path: Path) -> str:
     """``path`` relative to the home when it is inside it."""
     try:
         return str(path.relative_to(home))
     except ValueError:
         return str(path)
-
-
-def _err(message: str) -> None:
-    print(f"hero: {message}", file=sys.stderr)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hero.errors import HeroError
 from hero.yamlio import ValueProblem, read_file
 
 _PACKAGE_PROMPTS = Path(__file__).parent / "prompts"
@@ -22,7 +23,7 @@ MAX_TEMPLATE_BYTES = 262_144
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 
 
-class PromptError(Exception):
+class PromptError(HeroError):
     """A prompt template does not fit the values given for it; the message names the file."""
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from hero.errors import HeroError
 from hero.git.ops import GitError, git
 from hero.limits import Limits, tmpfs_args
 from hero.runner import run_process
@@ -94,7 +95,7 @@ _HOW_TO_FIX = (
 PROBE_TIMEOUT_S = 30.0
 
 
-class SandboxUnavailable(Exception):
+class SandboxUnavailable(HeroError):
     """``sandbox: bwrap`` is set and bubblewrap does not work on this machine."""
 
 

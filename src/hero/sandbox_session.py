@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from hero import sandbox_agent
+from hero.errors import HeroError
 from hero.limits import Confinement, confine, explain
 from hero.runner import (
     CANCEL_EXIT_CODE,
@@ -95,7 +96,7 @@ def agent_source() -> bytes:
     return source
 
 
-class SandboxLost(Exception):
+class SandboxLost(HeroError):
     """The sandbox did not answer as it should: it is ended, and a fresh one is made."""
 
 
@@ -421,11 +422,11 @@ class SandboxSession(CommandHost):
         return box
 
 
-class _StartFailed(Exception):
+class _StartFailed(HeroError):
     """The sandbox could not be made; the message says why."""
 
 
-class _NotStarted(Exception):
+class _NotStarted(HeroError):
     """The command could not be handed to the agent: it did not run."""
 
 

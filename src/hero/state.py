@@ -9,6 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from hero.errors import UsageError
 from hero.fsio import atomic_write
 from hero.names import StoryRef
 from hero.redact import Redactor
@@ -44,7 +45,7 @@ TERMINAL = frozenset(
 MAX_STATE_BYTES = 64 * 1024 * 1024
 
 
-class StateError(Exception):
+class StateError(UsageError):
     """A state file that cannot be read; names the file."""
 
 

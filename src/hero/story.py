@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hero.errors import UsageError
 from hero.fsio import atomic_write
 from hero.names import ID_RE, RESERVED_IDS, StoryRef
 from hero.yamlio import (
@@ -102,8 +103,10 @@ _ITEM_RE = re.compile(r"^(\s*)(?:[-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
 _CHECKBOX_RE = re.compile(r"^\[[ xX]\](?:[ \t]+|$)")
 
 
-class StoryError(Exception):
+class StoryError(UsageError):
     """A story file that cannot be used; ``str(e) == f"{path}: {field}: {message}"``."""
+
+    kind = "invalid story"
 
     def __init__(self, path: Path | str, field: str, message: str) -> None:
         self.path = Path(path)

@@ -19,12 +19,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from hero.errors import HeroError
+
 #: Levels of nested lists and mappings a YAML text may have: far more than any hero file
 #: needs, far fewer than would exhaust Python's stack (a few frames per level).
 MAX_YAML_DEPTH = 64
 
 
-class ValueProblem(Exception):
+class ValueProblem(HeroError):
     """What is wrong with a text or a value; ``message`` is one line, with no file or field.
 
     Not a ValueError on purpose: python-frontmatter's ``parse`` swallows ValueError from a

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hero.agent.context import apply_condense
+from hero.errors import HeroError
 
 #: What the model is told in place of a result that was lost when hero stopped.
 LOST_RUNNING = (
@@ -31,7 +32,7 @@ LOST_RUNNING = (
 LOST_NOT_RUN = "[hero: this call was not run: hero was stopped before it started.]"
 
 
-class Unreplayable(Exception):
+class Unreplayable(HeroError):
     """The round's trace cannot be replayed (torn, unreadable or inconsistent)."""
 
 

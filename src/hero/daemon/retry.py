@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import os
 import re
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from hero.budget import BudgetExceeded, story_over, story_spend
 from hero.config import ConfigError, load_config
-from hero.errors import EXIT_OK, EXIT_USAGE
+from hero.errors import UsageError
 from hero.names import StoryRef
-from hero.state import RunState, StateError, Status, load_state, save_state
+from hero.state import RunState, Status, load_state, save_state
 
 #: The statuses a story can be retried from.
 RETRYABLE = frozenset({Status.GAVE_UP, Status.ERROR, Status.INTERRUPTED, Status.BUDGET_EXCEEDED})
@@ -35,61 +35,59 @@ RETRYABLE = frozenset({Status.GAVE_UP, Status.ERROR, Status.INTERRUPTED, Status.
 _FAILED_STORY = re.compile(r"story '([^'\s]+)'")
 
 
-def retry(home: Path, story_id: str) -> int:
+class NotRetried(UsageError):
+    """The story cannot be retried; the message says why and what to do instead."""
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """A story made eligible again."""
+
+    ref: StoryRef
+    story: Path
+    """Its story file, as its run record names it."""
+    touched: bool
+    """The story file is there, and was touched for a watching daemon to notice."""
+
+
+def retry(home: Path, key: str) -> Requeued:
     """Make a story that gave up (or ended in error, was interrupted, ran out of budget)
-    eligible again, with a fresh budget of rounds."""
-    ref = StoryRef.of(story_id)
-    if not ref.valid() or ref.key != story_id:  # nothing outside runs/state/ is ever read
-        print(
-            f"hero: no story '{story_id}' in {home / 'runs' / 'state'}: expected a story id, "
-            "or <plan>/<id> for a story of a plan (an id: letters, digits, '.', '_' or '-'; "
-            "a plan: no dots)",
-            file=sys.stderr,
+    eligible again, with a fresh budget of rounds. NotRetried (or StateError for a record
+    that cannot be read) when it cannot be."""
+    ref = StoryRef.of(key)
+    if not ref.valid() or ref.key != key:  # nothing outside runs/state/ is ever read
+        raise NotRetried(
+            f"no story '{key}' in {home / 'runs' / 'state'}: expected a story id, or "
+            "<plan>/<id> for a story of a plan (an id: letters, digits, '.', '_' or '-'; "
+            "a plan: no dots)"
         )
-        return EXIT_USAGE
-    try:
-        state = load_state(home, ref)
-    except StateError as exc:
-        print(f"hero: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    state = load_state(home, ref)
     if state is None:
-        print(f"hero: no story '{ref.key}' in {ref.state_path(home).parent}", file=sys.stderr)
-        return EXIT_USAGE
+        raise NotRetried(f"no story '{ref.key}' in {ref.state_path(home).parent}")
     if state.status == Status.SKIPPED:
-        print(f"hero: {_skipped_message(state)}", file=sys.stderr)
-        return EXIT_USAGE
+        raise NotRetried(_skipped_message(state))
     if state.status not in RETRYABLE:
-        print(
-            f"hero: story '{ref.key}' is {state.status}; only a story that gave up, "
-            "ended in error, was interrupted or ran out of budget can be retried",
-            file=sys.stderr,
+        raise NotRetried(
+            f"story '{ref.key}' is {state.status}; only a story that gave up, "
+            "ended in error, was interrupted or ran out of budget can be retried"
         )
-        return EXIT_USAGE
     over = _over_budget(home, state)
     if over is not None:
         why = str(over).removeprefix("budget exceeded: ")
-        print(
-            f"hero: story '{ref.key}' has used up a story budget ({why}), so it would stop "
+        raise NotRetried(
+            f"story '{ref.key}' has used up a story budget ({why}), so it would stop "
             f"again before its first model call. Raise {over.key} in config/roles.yaml (or "
-            f"remove it for no limit), then run `hero retry {ref.key}` again",
-            file=sys.stderr,
+            f"remove it for no limit), then run `hero retry {ref.key}` again"
         )
-        return EXIT_USAGE
     state.grant_fresh_budget()
     state.status = Status.QUEUED
     state.error = ""
     save_state(home, state)
     story = Path(state.story_path)
-    if state.story_path and story.is_file():
+    touched = bool(state.story_path) and story.is_file()
+    if touched:
         os.utime(story)  # the watching daemon notices the touch and takes the story again
-        run = f"hero run-plan {ref.plan}" if ref.plan else f"hero run {story}"
-        print(f"{ref.key}: queued again; `hero watch` picks it up, or run `{run}`")
-    else:
-        folder = f"inbox/{ref.plan}/" if ref.plan else "inbox/"
-        print(
-            f"{ref.key}: queued again, but its story file {story} is gone; put it back in {folder}"
-        )
-    return EXIT_OK
+    return Requeued(ref, story, touched)
 
 
 def _over_budget(home: Path, state: RunState) -> BudgetExceeded | None:

@@ -2,63 +2,59 @@
 nothing more can run (:class:`hero.daemon.dispatcher.Dispatcher` with ``only_plan``): the
 same queue rule, dependency rule and code along the edges as ``hero watch``. It ends with a
 table of every story and the plan's branch (:func:`hero.daemon.plans.finish_plan`).
+
+The command (arguments, logging, what it prints, its exit code) is
+:mod:`hero.commands.run_plan`.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hero.config import Config
 from hero.daemon.plans import PlanOutcome, finish_plan
 from hero.dag import layers, problems
-from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from hero.names import StoryRef, plan_branch, plan_name_problem
+from hero.errors import UsageError
+from hero.names import StoryRef, plan_branch
 from hero.plan import Plan, PlanError, read_plan
 from hero.state import StateError, Status, load_state
 
 
-def cmd_run_plan(args: argparse.Namespace, home: Path) -> int:
-    """``hero run-plan NAME``: see the module's docstring. Exit 0 only if every story passed
-    and the plan's branch was made; 1 otherwise; 2 usage or configuration; 130 interrupted."""
-    from hero.config import ConfigError, load_config
-    from hero.locks import PlanBusy, daemon_lock_path, is_held, plan_lock
+@dataclass(frozen=True)
+class PlanRun:
+    """How a ``hero run-plan`` ended."""
 
-    name: str = args.name
-    problem = plan_name_problem(name)
-    if problem:
-        return _usage(f"plan name: {problem}")
-    try:
-        config = load_config(home, roles=("worker", "reviewer"))
-    except ConfigError as exc:
-        return _usage(f"configuration error: {exc}")
-    if config.engine.remote:
-        from hero.engine.app import missing
+    interrupted: bool
+    """A signal stopped it: running again continues."""
+    outcome: PlanOutcome | None
+    """The plan's branch, or why it was not made; None when not every story passed (or
+    the run was interrupted)."""
 
-        lacking = missing()
-        if lacking is not None:
-            return _usage(f"configuration error: {lacking}")
-    try:
-        plan = read_plan(config.home, name)
-    except PlanError as exc:
-        return _usage(str(exc))
+    @property
+    def passed(self) -> bool:
+        return self.outcome is not None and not self.outcome.error
+
+
+def check_plan(config: Config, name: str) -> Plan:
+    """The plan ``name`` if it may run now. PlanError for a missing or broken plan;
+    UsageError naming every problem (a broken DAG, a verify command the policy refuses), or
+    when `hero watch` runs on the home (it runs plan folders itself)."""
+    from hero.locks import daemon_lock_path, is_held
+
+    plan = read_plan(config.home, name)
     found = [*plan.problems, *problems(plan.deps()), *_policy_problems(config, plan)]
     if found:
-        return _usage(
+        raise UsageError(
             f"plan '{name}' ({plan.folder}) cannot run:\n" + "\n".join(f"  - {p}" for p in found)
         )
     if is_held(daemon_lock_path(config.home)):
-        return _usage(
+        raise UsageError(
             f"`hero watch` runs on {config.home}, and it runs plan folders itself; follow "
             f"plan '{name}' with `hero plan show {name}` or `hero status`"
         )
-    try:
-        with plan_lock(config.home, name):
-            return _run(config, name, verbose=bool(args.verbose))
-    except PlanBusy as exc:
-        return _usage(str(exc))
+    return plan
 
 
 def _policy_problems(config: Config, plan: Plan) -> list[str]:
@@ -74,38 +70,20 @@ def _policy_problems(config: Config, plan: Plan) -> list[str]:
     ]
 
 
-def _usage(message: str) -> int:
-    print(f"hero: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def _run(config: Config, name: str, *, verbose: bool) -> int:
+def run_plan(config: Config, name: str, log: Any) -> PlanRun:
+    """Hold the plan's lock (PlanBusy when another ``hero run-plan`` runs it), run its
+    stories until nothing more can run, then make the plan's branch when every one passed."""
     from hero.daemon.dispatcher import Dispatcher
-    from hero.daemon.logsetup import configure
     from hero.daemon.watch import model_factory, serve
+    from hero.locks import plan_lock
 
-    show = verbose or sys.stderr.isatty()
-    log = configure(json=False, secrets=config.secrets) if show else _Quiet()
-    dispatcher = Dispatcher(
-        config, model_factory(config, log), log=log, settle_s=0.25, only_plan=name
-    )
-    if serve(dispatcher, log, exit_when_idle=True):
-        print(f"hero: interrupted; run `hero run-plan {name}` again to continue", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    outcome = finish_plan(config, dispatcher.repo, name)
-    print(plan_table(config.home, name, outcome))
-    passed = outcome is not None and not outcome.error
-    return EXIT_OK if passed else EXIT_FAILED
-
-
-class _Quiet:
-    """A logger that says nothing (``hero run-plan`` off a terminal, without -v)."""
-
-    def bind(self, **_kw: Any) -> _Quiet:
-        return self
-
-    def __getattr__(self, _name: str) -> Any:
-        return lambda *_a, **_kw: None
+    with plan_lock(config.home, name):
+        dispatcher = Dispatcher(
+            config, model_factory(config, log), log=log, settle_s=0.25, only_plan=name
+        )
+        if serve(dispatcher, log, exit_when_idle=True):
+            return PlanRun(interrupted=True, outcome=None)
+        return PlanRun(interrupted=False, outcome=finish_plan(config, dispatcher.repo, name))
 
 
 def plan_table(home: Path, name: str, outcome: PlanOutcome | None) -> str:

@@ -1,61 +1,54 @@
-"""`hero watch`: the daemon's entry point, behind the thin CLI."""
+"""The daemon behind `hero watch`: the dispatcher over the inbox, the GitHub watcher beside
+it when config/roles.yaml has a ``github:`` block, one daemon per home.
+
+The command (the configuration it loads, the logging, the exit code) is
+:mod:`hero.commands.watch`; ``hero run-plan`` runs the same dispatcher through
+:func:`model_factory` and :func:`serve`.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from hero.errors import EXIT_INTERRUPTED, ConfigurationError
 
 if TYPE_CHECKING:
     from hero.config import Config
     from hero.daemon.dispatcher import Dispatcher, ModelFactory
 
 
-def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = None) -> int:
-    from hero.config import ConfigError, load_config
-    from hero.daemon.dispatcher import Dispatcher
-    from hero.daemon.logsetup import configure
-    from hero.locks import DaemonLock, DaemonRunning
+def check(config: Config) -> None:
+    """ConfigurationError when `hero watch` cannot run on this configuration: the Celery
+    engine without its extra, no target repository (a worker's home has none), a
+    ``github:`` block the watcher cannot use (no token, say)."""
+    from hero.engine.app import require_extra
+    from hero.github.watch import github_problem
 
-    try:
-        config = load_config(home, roles=("worker", "reviewer"))
-    except ConfigError as exc:
-        print(f"hero: configuration error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if config.engine.remote:
-        from hero.engine.app import missing
-
-        problem = missing()
-        if problem is not None:
-            print(f"hero: configuration error: {problem}", file=sys.stderr)
-            return EXIT_USAGE
+    require_extra(config.engine)
     if not (config.target_repo / ".git").exists():  # a worker home has none: no coordinator
-        print(
-            "hero: configuration error: config/roles.yaml: target_repo: required for `hero "
-            "watch`; expected the path of the git repository hero works on",
-            file=sys.stderr,
+        raise ConfigurationError(
+            "config/roles.yaml: target_repo: required for `hero watch`; expected the path of "
+            "the git repository hero works on"
         )
-        return EXIT_USAGE
-    from hero.github.watch import github_problem, start_in_process
-
     problem = github_problem(config)  # a github: block without a token, say
     if problem is not None:
-        print(f"hero: configuration error: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    log = configure(json=json_logs, secrets=config.secrets)
-    lock = DaemonLock(config.home)
-    try:
-        lock.acquire()
-    except DaemonRunning as exc:
-        print(f"hero: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise ConfigurationError(problem)
 
+
+def run(config: Config, log: Any, *, exit_when_idle: bool = False) -> None:
+    """Hold the home's daemon lock (DaemonRunning when another `hero watch` has it) and run
+    the dispatcher, and the GitHub watcher on a thread, until a signal stops them (or, with
+    ``exit_when_idle``, until the inbox holds nothing left to run)."""
+    from hero.daemon.dispatcher import Dispatcher
+    from hero.github.watch import start_in_process
+    from hero.locks import DaemonLock
+
+    lock = DaemonLock(config.home)
+    lock.acquire()
     dispatcher = Dispatcher(config, model_factory(config, log), log=log)
     started = time.monotonic()
     # Issues become inbox stories on a thread beside the dispatcher (roles.yaml's github:
@@ -68,7 +61,6 @@ def watch(home: Path, *, exit_when_idle: bool = False, json_logs: bool | None = 
             github.stop()
         lock.release()
     log.info("stopped", uptime_s=round(time.monotonic() - started, 1))
-    return EXIT_OK
 
 
 def model_factory(config: Config, log: Any) -> ModelFactory:

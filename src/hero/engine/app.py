@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from hero.config import EngineSettings
+from hero.errors import ConfigurationError
 
 #: The one task: run a story (see hero.engine.worker.run_story_task).
 TASK_NAME = "hero.run_story"
@@ -45,6 +46,14 @@ def missing() -> str | None:
         "hero with its Celery extra: pip install 'hero[celery]' (from a checkout: "
         "pip install -e '.[celery]')"
     )
+
+
+def require_extra(engine: EngineSettings) -> None:
+    """ConfigurationError saying what to install when ``engine`` is Celery and this Python
+    lacks its extra (:func:`missing`)."""
+    problem = missing() if engine.remote else None
+    if problem is not None:
+        raise ConfigurationError(problem)
 
 
 def make_app(engine: EngineSettings) -> Any:

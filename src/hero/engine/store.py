@@ -37,6 +37,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from hero.engine.trust import MAX_FILE_BYTES, MAX_FILES, MAX_LOG_CHARS, Untrusted, dispatch_of
+from hero.errors import HeroError
 from hero.state import MAX_STATE_BYTES
 from hero.story import MAX_STORY_BYTES
 
@@ -120,7 +121,7 @@ _ITEM_BYTES = 4 * MAX_LOG_CHARS + _HEADER_BYTES
 LOG_LINES_PER_LOOK = 1000
 
 
-class LeaseLost(Exception):
+class LeaseLost(HeroError):
     """Another worker holds the story now: this one must stop writing and running it."""
 
 

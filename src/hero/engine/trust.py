@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from hero.errors import HeroError
 from hero.names import StoryRef
 from hero.state import MAX_STATE_BYTES, RunState
 from hero.story import MAX_STORY_BYTES
@@ -39,7 +40,7 @@ FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 DISPATCH_RE = re.compile(r"[0-9a-f]{32}")
 
 
-class Untrusted(Exception):
+class Untrusted(HeroError):
     """A task or a value hero will not use. ``str()`` says what is wrong with it (a part of
     the value at most, quoted and cut: it may be anything)."""
 

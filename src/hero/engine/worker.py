@@ -35,7 +35,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -762,3 +762,56 @@ def register(app: Any, fleet_of: Callable[[], Fleet]) -> None:
         return run_story_task(fleet_of(), args[0], task_id)
 
     app.task(name=TASK_NAME, bind=True)(run_story)
+
+
+def run_worker(
+    config: Config,
+    workdir: Path,
+    *,
+    concurrency: int = 1,
+    queues: str | None = None,
+    hostname: str | None = None,
+    loglevel: str = "INFO",
+    celery_args: Sequence[str] = (),
+    on_ready: Callable[[Fleet], None] = lambda fleet: None,
+) -> None:
+    """Run a Celery worker for ``config``'s engine until it is stopped: ``concurrency``
+    stories at once, taken from ``queues`` (default the engine's queue), its clone and home
+    in ``workdir``. ``on_ready`` is called once Celery is ready; at shutdown the stories it
+    runs are recorded as interrupted (the coordinator sends them to another worker).
+    ``celery_args`` go to ``celery worker`` as they are."""
+    from celery.signals import worker_ready, worker_shutting_down
+
+    from hero.engine.app import make_app
+
+    app = make_app(config.engine)
+    fleet = make_fleet(config, workdir, worker_name(hostname))
+    register(app, lambda: fleet)
+
+    def ready(**_: Any) -> None:
+        on_ready(fleet)
+
+    def shutting_down(**_: Any) -> None:
+        fleet.stop_all()
+
+    worker_ready.connect(ready, weak=False)
+    worker_shutting_down.connect(shutting_down, weak=False)
+    argv = [
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(concurrency),
+        "--queues",
+        queues or config.engine.queue,
+        "--loglevel",
+        loglevel,
+        "--prefetch-multiplier",
+        "1",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if hostname:
+        argv += ["--hostname", hostname]
+    argv += list(celery_args)
+    app.worker_main(argv)

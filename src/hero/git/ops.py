@@ -31,6 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hero.errors import UsageError
 from hero.locks import repo_story_busy, repo_story_lock
 from hero.names import StoryRef
 from hero.runner import PUSH_REFUSED_URL, child_env, run_process
@@ -150,7 +151,7 @@ def confined(root: Path, wrap: Wrap | None) -> Iterator[None]:
         _CONFINED.reset(token)
 
 
-class GitError(Exception):
+class GitError(UsageError):
     """A git command failed; the message holds the command and git's own words."""
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from hero import __version__
+from hero.errors import HeroError
 from hero.redact import REDACTED
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class GitHubError(Exception):
+class GitHubError(HeroError):
     """A GitHub request failed for good.
 
     The message names the method, the path and the status (or the transport failure); it

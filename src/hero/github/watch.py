@@ -15,22 +15,19 @@ never stops the intake. A stop ends a rate-limit wait at once.
 One watcher per home at a time (``runs/github/watch.lock``): a second is refused, so no
 two report the same ending at once.
 
-This module sits with the daemon in the layers (it sets up the daemon's logging); the
-intake, the report-back, the client and the settings sit below, with the outside world.
+The command (its arguments, the logging, the exit code) is :mod:`hero.commands.github`.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hero.config import Config, ConfigError, GitHubSettings
-from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from hero.errors import EXIT_INTERRUPTED, UsageError
 from hero.github.intake import intake_sweep
 from hero.github.settings import require_token, settings_for
 from hero.locks import PidLock
@@ -50,7 +47,7 @@ class Stopped(BaseException):
     Exception`` on the way up (the report-back's, per issue) takes it for a failure."""
 
 
-class WatcherBusy(Exception):
+class WatcherBusy(UsageError):
     """Another watcher of GitHub holds this home."""
 
 
@@ -174,42 +171,21 @@ class WatcherLock(PidLock):
         )
 
 
-# ----------------------------------------------------------------------------- the command
+# ----------------------------------------------------------------------------- hero github watch
 
 
-def cmd_github_watch(args: argparse.Namespace, home: Path) -> int:
-    """`hero github watch`: 0 when stopped (or ``--once`` reached GitHub), 1 when ``--once``
-    could not, 2 for a usage or configuration error."""
-    from hero.config import load_config
-    from hero.daemon.logsetup import configure
-
+def run(watcher: Watcher, *, once: bool = False) -> bool:
+    """Hold the home's watcher lock (WatcherBusy when another watcher has it) and run
+    ``watcher`` until SIGTERM or SIGINT stops it (``once``: one sweep); a second signal
+    exits at once. Whether the last sweep reached GitHub."""
+    lock = WatcherLock(watcher.home)
+    lock.acquire()
     try:
-        config = load_config(home, roles=())
-        settings = settings_for(config, repo=args.repo, label=args.label, interval_s=args.interval)
-        require_token(settings)
-    except ConfigError as exc:
-        print(f"hero: configuration error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    json_logs = {"auto": None, "console": False, "json": True}[args.log_format]
-    log = configure(json=json_logs, secrets=config.secrets)
-    watcher = Watcher(config.home, settings, config, log)
-    try:
-        watcher.client().close()  # a bad API URL or token is a usage error, said at once
-    except ValueError as exc:
-        print(f"hero: configuration error: {watcher.scrub(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    lock = WatcherLock(config.home)
-    try:
-        lock.acquire()
-    except WatcherBusy as exc:
-        print(f"hero: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        ok = _serve(watcher, log, once=args.once)
+        ok = _serve(watcher, watcher.log, once=once)
     finally:
         lock.release()
-    log.info("github stopped")
-    return EXIT_OK if ok or not args.once else EXIT_FAILED
+    watcher.log.info("github stopped")
+    return ok
 
 
 def _serve(watcher: Watcher, log: Any, *, once: bool) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 
 from hero.agent.loop import Model
 from hero.dag import problems as dag_problems
+from hero.errors import HeroError
 from hero.names import ID_RE
 from hero.prompting import render
 from hero.roles.answers import FENCE, find_object
@@ -37,7 +38,7 @@ MAX_ANSWERS = 2
 NO_RULES = "(none: the repository has no AGENTS.md, CLAUDE.md or .roo/rules/)"
 
 
-class PlanInvalid(Exception):
+class PlanInvalid(HeroError):
     """The planner's answer stayed unusable; ``errors`` lists every problem, one line each."""
 
     def __init__(self, errors: list[str]) -> None:

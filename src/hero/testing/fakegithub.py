@@ -52,6 +52,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from hero.errors import HeroError
+
 __all__ = ["FakeGitHub", "RecordedRequest"]
 
 #: Where the fake's ``html_url`` values point: a reserved name that never resolves.
@@ -673,7 +675,7 @@ class FakeGitHub:
             }
 
 
-class _Refusal(Exception):
+class _Refusal(HeroError):
     """An error answer raised from deep in a route."""
 
     def __init__(self, answer: _Answer) -> None:

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from hero.errors import UsageError
 from hero.names import StoryRef
 from hero.state import TERMINAL, StateError, Status, load_state
 from hero.views.text import WIDTH as WIDTH  # a rendered line is cut to this many characters
@@ -50,7 +51,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _RECORD_START = '{"t": '
 
 
-class LogsError(Exception):
+class LogsError(UsageError):
     """The story or round asked for does not exist (exit 2)."""
 
 

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hero.errors import HeroError
 
-class ToolError(Exception):
+
+class ToolError(HeroError):
     """A tool failed in a way the model should read about (bad path, bad argument, ...)."""
 
 

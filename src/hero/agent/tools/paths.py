@@ -26,6 +26,7 @@ from typing import Literal
 
 from hero.agent.tools.context import ToolContext, ToolError, os_reason
 from hero.agent.tools.scope import rules_of
+from hero.errors import HeroError
 
 #: Symlinks followed in one path before it counts as a loop (Linux's own limit).
 MAX_SYMLINKS = 40
@@ -255,14 +256,14 @@ def _check_rules(ctx: ToolContext, parts: list[str], rel_path: str) -> None:
     raise ToolError(f"cannot write {named}: {why}")
 
 
-class _Symlink(Exception):
+class _Symlink(HeroError):
     """Signal inside open_in_worktree: the component is a symlink to ``target``."""
 
     def __init__(self, target: str) -> None:
         self.target = target
 
 
-class _Missing(Exception):
+class _Missing(HeroError):
     """Signal inside open_in_worktree: the last component does not exist (now)."""
 
 

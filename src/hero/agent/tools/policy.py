@@ -40,13 +40,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from hero.errors import HeroError
+
 #: How deep substitutions, quotes and wrappers may nest before a command is refused.
 MAX_NESTING = 50
 #: How much of a refused part the refusal quotes.
 _SHOWN_CHARS = 200
 
 
-class CommandSyntaxError(ValueError):
+class CommandSyntaxError(HeroError, ValueError):
     """The command cannot be parsed (an unclosed quote, ``$(`` or ``(``, ...)."""
 
 
@@ -804,7 +806,7 @@ _FROM_INPUT = Word(FILLED, "<input>", literal=False)
 _NAME_TABLES = ("BASH_ALIASES", "BASH_CMDS")
 
 
-class UncheckedCommand(ValueError):
+class UncheckedCommand(HeroError, ValueError):
     """The command runs commands the policy cannot see: read from a pipe, a file or a
     descriptor, filled in from input at run time, or named by an alias. Under a policy such a
     command is refused, and this is the reason it gives."""

@@ -1,0 +1,67 @@
+"""`hero demo`: one example story end to end, against hero's scripted model.
+
+The example home and repository and the scripted model's part are in :mod:`hero.demo`;
+this module runs them and tells the user what happened and where to look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hero.commands import Subparsers
+from hero.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="run an example story end to end against a scripted model"
+    )
+    parser.add_argument("--dir", help="where to create the demo (default: a new temporary folder)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import subprocess
+    import tempfile
+
+    from hero.app import run_with_config
+    from hero.config import load_config
+    from hero.demo import demo_policy, make_demo_home
+    from hero.state import Status
+    from hero.testing.scripted import ScriptedModel
+
+    root = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="hero-demo-"))
+    if root.exists() and any(root.iterdir()):
+        print(f"hero demo: {root} is not empty; pass an empty or new --dir", file=sys.stderr)
+        return EXIT_USAGE
+    root.mkdir(parents=True, exist_ok=True)
+    with ScriptedModel(demo_policy) as model:
+        print("hero demo")
+        print(f"  The model is SCRIPTED: hero's built-in fake model at {model.base_url}.")
+        print("  It plays a worker and a reviewer from a fixed script; no key, no network.")
+        home, story = make_demo_home(root, model.base_url)
+        print(f"  home:   {home}")
+        print(f"  repo:   {root / 'textkit'}")
+        print(f"  story:  {story.relative_to(home)}\n")
+        config = load_config(home, roles=("worker", "reviewer"))
+        state = run_with_config(story, config, progress=lambda m: print(f"  {m}", flush=True))
+    print()
+    print(f"result:   {state.status} after {len(state.rounds)} rounds")
+    for r in state.rounds:
+        print(f"  round {r.round}: {r.review.verdict}: {r.review.summary}")
+    print(f"branch:   {state.branch} in {config.target_repo}")
+    log = subprocess.run(
+        ["git", "log", "--oneline", f"{state.base_sha}..{state.branch}"],
+        cwd=config.target_repo,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for line in log.splitlines():
+        print(f"            {line}")
+    print(f"worktree: {state.worktree}")
+    print(f"state:    {home / 'runs' / 'state' / (state.id + '.json')}")
+    print(f"traces:   {home / 'runs' / state.id}/round-N.jsonl, verify-rN.log")
+    print(f"story:    {state.story_path}")
+    return EXIT_OK if state.status == Status.PASSED else EXIT_FAILED

@@ -1,0 +1,101 @@
+"""`hero run STORY.md`: run one story to a verdict, in the foreground.
+
+Exit 0 passed; 1 did not pass (gave_up, budget_exceeded or error, including a story that
+could not start); 2 a usage or configuration error, an invalid story, a story refused
+(its id already passed from another file, it belongs to a plan, its dependencies have not
+passed), another process running it; 130 interrupted (run the same command to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hero.commands import Subparsers, home, home_option, say
+from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from hero.state import RunState
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run", parents=[home_option()], help="run one story to a verdict"
+    )
+    parser.add_argument("story", help="path to the story's markdown file")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with the result")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show progress even off a terminal"
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hero.app import run_with_config
+    from hero.config import load_config
+    from hero.errors import Interrupted
+    from hero.state import Status
+
+    started = time.monotonic()
+    story_path = Path(args.story)
+    if not story_path.exists():  # a directory or a FIFO: the story's reader says what it is
+        raise UsageError(f"{story_path}: no such story file")
+    config = load_config(home(args), roles=("worker", "reviewer"))
+    show = args.verbose or sys.stderr.isatty()
+    progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
+    _sigterm_as_interrupt()
+    try:
+        state = run_with_config(story_path.resolve(), config, progress=progress)
+    except (KeyboardInterrupt, Interrupted):
+        say("interrupted; run the same command again to resume")
+        return EXIT_INTERRUPTED
+    result = summarize(state, config.home, time.monotonic() - started)
+    print(json.dumps(result, indent=2) if args.json else _summary_line(result))
+    return EXIT_OK if state.status == Status.PASSED else EXIT_FAILED
+
+
+def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
+    """The result of a run as `hero run --json` prints it."""
+    return {
+        "id": state.id,
+        "status": state.status.value,
+        "rounds": len(state.rounds),
+        "verdicts": [r.review.verdict for r in state.rounds],
+        "branch": state.branch,
+        "base_sha": state.base_sha,
+        "head_sha": state.head_sha,
+        "usage": state.usage,
+        "duration": round(duration_s, 3),  # seconds
+        "error": state.error or None,
+        "state": str(state.ref.state_path(home)),
+        "story": state.story_path,
+    }
+
+
+def _summary_line(result: dict[str, Any]) -> str:
+    head = (result["head_sha"] or "")[:10]
+    where = f"branch {result['branch']} at {head}; " if result["branch"] and head else ""
+    line = (
+        f"{result['id']}: {result['status']} after {result['rounds']} round(s); "
+        f"{where}state {result['state']}"
+    )
+    if result["error"]:
+        line += f"\nerror: {result['error']}"
+    return line
+
+
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM stops the run as Ctrl-C does: the story is recorded as interrupted."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. called from a test's thread)
+        pass

@@ -1,0 +1,33 @@
+"""`hero status`: the stories' states, the inbox queue and the daemon, as text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from hero.commands import Subparsers, home, home_option, reader_gone
+from hero.errors import EXIT_OK, UsageError
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        parents=[home_option()],
+        help="show the stories' states, the inbox queue and the daemon",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hero.views.status import collect_status, format_status
+
+    where = home(args)
+    if not where.is_dir():
+        raise UsageError(f"{where}: no such directory")
+    report = collect_status(where)
+    try:
+        print(json.dumps(report, indent=2) if args.json else format_status(report), flush=True)
+    except BrokenPipeError:
+        reader_gone()
+    return EXIT_OK

@@ -1,0 +1,44 @@
+"""`hero watch`: run the stories dropped into inbox/, as a service (:mod:`hero.daemon.watch`).
+
+Exit 0 once stopped (SIGTERM, Ctrl-C, or an idle inbox with --exit-when-idle); 2 for a
+configuration error or another `hero watch` on the home. A second signal exits at once
+with 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hero.commands import Subparsers, add_log_format, home, home_option, json_logs
+from hero.errors import EXIT_OK
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "watch",
+        parents=[home_option()],
+        help="run stories dropped into inbox/, as a service",
+        description="Take the stories in inbox/, then watch it: at most max_parallel at once, "
+        "high priority first, then oldest. SIGTERM or Ctrl-C stops cleanly (running stories "
+        "are recorded as interrupted and resumed on the next start); a second signal exits "
+        "at once. Logs go to stderr: readable on a terminal, JSON lines otherwise.",
+    )
+    parser.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="exit once the inbox holds nothing left to run (for scripts and CI)",
+    )
+    add_log_format(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hero.config import load_config
+    from hero.daemon import watch
+    from hero.daemon.logsetup import configure
+
+    config = load_config(home(args), roles=("worker", "reviewer"))
+    watch.check(config)
+    log = configure(json=json_logs(args), secrets=config.secrets)
+    watch.run(config, log, exit_when_idle=args.exit_when_idle)
+    return EXIT_OK
