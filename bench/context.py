@@ -33,9 +33,9 @@ from typing import Any
 from report import GIT_ISOLATION, Report, env_line, make_repo, median, print_report, run_sections
 from run import TURN_TARGET_MS, HttpTimer, ServerProcess, TimedModel, _worker_system, ms
 
-from hero.agent.context import Context, Window, estimate_message, estimate_text
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.tools import ToolContext, tool_schemas
+from hero.agent.window import Context, Window, estimate_message, estimate_text
 from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
 from hero.llm import LlmClient
 from hero.roles.worker import condense_prompt

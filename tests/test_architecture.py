@@ -27,7 +27,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
     #    processes, which run the pipeline)
     ("hero.daemon.*", "hero.engine.*"),
-    ("hero.pipeline",),  # 6  the round loop for one story
+    # 6  the round loop for one story; how a run starts; the story's repository and sandboxes
+    ("hero.pipeline", "hero.run_start", "hero.workspace"),
     ("hero.roles.*",),  # 7  worker, verifier, reviewer: one job each
     ("hero.agent.*",),  # 8  the tool-calling loop and its tools
     (  # 9  the outside world: model, git, GitHub (its client, intake, report-back and
@@ -47,6 +48,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.config",
         "hero.story",
         "hero.state",
+        "hero.usage",
         "hero.plan",
     ),  # 10 the records hero reads and writes
     (

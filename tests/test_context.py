@@ -21,16 +21,6 @@ from typing import Any
 import pytest
 from helpers import load_state
 
-from hero.agent.context import (
-    ELIDED,
-    MIN_ELIDE_CHARS,
-    SUMMARY_HEAD,
-    Context,
-    ContextOverflow,
-    Window,
-    estimate_message,
-    estimate_text,
-)
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.replay import (
     LOST_NOT_RUN,
@@ -41,6 +31,16 @@ from hero.agent.replay import (
     round_start_fields,
 )
 from hero.agent.tools import ToolContext, tool_schemas
+from hero.agent.window import (
+    ELIDED,
+    MIN_ELIDE_CHARS,
+    SUMMARY_HEAD,
+    Context,
+    ContextOverflow,
+    Window,
+    estimate_message,
+    estimate_text,
+)
 from hero.cli import main
 from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
 from hero.llm import LlmClient, LlmError

@@ -23,16 +23,16 @@ A budget is used up when the spend reaches it: a story at 10000 tokens with
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from hero.config import Budgets
 from hero.errors import HeroError
-from hero.llm import Completion
+from hero.llm import Completion, Model
 from hero.state import RunState
+from hero.usage import Usage
 
 
 class BudgetExceeded(HeroError):
@@ -54,19 +54,11 @@ class Spend:
     wall_s: float = 0.0
 
 
-class Completer(Protocol):
-    """What :meth:`Meter.wrap` wraps: a model client (``hero.agent.loop.Model``)."""
-
-    def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
-    ) -> Completion: ...
-
-
 def story_spend(state: RunState, *, now: float | None = None) -> Spend:
     """A story's spend as its run record holds it: its usage over every run, and the wall
     time of its finished rounds. With ``now``, the time of the round in progress up to
     ``now`` too (for a record of a story being run)."""
-    usage = state.usage if isinstance(state.usage, dict) else {}
+    usage = Usage.from_dict(state.usage)
     wall = sum(max(0.0, float(r.duration_s or 0.0)) for r in state.rounds)
     started = float(state.round_started_at or 0.0)
     if (
@@ -75,11 +67,7 @@ def story_spend(state: RunState, *, now: float | None = None) -> Spend:
         and all(r.round != state.current_round for r in state.rounds)
     ):
         wall += max(0.0, now - started)
-    return Spend(
-        tokens=_number(usage.get("tokens_in")) + _number(usage.get("tokens_out")),
-        cost_usd=_money(usage.get("cost_usd")),
-        wall_s=wall,
-    )
+    return Spend(tokens=usage.tokens, cost_usd=usage.cost_usd, wall_s=wall)
 
 
 def story_over(budgets: Budgets, spent: Spend) -> BudgetExceeded | None:
@@ -129,7 +117,9 @@ def format_spend(key: str, value: float) -> str:
 class Meter:
     """The spend of one run of one story, checked against the budgets before every model
     call. Built once the run record is loaded (``state``: what earlier runs spent, and the
-    finished rounds' durations); :meth:`start_round` at each round's start."""
+    finished rounds' durations); :meth:`start_round` at each round's start. Every call it
+    lets through is counted in ``usage`` (this run's), and :meth:`spent` is what the run
+    record keeps."""
 
     def __init__(
         self, budgets: Budgets, state: RunState, *, clock: Callable[[], float] = time.time
@@ -137,20 +127,21 @@ class Meter:
         self.budgets = budgets
         self._state = state
         self._clock = clock  # time.time: the clock of Round.started_at and duration_s
-        self._before = story_spend(state)  # tokens and cost of the runs before this one
-        self._tokens = 0
-        self._cost = 0.0
+        self._before = Usage.from_dict(state.usage)  # what the runs before this one spent
+        self.usage = Usage()  # what this run's calls spent
         self._round_no = 0
         self._round_started: float | None = None
-        self._round_tokens = 0
-        self._round_cost = 0.0
+        self._round = Usage()
 
     def start_round(self, round_no: int, started: float) -> None:
         """Round ``round_no`` started at ``started`` (``time.time()``): its spend starts at 0."""
         self._round_no = round_no
         self._round_started = started
-        self._round_tokens = 0
-        self._round_cost = 0.0
+        self._round = Usage()
+
+    def spent(self) -> Usage:
+        """The story's usage over all its runs, this run's calls so far included."""
+        return self._before + self.usage
 
     def story(self) -> Spend:
         """The story's spend so far, this run's calls and current round included."""
@@ -159,15 +150,12 @@ class Meter:
             for r in self._state.rounds
             if self._round_started is None or r.round != self._round_no  # not twice
         )
-        return Spend(
-            tokens=self._before.tokens + self._tokens,
-            cost_usd=self._before.cost_usd + self._cost,
-            wall_s=finished + self._round_elapsed(),
-        )
+        spent = self.spent()
+        return Spend(spent.tokens, spent.cost_usd, finished + self._round_elapsed())
 
     def round(self) -> Spend:
         """The current round's spend so far."""
-        return Spend(self._round_tokens, self._round_cost, self._round_elapsed())
+        return Spend(self._round.tokens, self._round.cost_usd, self._round_elapsed())
 
     def check(self) -> None:
         """Raise BudgetExceeded naming the first budget used up (story budgets first)."""
@@ -181,13 +169,11 @@ class Meter:
 
     def add(self, completion: Completion) -> None:
         """Count a model call's answer."""
-        tokens = completion.tokens_in + completion.tokens_out
-        self._tokens += tokens
-        self._cost += completion.cost_usd
-        self._round_tokens += tokens
-        self._round_cost += completion.cost_usd
+        usage = completion.usage
+        self.usage.add(usage)
+        self._round.add(usage)
 
-    def wrap(self, model: Completer) -> Metered:
+    def wrap(self, model: Model) -> Metered:
         """``model``, checking the budgets before each call and counting each answer."""
         return Metered(model, self)
 
@@ -202,7 +188,7 @@ class Metered:
     attribute is the wrapped model's (its ``usage``, its ``role`` with the context window
     and output cap), so a caller sizing its requests sees through the wrapper."""
 
-    def __init__(self, model: Completer, meter: Meter) -> None:
+    def __init__(self, model: Model, meter: Meter) -> None:
         self.model = model
         self.meter = meter
 
@@ -235,15 +221,3 @@ def _first_over(
 
 def _any_limit(budgets: Budgets) -> bool:
     return any(limit is not None for limit in settings(budgets).values())
-
-
-def _number(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return 0
-    return max(0, int(value))
-
-
-def _money(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return 0.0
-    return max(0.0, float(value))

@@ -17,10 +17,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hero.config import LlmSettings, RoleConfig
 from hero.errors import HeroError, Interrupted
+from hero.usage import Usage
 
 if TYPE_CHECKING:
     import openai
@@ -57,14 +58,26 @@ class Completion:
     reasoning: str = ""  # the reasoning text the endpoint returned; in `message` only when
     # the provider's send_reasoning is set
 
+    @property
+    def usage(self) -> Usage:
+        """What this one call spent."""
+        return Usage(self.tokens_in, self.tokens_out, 1, self.cost_usd, self.tokens_cached)
+
+
+class Model(Protocol):
+    """What hero asks of a model: the client below, the budget meter's and the redactor's
+    wrappers, the demo's scripted model, a test's own. Passed in, never imported as a
+    global, so tests swap in a deterministic model without patching anything."""
+
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> Completion: ...
+
 
 @dataclass
-class Usage:
-    tokens_in: int = 0
-    tokens_out: int = 0
-    tokens_cached: int = 0
-    llm_calls: int = 0
-    cost_usd: float = 0.0
+class ClientUsage(Usage):
+    """A client's usage over all its calls, and its retries; ``lock`` guards both."""
+
     retries: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -85,7 +98,7 @@ class LlmClient:
 
         self.role = role
         self.settings = settings
-        self.usage = Usage()
+        self.usage = ClientUsage()
         self._cancel = cancel
         self._on_retry = on_retry
         self._openai = openai
@@ -268,13 +281,7 @@ class LlmClient:
                 cost += tokens_in * provider.input_usd_per_mtok / 1e6
             if provider.output_usd_per_mtok:
                 cost += tokens_out * provider.output_usd_per_mtok / 1e6
-        with self.usage.lock:
-            self.usage.tokens_in += tokens_in
-            self.usage.tokens_out += tokens_out
-            self.usage.tokens_cached += tokens_cached
-            self.usage.llm_calls += 1
-            self.usage.cost_usd += cost
-        return Completion(
+        completion = Completion(
             content=content,
             tool_calls=calls,
             message=message,
@@ -286,6 +293,9 @@ class LlmClient:
             tokens_cached=tokens_cached,
             reasoning=reasoning,
         )
+        with self.usage.lock:
+            self.usage.add(completion.usage)
+        return completion
 
     def _where(self) -> str:
         return f"{self.role.role} model '{self.role.model}' at {self.role.provider.base_url}"

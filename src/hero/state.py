@@ -14,6 +14,7 @@ from hero.fsio import atomic_write
 from hero.names import StoryRef
 from hero.redact import Redactor
 from hero.story import MAX_STORY_BYTES
+from hero.usage import Usage
 from hero.yamlio import ValueProblem, read_file
 
 
@@ -133,6 +134,8 @@ class RunState:
     round_offset: int = 0  # rounds finished before the current budget (a retry after gave_up)
     phase: str = ""
     rounds: list[Round] = field(default_factory=list)
+    # the story's spend over all its runs, as the file holds it: a Usage's to_dict (read it
+    # with Usage.from_dict, write it with record_usage); a story never run has no cached count
     usage: dict[str, Any] = field(
         default_factory=lambda: {"tokens_in": 0, "tokens_out": 0, "llm_calls": 0, "cost_usd": 0.0}
     )
@@ -164,6 +167,16 @@ class RunState:
             return False
         self.round_offset = len(self.rounds)
         return True
+
+    def record_usage(self, usage: Usage) -> None:
+        """The story's spend is now ``usage`` (any other key a newer hero wrote is kept)."""
+        old = self.usage if isinstance(self.usage, dict) else {}
+        self.usage = {**old, **usage.to_dict()}
+
+    @property
+    def built_on(self) -> str:
+        """The commit the next round must build on: the last round's head, else the base."""
+        return (self.rounds[-1].head_sha if self.rounds else "") or self.base_sha
 
     @property
     def ref(self) -> StoryRef:

@@ -3,16 +3,55 @@
 Appending (never rewriting) keeps a trace's cost per event flat as a round grows, and a
 crash loses at most the line being written. Every string in an event is redacted (see
 ``hero.redact``) before it is written: no secret hero knows reaches a trace.
+
+The kinds of event are :class:`Event`; each is written by its own method of :class:`Trace`,
+and read back by the same names (``hero.agent.replay`` rebuilds a round's history from
+them, ``hero logs`` shows them).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from hero.redact import Redactor
+
+if TYPE_CHECKING:
+    from hero.llm import Completion, ToolCallRequest
+
+
+class Event(StrEnum):
+    """The kinds of trace event: the value is each line's ``event``, a contract that
+    ``hero logs`` and the replay of a round read."""
+
+    ROUND_START = "round_start"
+    """A round (or a part of it, after a restart) begins; ties the trace to its run record."""
+    RESUME_FAILED = "resume_failed"
+    """The round's trace could not be replayed: it starts over."""
+    MESSAGE = "message"
+    """A system or user message entered the worker's history."""
+    ASSISTANT = "assistant"
+    """The model's answer to one worker turn, as it entered the history."""
+    TOOL_START = "tool_start"
+    """A tool call is about to run."""
+    TOOL_RESULT = "tool_result"
+    """A tool call's result, as it entered the history."""
+    CONDENSE = "condense"
+    """The worker's history was condensed to fit the context window (what changed)."""
+    AGENT_END = "agent_end"
+    """The worker's turn ended: why, and its counts."""
+    VERIFY = "verify"
+    """The checks' record."""
+    REVIEW_REQUEST = "review_request"
+    """The reviewer's task."""
+    REVIEW_ANSWER = "review_answer"
+    """The reviewer's answer, as the model gave it."""
+    VERDICT = "verdict"
+    """The round's verdict (the reviewer's, or the short circuit that stood in for it)."""
 
 
 class Trace:
@@ -27,13 +66,115 @@ class Trace:
             if _torn(path):  # a line half written by a process that died: end it
                 self._fh.write("\n")
 
-    def event(self, kind: str, **data: Any) -> None:
+    def event(self, kind: Event, **data: Any) -> None:
+        """Append one event of ``kind`` with ``data`` as its fields (in that order)."""
         if self._fh is None:
             return
         record = {"t": round(time.monotonic() - self._t0, 4), "ts": time.time(), "event": kind}
         record.update(data if self._redact is None else self._redact.redact_value(data))
         self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self._fh.flush()
+
+    # -- one method per kind -------------------------------------------------------------
+
+    def round_start(
+        self, round_no: int, *, story: str, run: int, branch: str, part: int = 1, **tie: Any
+    ) -> None:
+        """Round ``round_no`` begins (``part`` > 1: goes on after a restart); ``tie`` is
+        ``hero.agent.replay.round_start_fields``."""
+        resumed = {"resumed": True, "part": part} if part > 1 else {}
+        self.event(
+            Event.ROUND_START, story=story, round=round_no, run=run, branch=branch, **tie, **resumed
+        )
+
+    def resume_failed(self, reason: str) -> None:
+        self.event(Event.RESUME_FAILED, reason=reason)
+
+    def message(self, role: str, content: Any, *, restart: bool = False) -> None:
+        if restart:  # the note telling the model hero was restarted mid-round
+            self.event(Event.MESSAGE, role=role, content=content, restart=True)
+        else:
+            self.event(Event.MESSAGE, role=role, content=content)
+
+    def assistant(self, turn: int, completion: Completion, *, estimate: int | None) -> None:
+        """The answer of worker turn ``turn``; ``estimate``: hero's raw estimate of the
+        request (what the provider's count calibrates on a resume)."""
+        extra: dict[str, Any] = {}
+        if estimate is not None:
+            extra["estimate"] = estimate
+        if completion.tokens_cached:
+            extra["tokens_cached"] = completion.tokens_cached
+        if completion.reasoning:
+            extra["reasoning"] = completion.reasoning
+            if "reasoning_content" in completion.message:
+                extra["reasoning_sent"] = completion.message["reasoning_content"]
+        self.event(
+            Event.ASSISTANT,
+            turn=turn,
+            content=completion.content,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in completion.tool_calls
+            ],
+            tokens_in=completion.tokens_in,
+            tokens_out=completion.tokens_out,
+            http_s=round(completion.http_s, 4),
+            finish_reason=completion.finish_reason,
+            **extra,
+        )
+
+    def tool_start(self, turn: int, call: ToolCallRequest) -> None:
+        self.event(Event.TOOL_START, turn=turn, id=call.id, name=call.name)
+
+    def tool_result(
+        self,
+        turn: int,
+        call_id: str,
+        name: str,
+        content: str,
+        *,
+        is_error: bool,
+        duration_s: float | None = None,
+        lost: str = "",
+    ) -> None:
+        """A call's result; ``lost``: ``running`` or ``not_run`` for one hero answered
+        itself after a restart, else ``duration_s``."""
+        end = {"lost": lost} if lost else {"duration_s": round(duration_s or 0.0, 4)}
+        self.event(
+            Event.TOOL_RESULT,
+            turn=turn,
+            id=call_id,
+            name=name,
+            is_error=is_error,
+            content=content,
+            **end,
+        )
+
+    def condense(self, fields: Mapping[str, Any]) -> None:
+        """``fields``: ``hero.agent.window.Condensation.to_event``."""
+        self.event(Event.CONDENSE, **fields)
+
+    def agent_end(self, fields: Mapping[str, Any]) -> None:
+        """``fields``: ``hero.agent.loop.AgentResult.end_event``."""
+        self.event(Event.AGENT_END, **fields)
+
+    def verify(self, record: Mapping[str, Any]) -> None:
+        self.event(Event.VERIFY, **record)
+
+    def review_request(self, content: str) -> None:
+        self.event(Event.REVIEW_REQUEST, content=content)
+
+    def review_answer(self, completion: Completion) -> None:
+        self.event(
+            Event.REVIEW_ANSWER,
+            content=completion.content,
+            tokens_in=completion.tokens_in,
+            tokens_out=completion.tokens_out,
+            http_s=round(completion.http_s, 4),
+        )
+
+    def verdict(self, record: Mapping[str, Any]) -> None:
+        self.event(Event.VERDICT, **record)
 
     def close(self) -> None:
         if self._fh is not None:

@@ -1,8 +1,11 @@
 """The tool-calling loop: ask the model, run the tools it calls, repeat.
 
-Every limit is checked in one place (``_limit_reached``), before the work it limits.
-The loop knows nothing of stories or branches: it gets a model, a message history, a
-tool context and limits, and says why it stopped.
+In mini-swe-agent's shape: :func:`run_agent` loops over turns, and a turn is
+:meth:`Agent.query` (the model's answer) then :meth:`Agent.execute` (the tools it called).
+Every limit is checked in one place (:meth:`Guardrails.check`), before the work it limits;
+it raises :class:`LimitReached`, which :func:`run_agent` catches once. The loop knows nothing
+of stories or branches: it gets a model, a message history, a tool context and limits, and
+says why it stopped.
 
 Every secret hero knows (``ToolContext.secrets``) is redacted from what enters the history,
 once, as it enters: the first messages (built from the story and the repository's files)
@@ -14,18 +17,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from hero.agent.context import Context
 from hero.agent.replay import LOST_NOT_RUN, LOST_RUNNING, Replayed, restart_note
 from hero.agent.tools import ToolContext, execute_tool, tool_schemas
+from hero.agent.window import UNLIMITED, Context
 from hero.config import WorkerLimits
-from hero.errors import Interrupted
-from hero.llm import Completion
+from hero.errors import HeroError, Interrupted
+from hero.llm import Completion, Model, ToolCallRequest
 from hero.redact import Redactor
 from hero.trace import Trace
+from hero.usage import Usage
 
 #: Stop reasons. ``done`` is the model's own end of turn; the rest are guardrails.
 DONE = "done"
@@ -40,10 +44,14 @@ CUT_NOTE = (
 )
 
 
-class Model(Protocol):
-    def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
-    ) -> Completion: ...
+class LimitReached(HeroError):
+    """A guardrail stops the worker before the step that would pass it."""
+
+    def __init__(self, stop_reason: str, detail: str, *, mid_turn: bool = False) -> None:
+        super().__init__(detail)
+        self.stop_reason = stop_reason  # one of GUARDRAILS
+        self.detail = detail
+        self.mid_turn = mid_turn  # before a tool call: some of the turn's calls may have run
 
 
 @dataclass
@@ -52,14 +60,21 @@ class AgentResult:
     detail: str = ""
     turns: int = 0
     tool_calls: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
+    usage: Usage = field(default_factory=Usage)  # the worker's model calls, summaries too
     final_message: str = ""
     llm_s: float = 0.0
     command_s: float = 0.0
     wall_s: float = 0.0
     condensations: int = 0
     parts: int = 1  # the attempts the round's worker ran in (more after a restart)
+
+    @property
+    def tokens_in(self) -> int:
+        return self.usage.tokens_in
+
+    @property
+    def tokens_out(self) -> int:
+        return self.usage.tokens_out
 
     @property
     def guardrail(self) -> bool:
@@ -75,8 +90,7 @@ class AgentResult:
             detail=str(end.get("detail") or ""),
             turns=replayed.turns,
             tool_calls=replayed.tool_calls,
-            tokens_in=replayed.tokens_in,
-            tokens_out=replayed.tokens_out,
+            usage=Usage() + replayed.usage,
             final_message=replayed.final or "",
             wall_s=replayed.wall_s,
             condensations=replayed.condensations,
@@ -110,131 +124,193 @@ def run_agent(
 ) -> AgentResult:
     """Run until the model answers without tool calls or a guardrail stops it.
 
-    ``messages`` is extended in place, so the caller holds the whole conversation. With
-    ``context``, the history is condensed to fit the model's window before each request
-    (see hero.agent.context). With ``resume``, ``messages`` is a round's history replayed
-    from its trace (see hero.agent.replay): the conversation goes on, its counts and wall
-    time carried over, after one message telling the model hero was restarted.
+    ``messages`` is extended in place, so the caller holds the whole conversation. The
+    history is condensed to fit ``context``, the model's window, before each request (see
+    hero.agent.window; none given: no window, nothing is condensed). With ``resume``,
+    ``messages`` is a round's history replayed from its trace (see hero.agent.replay): the
+    conversation goes on, its counts and wall time carried over, after one message telling
+    the model hero was restarted. ``on_turn`` is called after each turn's tool calls.
     """
-    tools = tool_schemas()
-    redactor = Redactor(ctx.secrets)
-    result = AgentResult()
-    started = time.monotonic()
-    last_call: tuple[str, str] | None = None
-    repeats = 0
-    cut = 0  # replies in a row cut off by the output limit
-    # every tool-call id in the history: results are matched to their calls by id (by the
-    # API, and by condensation and its replay), so an id a server gives twice is renamed
-    seen_ids = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
+    agent = Agent(model, messages, ctx, trace, context or Context(UNLIMITED, None), on_condense)
+    rails = Guardrails(limits, time.monotonic())
     if resume is None:
-        for message in messages:
+        agent.begin()
+    else:
+        rails.started -= resume.wall_s
+        agent.resume(resume)
+    result = agent.result
+    try:
+        while True:
+            if ctx.cancel is not None and ctx.cancel.is_set():
+                raise Interrupted("stopped between worker turns")
+            rails.check(result)
+            completion = agent.query()
+            if rails.replied(completion):  # cut off by the output limit: no final answer
+                if rails.cut < MAX_CUT_REPLIES:
+                    agent.say(CUT_NOTE)
+                continue
+            if not completion.tool_calls:
+                result.final_message = completion.content
+                break
+            agent.execute(completion.tool_calls, rails)
+            if on_turn is not None:
+                on_turn(result)
+    except LimitReached as stop:
+        result.stop_reason, result.detail = stop.stop_reason, stop.detail
+        if stop.mid_turn and on_turn is not None:
+            on_turn(result)
+    result.wall_s = time.monotonic() - rails.started
+    trace.agent_end(result.end_event())
+    return result
+
+
+class Guardrails:
+    """Every limit of one worker's turn, checked in one place: :meth:`check`."""
+
+    def __init__(self, limits: WorkerLimits, started: float) -> None:
+        self.limits = limits
+        self.started = started  # time.monotonic() at the start (earlier on a resume)
+        self.cut = 0  # replies in a row cut off by the output limit
+        self.cut_off = False  # the last one was, and called no tool: no final answer
+        self.last_call: tuple[str, str] | None = None
+        self.repeats = 0  # the same call in a row
+
+    def replied(self, completion: Completion) -> bool:
+        """Count a reply; whether it was cut off by the output limit and called no tool."""
+        self.cut = self.cut + 1 if completion.finish_reason == "length" else 0
+        self.cut_off = bool(self.cut) and not completion.tool_calls
+        return self.cut_off
+
+    def check(self, result: AgentResult, call: ToolCallRequest | None = None) -> None:
+        """Raise LimitReached for the first limit the next step would pass: the next turn,
+        or (with ``call``) running that tool call."""
+        limits = self.limits
+        if call is None:
+            if self.cut_off and self.cut >= MAX_CUT_REPLIES:
+                why = f"{self.cut} replies in a row were cut off by the model's output limit"
+                raise LimitReached("output_limit", why)
+            if result.turns >= limits.max_turns:
+                why = f"turn cap reached ({limits.max_turns} model calls)"
+                raise LimitReached("max_turns", why)
+        else:
+            signature = (call.name, _canonical(call.arguments))
+            self.repeats = self.repeats + 1 if signature == self.last_call else 1
+            self.last_call = signature
+            if self.repeats >= limits.loop_repeats:
+                why = (
+                    f"the same call {call.name}({_short(call.arguments)}) was made "
+                    f"{self.repeats} times in a row"
+                )
+                raise LimitReached("loop", why, mid_turn=True)
+            if result.tool_calls >= limits.max_tool_calls:
+                why = f"tool-call cap reached ({limits.max_tool_calls} calls)"
+                raise LimitReached("max_tool_calls", why, mid_turn=True)
+        if time.monotonic() - self.started >= limits.max_wall_s:
+            why = f"wall-time cap reached ({limits.max_wall_s:g} s)"
+            raise LimitReached("max_wall_time", why, mid_turn=call is not None)
+
+
+class Agent:
+    """One worker's conversation: the model's answers, the tools' results, their trace."""
+
+    def __init__(
+        self,
+        model: Model,
+        messages: list[dict[str, Any]],
+        ctx: ToolContext,
+        trace: Trace,
+        context: Context,
+        on_condense: Callable[[str], None] | None,
+    ) -> None:
+        self.model = model
+        self.messages = messages
+        self.ctx = ctx
+        self.trace = trace
+        self.context = context
+        self.on_condense = on_condense
+        self.tools = tool_schemas()
+        self.redactor = Redactor(ctx.secrets)
+        self.result = AgentResult()
+        # every tool-call id in the history: results are matched to their calls by id (by
+        # the API, and by condensation and its replay), so an id a server gives twice is
+        # renamed
+        self.seen_ids = {c["id"] for m in messages for c in m.get("tool_calls") or ()}
+
+    def begin(self) -> None:
+        """The first messages, redacted as they enter the history."""
+        redactor = self.redactor
+        for message in self.messages:
             if redactor and isinstance(message.get("content"), str):
                 message["content"] = redactor.redact(message["content"])
-            trace.event("message", role=message["role"], content=message.get("content"))
-    else:
-        _resume(result, messages, resume, trace)
-        started -= resume.wall_s
-        if context is not None and resume.calibration is not None:
-            context.reported(*resume.calibration)  # scale estimates as the live round did
-    while True:
-        if ctx.cancel is not None and ctx.cancel.is_set():
-            raise Interrupted("stopped between worker turns")
-        if _limit_reached(result, limits, started, next_step="turn"):
-            break
-        if context is not None:
-            done = context.fit(messages, model, result.turns)
-            if done is not None:
-                result.condensations += 1
-                if done.summary:
-                    result.tokens_in += done.summary["tokens_in"]
-                    result.tokens_out += done.summary["tokens_out"]
-                trace.event("condense", **done.to_event())
-                if on_condense is not None:
-                    on_condense(done.describe())
-            context.sent(messages)
-        completion = _unique_ids(model.complete(messages, tools), seen_ids, result.turns + 1)
-        if context is not None:
-            context.reported(completion.tokens_in)
+            self.trace.message(message["role"], message.get("content"))
+
+    def resume(self, replayed: Replayed) -> None:
+        """Carry a replayed round's counts over, answer its lost calls, and tell the model."""
+        result = self.result
+        result.turns = replayed.turns
+        result.tool_calls = replayed.tool_calls
+        result.usage = Usage() + replayed.usage
+        result.condensations = replayed.condensations
+        result.parts = replayed.parts + 1
+        if replayed.calibration is not None:
+            self.context.reported(*replayed.calibration)  # scale estimates as the live round did
+        for lost in replayed.lost:
+            content = LOST_RUNNING if lost.started else LOST_NOT_RUN
+            self.messages.append({"role": "tool", "tool_call_id": lost.id, "content": content})
+            how = "running" if lost.started else "not_run"
+            self.trace.tool_result(
+                replayed.turns, lost.id, lost.name, content, is_error=True, lost=how
+            )
+            if lost.started:
+                result.tool_calls += 1
+        self.say(restart_note(replayed), restart=True)
+
+    def say(self, note: str, *, restart: bool = False) -> None:
+        """A message of hero's own to the model."""
+        self.messages.append({"role": "user", "content": note})
+        self.trace.message("user", note, restart=restart)
+
+    def query(self) -> Completion:
+        """The model's answer to the history, condensed first if it outgrew the window."""
+        result, context = self.result, self.context
+        done = context.fit(self.messages, self.model, result.turns)
+        if done is not None:
+            result.condensations += 1
+            result.usage.add(done.usage)  # the summary's model call, if it took one
+            self.trace.condense(done.to_event())
+            if self.on_condense is not None:
+                self.on_condense(done.describe())
+        context.sent(self.messages)
+        answer = self.model.complete(self.messages, self.tools)
+        completion = _unique_ids(answer, self.seen_ids, result.turns + 1)
+        context.reported(completion.tokens_in)
         result.turns += 1
-        result.tokens_in += completion.tokens_in
-        result.tokens_out += completion.tokens_out
+        result.usage.add(completion.usage)
         result.llm_s += completion.http_s
-        messages.append(completion.message)
-        extra: dict[str, Any] = {}
-        if context is not None:
-            extra["estimate"] = context.last_sent  # what the provider's count calibrates
-        if completion.tokens_cached:
-            extra["tokens_cached"] = completion.tokens_cached
-        if completion.reasoning:
-            extra["reasoning"] = completion.reasoning
-            if "reasoning_content" in completion.message:
-                extra["reasoning_sent"] = completion.message["reasoning_content"]
-        trace.event(
-            "assistant",
-            turn=result.turns,
-            content=completion.content,
-            tool_calls=[
-                {"id": c.id, "name": c.name, "arguments": c.arguments}
-                for c in completion.tool_calls
-            ],
-            tokens_in=completion.tokens_in,
-            tokens_out=completion.tokens_out,
-            http_s=round(completion.http_s, 4),
-            finish_reason=completion.finish_reason,
-            **extra,
-        )
-        cut = cut + 1 if completion.finish_reason == "length" else 0
-        if not completion.tool_calls and cut:
-            # a reply the output limit cut off is no final answer: say so, and go on
-            if cut >= MAX_CUT_REPLIES:
-                result.stop_reason = "output_limit"
-                result.detail = f"{cut} replies in a row were cut off by the model's output limit"
-                break
-            messages.append({"role": "user", "content": CUT_NOTE})
-            trace.event("message", role="user", content=CUT_NOTE)
-            continue
-        if not completion.tool_calls:
-            result.final_message = completion.content
-            break
-        stopped = False
-        for call in completion.tool_calls:
-            signature = (call.name, _canonical(call.arguments))
-            repeats = repeats + 1 if signature == last_call else 1
-            last_call = signature
-            if repeats >= limits.loop_repeats:
-                result.stop_reason = "loop"
-                result.detail = (
-                    f"the same call {call.name}({_short(call.arguments)}) was made "
-                    f"{repeats} times in a row"
-                )
-                stopped = True
-                break
-            if _limit_reached(result, limits, started, next_step="tool"):
-                stopped = True
-                break
+        self.messages.append(completion.message)
+        self.trace.assistant(result.turns, completion, estimate=context.last_sent)
+        return completion
+
+    def execute(self, calls: tuple[ToolCallRequest, ...], rails: Guardrails) -> None:
+        """Run the turn's tool calls in order, each once the guardrails let it."""
+        result = self.result
+        for call in calls:
+            rails.check(result, call)
             t0 = time.monotonic()
-            trace.event("tool_start", turn=result.turns, id=call.id, name=call.name)
-            outcome = execute_tool(ctx, call.name, call.arguments)
+            self.trace.tool_start(result.turns, call)
+            outcome = execute_tool(self.ctx, call.name, call.arguments)
             result.tool_calls += 1
             result.command_s += outcome.command_s
-            content = redactor.redact(outcome.content)
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
-            trace.event(
-                "tool_result",
-                turn=result.turns,
-                id=call.id,
-                name=call.name,
+            content = self.redactor.redact(outcome.content)
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+            self.trace.tool_result(
+                result.turns,
+                call.id,
+                call.name,
+                content,
                 is_error=outcome.is_error,
-                content=content,
-                duration_s=round(time.monotonic() - t0, 4),
+                duration_s=time.monotonic() - t0,
             )
-        if on_turn is not None:
-            on_turn(result)
-        if stopped:
-            break
-    result.wall_s = time.monotonic() - started
-    trace.event("agent_end", **result.end_event())
-    return result
 
 
 def _unique_ids(completion: Completion, seen: set[str], turn: int) -> Completion:
@@ -258,52 +334,6 @@ def _unique_ids(completion: Completion, seen: set[str], turn: int) -> Completion
         for wire, call in zip(completion.message["tool_calls"], calls, strict=True)
     ]
     return dataclasses.replace(completion, tool_calls=tuple(calls), message=message)
-
-
-def _resume(
-    result: AgentResult, messages: list[dict[str, Any]], resume: Replayed, trace: Trace
-) -> None:
-    """Carry a replayed round's counts over, answer its lost calls, and tell the model."""
-    result.turns = resume.turns
-    result.tool_calls = resume.tool_calls
-    result.tokens_in = resume.tokens_in
-    result.tokens_out = resume.tokens_out
-    result.condensations = resume.condensations
-    result.parts = resume.parts + 1
-    for lost in resume.lost:
-        content = LOST_RUNNING if lost.started else LOST_NOT_RUN
-        messages.append({"role": "tool", "tool_call_id": lost.id, "content": content})
-        trace.event(
-            "tool_result",
-            turn=resume.turns,
-            id=lost.id,
-            name=lost.name,
-            is_error=True,
-            content=content,
-            lost="running" if lost.started else "not_run",
-        )
-        if lost.started:
-            result.tool_calls += 1
-    note = restart_note(resume)
-    messages.append({"role": "user", "content": note})
-    trace.event("message", role="user", content=note, restart=True)
-
-
-def _limit_reached(
-    result: AgentResult, limits: WorkerLimits, started: float, next_step: str
-) -> bool:
-    if next_step == "turn" and result.turns >= limits.max_turns:
-        result.stop_reason = "max_turns"
-        result.detail = f"turn cap reached ({limits.max_turns} model calls)"
-    elif next_step == "tool" and result.tool_calls >= limits.max_tool_calls:
-        result.stop_reason = "max_tool_calls"
-        result.detail = f"tool-call cap reached ({limits.max_tool_calls} calls)"
-    elif time.monotonic() - started >= limits.max_wall_s:
-        result.stop_reason = "max_wall_time"
-        result.detail = f"wall-time cap reached ({limits.max_wall_s:g} s)"
-    else:
-        return False
-    return True
 
 
 def _canonical(arguments: str) -> str:

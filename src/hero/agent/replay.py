@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hero.agent.context import apply_condense
+from hero.agent.window import apply_condense
 from hero.errors import HeroError
+from hero.trace import Event
+from hero.usage import Usage
 
 #: What the model is told in place of a result that was lost when hero stopped.
 LOST_RUNNING = (
@@ -52,8 +54,7 @@ class Replayed:
     parts: int  # attempts so far (1: the round was never resumed)
     turns: int = 0
     tool_calls: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
+    usage: Usage = field(default_factory=Usage)  # what the model calls replayed spent
     wall_s: float = 0.0
     condensations: int = 0
     lost: list[LostCall] = field(default_factory=list)
@@ -138,7 +139,7 @@ def _check(messages: list[dict[str, Any]], name: str) -> None:
 def _last_start(events: list[dict[str, Any] | int]) -> int | None:
     for i in range(len(events) - 1, -1, -1):
         e = events[i]
-        if isinstance(e, dict) and e.get("event") == "round_start" and not e.get("resumed"):
+        if isinstance(e, dict) and e.get("event") == Event.ROUND_START and not e.get("resumed"):
             return i
     return None
 
@@ -158,7 +159,7 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
     for e in events:
         kind = e.get("event")
         ts = e.get("ts")
-        if kind == "round_start":
+        if kind == Event.ROUND_START:
             if part_start is not None and last_ts is not None:
                 out.wall_s += max(0.0, last_ts - part_start)
             out.parts += 1
@@ -167,7 +168,7 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             continue
         if isinstance(ts, int | float) and out.ended is None:
             last_ts = ts
-        if kind == "message":
+        if kind == Event.MESSAGE:
             if pending:
                 _raise(f"{name}: a message between a tool call and its result")
             role = _text(e, "role")
@@ -176,7 +177,7 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             messages.append({"role": role, "content": e.get("content")})
             if out.turns == 0:
                 out.head = len(messages)
-        elif kind == "assistant":
+        elif kind == Event.ASSISTANT:
             if pending:
                 _raise(f"{name}: an answer while tool calls had no result")
             message, calls = _assistant(e)
@@ -184,14 +185,13 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             pending = calls
             started = set()
             out.turns += 1
-            out.tokens_in += _int(e.get("tokens_in"))
-            out.tokens_out += _int(e.get("tokens_out"))
+            out.usage.add(_usage(e))
             last_finish = str(e.get("finish_reason") or "")
             if _int(e.get("tokens_in")) > 0 and _int(e.get("estimate")) > 0:
                 out.calibration = (_int(e.get("tokens_in")), _int(e.get("estimate")))
-        elif kind == "tool_start":
+        elif kind == Event.TOOL_START:
             started.add(str(e.get("id")))
-        elif kind == "tool_result":
+        elif kind == Event.TOOL_RESULT:
             call_id = str(e.get("id"))
             if call_id not in pending:
                 _raise(f"{name}: a tool result for a call that was not asked for ({call_id})")
@@ -199,14 +199,13 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             messages.append({"role": "tool", "tool_call_id": call_id, "content": e.get("content")})
             if e.get("lost") != "not_run":
                 out.tool_calls += 1
-        elif kind == "condense":
+        elif kind == Event.CONDENSE:
             apply_condense(messages, e)
             out.condensations += 1
             summary = e.get("summary")
-            if isinstance(summary, dict):
-                out.tokens_in += _int(summary.get("tokens_in"))
-                out.tokens_out += _int(summary.get("tokens_out"))
-        elif kind == "agent_end":
+            if isinstance(summary, dict):  # the summary's model call
+                out.usage.add(_usage(summary))
+        elif kind == Event.AGENT_END:
             out.ended = e
             break
     if part_start is not None and last_ts is not None:
@@ -261,6 +260,16 @@ def _text(e: dict[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise Unreplayable(f"an event without its {key}")
     return value
+
+
+def _usage(call: dict[str, Any]) -> Usage:
+    """What one model call spent, as its trace event (or summary) says."""
+    return Usage(
+        tokens_in=_int(call.get("tokens_in")),
+        tokens_out=_int(call.get("tokens_out")),
+        llm_calls=1,
+        tokens_cached=_int(call.get("tokens_cached")),
+    )
 
 
 def _int(value: object) -> int:

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from hero.agent.loop import Model
 from hero.config import Config
 from hero.daemon.deps import Gate, Rule
 from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watching
@@ -33,6 +32,7 @@ from hero.daemon.plans import finish_plan, mark_skipped
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
 from hero.git.ops import TargetRepo
+from hero.llm import Model
 from hero.locks import DaemonLock as DaemonLock  # re-exported: `hero watch` and tests
 from hero.locks import DaemonRunning as DaemonRunning
 from hero.locks import StoryBusy

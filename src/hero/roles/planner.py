@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hero.agent.loop import Model
 from hero.dag import problems as dag_problems
 from hero.errors import HeroError
+from hero.llm import Model
 from hero.names import ID_RE
 from hero.prompting import render
 from hero.roles.answers import FENCE, find_object

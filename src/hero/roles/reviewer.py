@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hero.agent.loop import Model
+from hero.git.ops import Bounded, diff_since, log_since
+from hero.llm import Model
 from hero.prompting import render
 from hero.roles.answers import find_object
 from hero.story import Story
@@ -111,6 +112,50 @@ def parse_verdict(text: str) -> Verdict:
     return Verdict(verdict, summary, ac_check, comments)
 
 
+def review_commits(
+    model: Model,
+    story: Story,
+    *,
+    repo: Path,
+    base_sha: str,
+    tip: str,
+    round_no: int,
+    branch: str,
+    verify_summary: str,
+    home: Path | None,
+    trace: Trace,
+) -> Verdict:
+    """Review the story's commits from ``base_sha`` to ``tip``, read in ``repo`` (the user's
+    repository, where hero brought them): their log and their diff, cut for size with a
+    note saying what was left out."""
+    log = log_since(repo, base_sha, tip=tip)
+    diff, stat = diff_since(repo, base_sha, tip=tip)
+    return review(
+        model,
+        story,
+        round_no=round_no,
+        branch=branch,
+        base_sha=base_sha,
+        verify_summary=verify_summary,
+        git_log=log.text + (f"\n[... {log.cut_chars} characters cut]" if log.cut_chars else ""),
+        diff_stat=stat,
+        diff=_diff_text(diff),
+        home=home,
+        trace=trace,
+    )
+
+
+def _diff_text(diff: Bounded) -> str:
+    if diff.omitted:
+        return diff.text + (
+            f"\n\n[diff cut for size: {diff.cut_chars} characters left out, "
+            f"covering: {', '.join(diff.omitted)}]"
+        )
+    if diff.cut_chars:
+        return diff.text + f"\n\n[... {diff.cut_chars} characters of diff cut for size]"
+    return diff.text
+
+
 def review(
     model: Model,
     story: Story,
@@ -145,15 +190,9 @@ def review(
         {"role": "system", "content": render("reviewer_system.md", home)},
         {"role": "user", "content": task},
     ]
-    trace.event("review_request", content=task)
+    trace.review_request(task)
     completion = model.complete(messages)
-    trace.event(
-        "review_answer",
-        content=completion.content,
-        tokens_in=completion.tokens_in,
-        tokens_out=completion.tokens_out,
-        http_s=round(completion.http_s, 4),
-    )
+    trace.review_answer(completion)
     return parse_verdict(completion.content)
 
 

@@ -28,13 +28,14 @@ import re
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 from hero.errors import UsageError
 from hero.names import StoryRef
 from hero.state import TERMINAL, StateError, Status, load_state
+from hero.trace import Event
 from hero.views.text import WIDTH as WIDTH  # a rendered line is cut to this many characters
 from hero.views.text import cut
 
@@ -387,7 +388,7 @@ def _agent_end(e: dict[str, Any]) -> list[str]:
 
 
 def _condense(e: dict[str, Any]) -> list[str]:
-    """One condensation of the worker's history (see hero.agent.context)."""
+    """One condensation of the worker's history (see hero.agent.window)."""
     summary = e.get("summary") if isinstance(e.get("summary"), dict) else None
     done = []
     elided = len(e["elided"]) if isinstance(e.get("elided"), list) else 0
@@ -488,19 +489,19 @@ def _generic(e: dict[str, Any]) -> list[str]:
     return _lines(e, str(e.get("event", "?")), body)
 
 
-_FORMATTERS = {
-    "round_start": _round_start,
-    "resume_failed": _resume_failed,
-    "message": _message,
-    "assistant": _assistant,
-    "tool_start": _tool_start,
-    "tool_result": _tool_result,
-    "condense": _condense,
-    "agent_end": _agent_end,
-    "verify": _verify,
-    "review_request": _review_request,
-    "review_answer": _review_answer,
-    "verdict": _verdict,
+_FORMATTERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    Event.ROUND_START: _round_start,
+    Event.RESUME_FAILED: _resume_failed,
+    Event.MESSAGE: _message,
+    Event.ASSISTANT: _assistant,
+    Event.TOOL_START: _tool_start,
+    Event.TOOL_RESULT: _tool_result,
+    Event.CONDENSE: _condense,
+    Event.AGENT_END: _agent_end,
+    Event.VERIFY: _verify,
+    Event.REVIEW_REQUEST: _review_request,
+    Event.REVIEW_ANSWER: _review_answer,
+    Event.VERDICT: _verdict,
 }
 
 

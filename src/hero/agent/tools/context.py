@@ -6,9 +6,14 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from hero.errors import HeroError
+
+if TYPE_CHECKING:
+    from hero.agent.tools.policy import Policy
+    from hero.sandbox import Sandbox
+    from hero.sandbox_session import SandboxSession
 
 
 class ToolError(HeroError):
@@ -27,11 +32,11 @@ class ToolContext:
     # True: rg, or an error when it is missing; False: the pure-Python grep.
     use_ripgrep: bool | None = None
     # -- safety (issue 9) ---------------------------------------------------------------
-    # how bash commands are confined: a hero.sandbox.Sandbox (a sandbox per command), a
-    # hero.sandbox_session.SandboxSession (the worker's: one per round), or None for none
-    sandbox: Any = None
-    # the command policy bash commands are checked against (hero.agent.tools.policy), or None
-    policy: Any = None
+    # how bash commands are confined: a sandbox per command, the worker's one sandbox for
+    # the round, or None for none
+    sandbox: Sandbox | SandboxSession | None = None
+    # the command policy bash commands are checked against, or None
+    policy: Policy | None = None
     # the story's scope globs (empty: the whole worktree) and the files never written
     scope: tuple[str, ...] = ()
     protected: tuple[str, ...] = ()

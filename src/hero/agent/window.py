@@ -30,9 +30,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from hero.llm import Completion, LlmError
+from hero.config import Config, context_limits
+from hero.llm import LlmError, Model
+from hero.usage import Usage
 
 #: Characters per token of the estimate: about right for code and English (most
 #: tokenizers give 3.5-4 for English), on the safe side.
@@ -60,12 +62,6 @@ class ContextOverflow(LlmError):
     """The request cannot be brought under the window (the task alone is too large)."""
 
 
-class Summarizer(Protocol):
-    def complete(
-        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
-    ) -> Completion: ...
-
-
 @dataclass(frozen=True)
 class Window:
     """The worker's context window, in tokens, and when to condense."""
@@ -83,6 +79,22 @@ class Window:
     @property
     def trigger(self) -> int:
         return int(self.limit * self.condense_at)
+
+
+#: No window: a history that is never condensed (a model handed to the loop without one).
+UNLIMITED = Window(window=1 << 62, reserve=0)
+
+
+def window_for(config: Config, role: str) -> Window:
+    """The context window of ``role``'s model: its provider's ``context_window`` less its
+    ``max_output_tokens``, condensed as the ``context_*`` settings say (their defaults for
+    a model handed in directly, with no such role in the config)."""
+    knobs = config.context
+    if role in config.roles:
+        window, reserve = context_limits(config, role)
+    else:
+        window, reserve = knobs.window_default, knobs.reserve_default
+    return Window(window, reserve, knobs.condense_at, knobs.keep_turns)
 
 
 def estimate_text(text: str) -> int:
@@ -117,6 +129,7 @@ class Condensation:
     elided: list[dict[str, str]] = field(default_factory=list)  # {id, note}
     summary: dict[str, Any] | None = None  # {at, count, first, last, content, tokens_*}
     cut: list[dict[str, str]] = field(default_factory=list)  # {id, content}
+    usage: Usage = field(default_factory=Usage)  # what the summary's model call spent
 
     def to_event(self) -> dict[str, Any]:
         return {
@@ -211,7 +224,7 @@ class Context:
     # -- condensation ------------------------------------------------------------------
 
     def fit(
-        self, messages: list[dict[str, Any]], model: Summarizer | None, turn: int
+        self, messages: list[dict[str, Any]], model: Model | None, turn: int
     ) -> Condensation | None:
         """Make ``messages`` fit before the next request: condense in place when the
         estimate passes the trigger. Returns what was done, or None; raises
@@ -310,7 +323,7 @@ class Context:
         self,
         messages: list[dict[str, Any]],
         old: list[list[int]],
-        model: Summarizer,
+        model: Model,
         record: Condensation,
         turn: int,
     ) -> None:
@@ -322,7 +335,7 @@ class Context:
         prompt = self._render(history) if self._render else _default_prompt(history)
         completion = model.complete([{"role": "user", "content": prompt}], None)
         text = completion.content.strip()
-        tokens = (completion.tokens_in, completion.tokens_out)
+        record.usage = completion.usage
         if not text:  # an empty answer: a plain digest of what was done keeps the essentials
             text = digest(messages[at : at + count])
         most = self.window.trigger * CHARS_PER_TOKEN // 4  # a summary is no new history
@@ -337,8 +350,8 @@ class Context:
             "first": first,
             "last": last,
             "content": content,
-            "tokens_in": tokens[0],
-            "tokens_out": tokens[1],
+            "tokens_in": completion.tokens_in,
+            "tokens_out": completion.tokens_out,
         }
         self._resize(messages)
 
