@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config_load import bench as bench_config_load
 from report import (
     GIT_ISOLATION,
     Report,
@@ -1151,6 +1152,8 @@ def main(argv: list[str] | None = None) -> int:
             "hero run start-up",
             lambda: bench_run_startup(report, max(1, args.run_starts), envs[0] if envs else None),
         ),
+        # what the settings' declaration costs where configuration is read (config_load.py)
+        ("config load", lambda: bench_config_load(report, 5, None)),
         ("prompt size", lambda: bench_prompt(report)),
     ]
     if args.only_sandbox:

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.commands.*",),  # 2  one module per command: its arguments, what it prints, its exit
     # 3  what the commands share and the services only a command calls: running one story,
     #    the demo's home and model, `hero init`'s scaffold, drafting and writing a plan
-    ("hero.app", "hero.demo", "hero.scaffold", "hero.planning"),
+    ("hero.app", "hero.demo", "hero.scaffold", "hero.settings_doc", "hero.planning"),
     ("hero.views.*",),  # 4  what `hero status` / `hero logs` show
     # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
     #    processes, which run the pipeline)
@@ -57,6 +57,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.yamlio",
         "hero.fsio",
         "hero.limits",
+        "hero.settings",
         "hero.sandbox_agent",
         "hero.errors",
         "hero.redact",

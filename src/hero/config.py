@@ -7,6 +7,12 @@ Layout (relative to the home directory)::
     config.local.yaml              optional, git-ignored: keys: {<provider name>: <key>},
                                    github_token: <token>
 
+Every setting is declared once, on the field of the record that holds it (``knob(...)``, see
+:mod:`hero.settings`): its key, type, default, bounds, section and doc. Reading and checking
+the files, the config/roles.yaml that ``hero init`` writes and docs/settings.md all derive
+from that declaration (:func:`roles_settings`, :func:`provider_settings`,
+:func:`local_settings`, :data:`ROLE_SETTINGS`).
+
 Every problem raises :class:`ConfigError`, whose text is one line
 ``<file>: <key>: <message>`` with the file shown relative to the home. Error text never
 contains an API key value.
@@ -14,17 +20,17 @@ contains an API key value.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import os
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hero.errors import ConfigurationError
-from hero.limits import SETTINGS as LIMIT_KEYS
-from hero.limits import Limits, bounds, setting
+from hero.limits import Limits
+from hero.settings import Section, Setting, declare, knob, read_all, settings_of
 from hero.yamlio import (
     ValueProblem,
     decode_text,
@@ -32,7 +38,6 @@ from hero.yamlio import (
     did_you_mean,
     load_yaml,
     read_file,
-    string_list,
     type_name,
 )
 
@@ -43,91 +48,14 @@ LOCAL_FILE = "config.local.yaml"
 #: The largest config file hero reads: far more than any hand-written config needs.
 MAX_CONFIG_BYTES = 1 << 20
 
-ROLE_KEYS = ("provider", "model", "reasoning_effort", "max_output_tokens")
-PROVIDER_KEYS = (
-    "name",
-    "base_url",
-    "default_model",
-    "default_reasoning_effort",
-    "api_key_env",
-    "insecure_tls",
-    "headers",
-    "input_usd_per_mtok",
-    "output_usd_per_mtok",
-    # long rounds (issue 11): the window, reasoning sent back, the output cap's field name
-    "context_window",
-    "send_reasoning",
-    "output_tokens_param",
-)
 #: The request fields a role's output cap may be sent as (OpenAI's reasoning models
 #: refuse ``max_tokens``).
 OUTPUT_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
-LOCAL_KEYS = ("keys", "github_token", "broker_url", "state_url", "engine_key")
-KNOB_KEYS = (
-    "target_repo",
-    "target_base_ref",
-    "max_retries",
-    "max_parallel",
-    "verify_timeout_ms",
-    "default_verify",
-    "worker_max_turns",
-    "worker_max_tool_calls",
-    "worker_max_wall_s",
-    "bash_timeout_s",
-    "loop_repeats",
-    "llm_timeout_s",
-    "llm_max_attempts",
-    "llm_backoff_base_s",
-    "llm_backoff_max_s",
-    "llm_retry_after_max_s",
-    # safety (issue 9): sandbox, protected files, command policy, budgets
-    "sandbox",
-    "sandbox_network",
-    "verify_network",
-    "pass_env",
-    "protected_files",
-    "allow_commands",
-    "deny_commands",
-    "model_verify",
-    # limits on every sandboxed command (issue 17): limit_<field> of hero.limits.Limits
-    *LIMIT_KEYS,
-    "max_story_tokens",
-    "max_story_cost_usd",
-    "max_story_wall_s",
-    "max_round_tokens",
-    "max_round_cost_usd",
-    "max_round_wall_s",
-    # GitHub issues as stories (issue 10): see GitHubSettings
-    "github",
-    # long rounds (issue 11): see ContextSettings
-    "context_condense_at",
-    "context_keep_turns",
-    "context_window_default",
-    "output_reserve_default",
-    # many machines (issue 12): see EngineSettings
-    "engine",
-    "broker_url",
-    "state_url",
-    "target_remote",
-    "lease_s",
-    "engine_queue",
-    "broker_visibility_timeout_s",
-    "engine_key",  # refused here, with where it belongs: config.local.yaml (a secret)
-)
 ENGINES = ("local", "celery")
-ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
-GITHUB_KEYS = (
-    "repo",
-    "label",
-    "interval_s",
-    "allowed_associations",
-    "labels",
-    "remote",
-    "api_url",
-    "verify",
-    "scope",
-)
-GITHUB_LABEL_KEYS = ("in_progress", "done", "failed")
+SANDBOX_MODES = ("auto", "bwrap", "none")
+#: Files the worker never writes, whatever the story's scope; roles.yaml's
+#: ``protected_files`` adds to them.
+DEFAULT_PROTECTED = (".env", ".env.*", "*.pem", "*.key", "id_rsa*", ".git/**")
 GITHUB_API_URL = "https://api.github.com"
 #: Who may file a story: GitHub's author_association of an issue's author.
 GITHUB_ASSOCIATIONS = (
@@ -142,10 +70,15 @@ GITHUB_ASSOCIATIONS = (
 )
 #: OWNER/NAME of a GitHub repository.
 GITHUB_REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
+#: The shortest engine_key hero accepts (``secrets.token_hex(32)`` makes 64 characters).
+ENGINE_KEY_MIN_CHARS = 32
+ENGINE_KEY_HOWTO = '`python -c "import secrets; print(secrets.token_hex(32))"`'
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL_RE = re.compile(r"^https?://[^\s/]+")
 _SENSITIVE_HEADER_RE = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
+R = TypeVar("R")
 
 
 class ConfigError(ConfigurationError):
@@ -158,24 +91,230 @@ class ConfigError(ConfigurationError):
         super().__init__(f"{self.file}: {self.key}: {self.message}")
 
 
+# ----------------------------------------------------------------------------- checks
+# What the declarations below check beyond a value's type: each takes the typed value,
+# returns it (perhaps normalised) or raises ValueProblem; the reader names file and key.
+
+
+def _http_url(url: str) -> str:
+    if not _URL_RE.match(url):
+        raise ValueProblem(f"expected an http:// or https:// URL; found {describe(url)}")
+    return url.rstrip("/")
+
+
+def _api_url(url: str) -> str:
+    if not _URL_RE.match(url):
+        raise ValueProblem(f"expected an http(s):// URL; found {describe(url)}")
+    return url
+
+
+def _env_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Names of environment variables (``pass_env``): never hero's own ``HERO_*``."""
+    for name in names:
+        if not _ENV_NAME_RE.match(name):
+            raise ValueProblem(f"{name!r} is not the name of an environment variable")
+        if name.startswith("HERO_"):
+            raise ValueProblem(f"{name} is hero's own: hero never passes a HERO_* variable on")
+    return tuple(dict.fromkeys(names))
+
+
+def _rules(rules: tuple[str, ...]) -> tuple[str, ...]:
+    """A command policy's rules: each must split into shell words."""
+    import shlex
+
+    for i, rule in enumerate(rules, 1):
+        try:
+            words = shlex.split(rule)
+        except ValueError as exc:
+            raise ValueProblem(f"rule {i} ({rule!r}) cannot be parsed: {exc}") from None
+        if not words:
+            raise ValueProblem(f"rule {i} is empty; expected a command, e.g. 'git push'")
+    return rules
+
+
+def _with_builtin(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """``protected_files`` adds to the built-in list, never replaces it."""
+    return tuple(dict.fromkeys((*DEFAULT_PROTECTED, *patterns)))
+
+
+def _queue_name(queue: str) -> str:
+    if not _NAME_RE.match(queue):
+        raise ValueProblem(f"expected letters, digits, '.', '_' or '-'; found {queue!r}")
+    return queue
+
+
+def _github_repo(repo: str) -> str:
+    if not GITHUB_REPO_RE.match(repo):
+        raise ValueProblem(
+            f"expected the repository as OWNER/NAME (e.g. octo-org/app); found {describe(repo)}"
+        )
+    return repo
+
+
+def _associations(names: tuple[str, ...]) -> tuple[str, ...]:
+    upper = tuple(name.upper() for name in names)
+    for name in upper:
+        if name not in GITHUB_ASSOCIATIONS:
+            raise ValueProblem(
+                f"expected names from {', '.join(GITHUB_ASSOCIATIONS)}"
+                f"{did_you_mean(name, GITHUB_ASSOCIATIONS)}; found {describe(name)}"
+            )
+    return upper
+
+
+def _choices(
+    names: tuple[str, ...], docs: Mapping[str, str] | None = None
+) -> tuple[tuple[str, str], ...]:
+    """``choices`` of a Setting: each name with its line of doc."""
+    return tuple((name, (docs or {}).get(name, "")) for name in names)
+
+
+# ----------------------------------------------------------------------------- the settings
+# Each setting on the field that holds it: key, default, doc (one line), then what more the
+# template and the reference show. Types are the fields' annotations.
+
+#: The sections of config/roles.yaml, in the order ``hero init`` writes them and
+#: docs/settings.md lists them; every setting of the file names one.
+ROLES_SECTIONS = (
+    Section("target repository"),
+    Section("rounds"),
+    Section("sandbox"),
+    Section(
+        "sandbox limits",
+        "What each command in the sandbox (a Worker's bash call, a verify command) may use, so "
+        "that a fork bomb, a full /tmp or a runaway test ends that command and not the "
+        "machine. A command that hits one fails, and the Worker is told which limit and which "
+        "setting. Processes and memory are held by a cgroup where hero can make one (all the "
+        "command's processes together), else by per-process rlimits; `hero` logs which at "
+        "start. As root without a writable cgroup, the number of processes is not limited.",
+    ),
+    Section("what the worker may do"),
+    Section(
+        "budgets",
+        "Spend limits per story and per round; null (the default) = no limit. They are "
+        "checked before every model call (each worker turn and the reviewer's call): when one "
+        "is used up, the story stops as `budget_exceeded` with its work committed on its "
+        "branch, and the error names the budget. Raise it here and run `hero retry ID` to "
+        "continue; `hero status` shows each story's spend against its budgets. A story's "
+        "spend adds up over all its runs and retries.",
+    ),
+    Section(
+        "GitHub issues",
+        "Open issues with a label become stories inbox/gh-<number>.md, and their endings are "
+        "reported on the issues (a pull request, comments, labels). `hero watch` does it in "
+        "the same process when the github block is set; `hero github watch` does it alone. The "
+        "token comes from GITHUB_TOKEN or `github_token:` in config.local.yaml, never from this "
+        "file.",
+    ),
+    Section("worker limits"),
+    Section("model requests"),
+    Section(
+        "context window",
+        "A Worker round's conversation never outgrows the model's context window (the provider "
+        "file's context_window) minus the room kept for the answer (the role's "
+        "max_output_tokens, else output_reserve_default). As it nears that limit hero condenses "
+        "it: old tool results become a short note of what they were, then, if that is not "
+        "enough, the oldest turns become one summary written by the model. The system prompt, "
+        "the task and the reviewer's feedback are always kept; assistant messages are kept "
+        "until a summary replaces them.",
+    ),
+    Section(
+        "engine",
+        "Where stories run: in this process's threads (local), or on `hero worker` processes "
+        "on any number of machines through Celery and Redis (celery). The settings below the "
+        "first matter with celery only.",
+    ),
+)
+_TARGET, _ROUNDS, _SANDBOX, _LIMITS, _POLICY = (s.title for s in ROLES_SECTIONS[:5])
+_BUDGETS, _GITHUB, _WORKER, _REQUESTS, _CONTEXT, _ENGINE = (s.title for s in ROLES_SECTIONS[5:])
+
+
 @dataclass(frozen=True)
 class Provider:
-    name: str
-    base_url: str
-    default_model: str
-    default_reasoning_effort: str | None = None
-    api_key_env: str | None = None
-    insecure_tls: bool = False
-    headers: Mapping[str, str] = field(default_factory=dict)
-    input_usd_per_mtok: float | None = None
-    output_usd_per_mtok: float | None = None
-    context_window: int | None = None
-    """The model's context window in tokens; None: roles.yaml's context_window_default."""
-    send_reasoning: bool = False
-    """Whether the reasoning text the endpoint returns is sent back in the assistant
-    message of later requests (``reasoning_content``; some providers require it)."""
-    output_tokens_param: str = "max_tokens"
-    """The request field a role's max_output_tokens is sent as (one of OUTPUT_TOKENS_PARAMS)."""
+    """One OpenAI-compatible Chat Completions endpoint: config/providers/<name>.yaml."""
+
+    name: str = field(
+        metadata=declare("name", "Must equal the file name without .yaml.", shown="the file name")
+    )
+    base_url: str = field(
+        metadata=declare(
+            "base_url",
+            "Base URL of the API: the part before /chat/completions.",
+            required="expected the endpoint's base URL like https://api.openai.com/v1",
+            check=_http_url,
+        )
+    )
+    default_model: str = field(
+        metadata=declare(
+            "default_model",
+            "Model used by a role that does not set `model:` in config/roles.yaml.",
+            required="expected the model name used when a role sets no model",
+        )
+    )
+    default_reasoning_effort: str | None = knob(
+        "default_reasoning_effort",
+        None,
+        "Reasoning effort sent to the model (e.g. minimal, low, medium, high) when a role "
+        "does not set `reasoning_effort:`; null: not sent (needed for non-reasoning models).",
+    )
+    api_key_env: str | None = knob(
+        "api_key_env",
+        None,
+        "Name of the environment variable holding the API key; null: a keyless endpoint.",
+        note="A key in config.local.yaml (keys: {<name>: ...}) takes precedence. Never put "
+        "the key itself in this file.",
+        type_doc="environment variable name or null",
+        custom=True,  # its errors must never echo a key pasted in by mistake
+    )
+    insecure_tls: bool = knob(
+        "insecure_tls",
+        False,
+        "true = do not verify the server's TLS certificate (self-signed gateways only).",
+    )
+    headers: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=declare(
+            "headers",
+            "Extra HTTP headers sent with every request, e.g. {OpenAI-Organization: org-...}.",
+            type_doc="mapping of header name -> value",
+            shown="{}",
+            value="{}",
+            custom=True,  # values may be secrets: never shown in an error
+        ),
+    )
+    input_usd_per_mtok: float | None = knob(
+        "input_usd_per_mtok",
+        None,
+        "Price of a million input tokens in US dollars, for cost reports; null = unknown.",
+    )
+    output_usd_per_mtok: float | None = knob(
+        "output_usd_per_mtok",
+        None,
+        "Price of a million output tokens in US dollars, for cost reports; null = unknown.",
+    )
+    context_window: int | None = knob(
+        "context_window",
+        None,
+        "The model's context window in tokens: a Worker round's conversation is condensed "
+        "before it outgrows it.",
+        note="null = context_window_default in config/roles.yaml.",
+        minimum=1024,
+    )
+    send_reasoning: bool = knob(
+        "send_reasoning",
+        False,
+        "true = send the reasoning text the model returns back with its message in later "
+        "requests (some providers require it); false keeps it in the trace only.",
+    )
+    output_tokens_param: str = knob(
+        "output_tokens_param",
+        "max_tokens",
+        "The request field a role's max_output_tokens is sent as.",
+        choices=_choices(
+            OUTPUT_TOKENS_PARAMS,
+            {"max_completion_tokens": "OpenAI's reasoning models refuse max_tokens"},
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -195,89 +334,328 @@ class RoleConfig:
         return self.provider.context_window
 
 
+#: The keys of a role's block in config/roles.yaml (``worker: {provider: local}``); a
+#: RoleConfig holds them resolved against the provider.
+ROLE_SETTINGS = (
+    Setting(
+        "provider",
+        "The provider: a file name in config/providers/, without .yaml.",
+        type="str",
+        required="expected the name of a provider file in config/providers/ (without .yaml)",
+        custom=True,
+    ),
+    Setting(
+        "model",
+        "The model.",
+        type="str | None",
+        shown="the provider's default_model",
+    ),
+    Setting(
+        "reasoning_effort",
+        "The reasoning effort sent with each request (null = not sent).",
+        type="str | None",
+        shown="the provider's default_reasoning_effort",
+    ),
+    Setting(
+        "max_output_tokens",
+        "The cap on one answer's tokens, sent as the provider's output_tokens_param; less "
+        "than half its context_window.",
+        type="int | None",
+        shown="not sent (output_reserve_default is kept free)",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class WorkerLimits:
     """The worker's limits in one round: the agent loop's guardrails and the bash timeout."""
 
-    max_turns: int = 100
-    """LLM calls in one round."""
-    max_tool_calls: int = 300
-    """Tool calls in one round."""
-    max_wall_s: float = 3600.0
-    """Wall time of one round, checked before each LLM call and each tool call."""
-    bash_timeout_s: float = 600.0
-    """The default timeout of one bash tool call."""
-    loop_repeats: int = 4
-    """The same tool call with the same arguments this many times in a row is a loop."""
-
-
-#: Files the worker never writes, whatever the story's scope; roles.yaml's
-#: ``protected_files`` adds to them.
-DEFAULT_PROTECTED = (".env", ".env.*", "*.pem", "*.key", "id_rsa*", ".git/**")
-SANDBOX_MODES = ("auto", "bwrap", "none")
+    max_turns: int = knob(
+        "worker_max_turns", 100, "Model turns (requests) in one Worker round.", section=_WORKER
+    )
+    max_tool_calls: int = knob(
+        "worker_max_tool_calls", 300, "Tool calls in one Worker round.", section=_WORKER
+    )
+    max_wall_s: float = knob(
+        "worker_max_wall_s",
+        3600.0,
+        "Wall-clock limit of one Worker round, in seconds, checked before each model call "
+        "and each tool call.",
+        section=_WORKER,
+    )
+    bash_timeout_s: float = knob(
+        "bash_timeout_s",
+        600.0,
+        "Default timeout of one bash tool call, in seconds (the model may ask for longer, "
+        "within limits).",
+        section=_WORKER,
+    )
+    loop_repeats: int = knob(
+        "loop_repeats",
+        4,
+        "Identical consecutive tool calls that count as the Worker being stuck in a loop.",
+        minimum=2,
+        section=_WORKER,
+    )
 
 
 @dataclass(frozen=True)
 class Safety:
     """What confines the worker's and the checks' commands (roles.yaml)."""
 
-    sandbox: str = "auto"
-    """auto: bubblewrap when it works, else none with a warning; bwrap: required; none."""
-    sandbox_network: bool = False
-    """Whether the worker's commands may reach the network (in the sandbox)."""
-    verify_network: bool = False
-    """Whether the verify commands may reach the network (in the sandbox)."""
-    pass_env: tuple[str, ...] = ()
-    """Names of hero's environment variables the commands may see beside the safe ones
-    (``hero.runner.SAFE_NAMES``); a value holding a secret is dropped all the same."""
-    protected_files: tuple[str, ...] = DEFAULT_PROTECTED
-    allow_commands: tuple[str, ...] = ()
-    deny_commands: tuple[str, ...] = ()
-    model_verify: bool = True
-    """Whether the verify commands a planner model wrote (a plan's stories) run at all: true,
-    checked by allow_commands/deny_commands like the worker's commands; false, never run
-    (default_verify runs in their place)."""
+    sandbox: str = knob(
+        "sandbox",
+        "auto",
+        "Where the Worker's bash commands and the verify commands run:",
+        choices=_choices(
+            SANDBOX_MODES,
+            {
+                "auto": "bubblewrap (bwrap) when it works on this machine, else no sandbox, "
+                "with a warning",
+                "bwrap": "bubblewrap, required: without it a story ends in error before any "
+                "command runs",
+                "none": "no sandbox: commands run with your user's rights",
+            },
+        ),
+        note="In the sandbox a command sees the system read-only, the story's worktree "
+        "writable, the repository's git objects and refs but not its config or hooks, a "
+        "private /tmp and HOME, only its own processes (all of them end with it), and not "
+        "the hero home or your home. Needs the system package bubblewrap (apt-get install "
+        "bubblewrap).",
+        section=_SANDBOX,
+    )
+    sandbox_network: bool = knob(
+        "sandbox_network",
+        False,
+        "Whether the Worker's commands may reach the network from the sandbox.",
+        section=_SANDBOX,
+    )
+    verify_network: bool = knob(
+        "verify_network",
+        False,
+        "Whether the verify commands may reach the network from the sandbox.",
+        note="A test the Worker wrote runs in the checks, and with the network it could send "
+        "what it reads anywhere. Set true for test suites that fetch dependencies.",
+        section=_SANDBOX,
+    )
+    pass_env: tuple[str, ...] = knob(
+        "pass_env",
+        (),
+        "Names of hero's environment variables the commands may see beside the safe ones.",
+        note="The Worker's and the verify commands see of hero's environment only PATH, HOME, "
+        "USER, the language and time zone (LANG, LC_*, TZ), TMPDIR, certificates (SSL_CERT_*) "
+        "and toolchain homes (VIRTUAL_ENV, JAVA_HOME, GOPATH, CARGO_HOME, ...). A variable "
+        "whose value holds a key or token hero knows is never passed on, nor any HERO_*.",
+        check=_env_names,
+        section=_SANDBOX,
+    )
+    protected_files: tuple[str, ...] = knob(
+        "protected_files",
+        DEFAULT_PROTECTED,
+        "Files the Worker never changes, whatever a story's scope says: .gitignore-style globs.",
+        note="`*.pem` and `.env` match at any depth, `secrets/` or `config/prod/**` from the "
+        "repository's root. hero always protects .env, .env.*, *.pem, *.key, id_rsa* and "
+        ".git/**; these add to them. write_file and edit_file refuse a protected file; a bash "
+        "command that changes one has it put back (or deleted, if it is new) before its "
+        "result reaches the Worker.",
+        check=_with_builtin,
+        value="[]",
+        shown="[] (the built-in list only)",
+        example='protected_files:\n  - secrets/\n  - "*.p12"\n  - config/production.yaml',
+        section=_POLICY,
+    )
+    allow_commands: tuple[str, ...] = knob(
+        "allow_commands",
+        (),
+        "Commands the Worker's bash tool may run; a non-empty list refuses every part of a "
+        "command it does not name.",
+        note="A rule is a command and its first words, matched as whole words on every part "
+        "of the parsed command: `rm` refuses `make && rm -rf build`, `bash -c 'rm x'`, `sudo "
+        "rm x`, `/bin/rm x`, but not `rmdir x` or `echo rm`. With an allow list, list `cd`, "
+        "`echo`, ... too, and both a wrapper and what it wraps (`timeout` and `pytest`). A "
+        "refused command is not run; the Worker is told the rule. The rules hold for the "
+        "Worker's commands and the verify commands a planner model wrote (a plan's stories); "
+        "verify commands you wrote run as written. A guard-rail against accidents, not a "
+        "security boundary (a script the Worker writes, or `python -c`, is not looked into): "
+        "the sandbox is that.",
+        check=_rules,
+        shown="[] (no policy)",
+        example="allow_commands:\n  - git\n  - python\n  - pytest\n  - ls\n  - cat\n  - echo"
+        "\n  - cd",
+        section=_POLICY,
+    )
+    deny_commands: tuple[str, ...] = knob(
+        "deny_commands",
+        (),
+        "Commands the Worker's bash tool must not run, as rules like allow_commands'; deny "
+        "wins over allow.",
+        check=_rules,
+        shown="[] (no policy)",
+        example="deny_commands:\n  - git push\n  - npm publish\n  - curl\n  - wget",
+        section=_POLICY,
+    )
+    model_verify: bool = knob(
+        "model_verify",
+        True,
+        "Whether the verify commands a planner model wrote (`hero plan`) run at all.",
+        note="true: they run, checked by allow_commands and deny_commands (`hero plan` asks "
+        "the planner again, and `hero run-plan` and `hero watch` refuse a story, when one "
+        "breaks them); false: they never run, and default_verify runs in their place.",
+        section=_POLICY,
+    )
     limits: Limits = Limits()
     """What each sandboxed command may use (the ``limit_*`` keys; see hero.limits)."""
 
 
 @dataclass(frozen=True)
-class Budgets:
-    """Spend limits per story and per round; None: no limit."""
+class Budget:
+    """One budget as hero checks it: its key, what it limits and its limit."""
 
-    story_tokens: int | None = None
-    story_cost_usd: float | None = None
-    story_wall_s: float | None = None
-    round_tokens: int | None = None
-    round_cost_usd: float | None = None
-    round_wall_s: float | None = None
+    key: str
+    """Its key in config/roles.yaml, ``max_<scope>_<measure>``: the name errors give."""
+    scope: str
+    """``story`` (all its runs together) or ``round``."""
+    measure: str
+    """What is counted: ``tokens``, ``cost_usd`` or ``wall_s`` (hero.budget.Spend's fields)."""
+    limit: float | None
+    """None: no limit."""
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Spend limits per story and per round; None: no limit. The one table of budget
+    names: each field's key is ``max_<field>``; :meth:`each` lists them as hero checks them."""
+
+    story_tokens: int | None = knob(
+        "max_story_tokens",
+        None,
+        "Tokens (prompt + completion) a story may spend in all.",
+        shown="null (no limit)",
+        section=_BUDGETS,
+    )
+    story_cost_usd: float | None = knob(
+        "max_story_cost_usd",
+        None,
+        "Dollars a story may spend in all.",
+        note="The provider's reported cost when it sends one, else the prices in its file "
+        "(input_usd_per_mtok, output_usd_per_mtok); without either, cost is 0.",
+        shown="null (no limit)",
+        section=_BUDGETS,
+    )
+    story_wall_s: float | None = knob(
+        "max_story_wall_s",
+        None,
+        "Seconds a story may spend in its rounds, all runs together (time between runs does "
+        "not count).",
+        shown="null (no limit)",
+        section=_BUDGETS,
+    )
+    round_tokens: int | None = knob(
+        "max_round_tokens",
+        None,
+        "Tokens one round (its worker turns and the reviewer's call) may spend.",
+        shown="null (no limit)",
+        section=_BUDGETS,
+    )
+    round_cost_usd: float | None = knob(
+        "max_round_cost_usd",
+        None,
+        "Dollars one round may spend.",
+        shown="null (no limit)",
+        section=_BUDGETS,
+    )
+    round_wall_s: float | None = knob(
+        "max_round_wall_s",
+        None,
+        "Seconds one round may take.",
+        shown="null (no limit)",
+        section=_BUDGETS,
+    )
+
+    def each(self) -> tuple[Budget, ...]:
+        """Every budget, story budgets first, in declaration order."""
+        out = []
+        for s in settings_of(Budgets):
+            scope, _, measure = s.attr.partition("_")
+            out.append(Budget(s.key, scope, measure, getattr(self, s.attr)))
+        return tuple(out)
+
+    def named(self) -> dict[str, float | None]:
+        """The budgets under their names in config/roles.yaml; None: no limit."""
+        return {budget.key: budget.limit for budget in self.each()}
 
 
 @dataclass(frozen=True)
 class LlmSettings:
-    timeout_s: float = 600.0
-    max_attempts: int = 6
-    backoff_base_s: float = 2.0
-    backoff_max_s: float = 60.0
-    retry_after_max_s: float = 120.0
-    """The longest wait a server's Retry-After is honoured for; a longer ask waits this long."""
+    timeout_s: float = knob(
+        "llm_timeout_s", 600.0, "Timeout of one model request, in seconds.", section=_REQUESTS
+    )
+    max_attempts: int = knob(
+        "llm_max_attempts",
+        6,
+        "Attempts per model request on rate limits, timeouts and server errors.",
+        section=_REQUESTS,
+    )
+    backoff_base_s: float = knob(
+        "llm_backoff_base_s",
+        2.0,
+        "First wait between attempts, in seconds; it doubles after each failed attempt (a "
+        "server's Retry-After is honoured).",
+        minimum=0,
+        section=_REQUESTS,
+    )
+    backoff_max_s: float = knob(
+        "llm_backoff_max_s",
+        60.0,
+        "Longest backoff between attempts, in seconds, at least llm_backoff_base_s (a "
+        "server's Retry-After is honoured up to llm_retry_after_max_s).",
+        minimum=0,
+        section=_REQUESTS,
+    )
+    retry_after_max_s: float = knob(
+        "llm_retry_after_max_s",
+        120.0,
+        "Longest wait a server's Retry-After (on a 429 or 503) is honoured for, in seconds; "
+        "on a longer ask hero waits this long, then tries again.",
+        section=_REQUESTS,
+    )
 
 
 @dataclass(frozen=True)
 class ContextSettings:
     """How a round's conversation is kept inside the model's context window (roles.yaml)."""
 
-    condense_at: float = 0.75
-    """context_condense_at: the share of the usable window (the window minus the output
-    reserve) at which a round's history is condensed."""
-    keep_turns: int = 6
-    """context_keep_turns: the most recent worker turns whose tool results are kept whole
-    while condensing older turns is enough."""
-    window_default: int = 128_000
-    """context_window_default: the window in tokens when a provider file gives none."""
-    reserve_default: int = 4096
-    """output_reserve_default: tokens kept free for the answer when a role sets no
-    max_output_tokens."""
+    condense_at: float = knob(
+        "context_condense_at",
+        0.75,
+        "The share of the usable window (the window minus the answer's room) at which a "
+        "round's history is condensed.",
+        above=0.1,
+        maximum=0.95,
+        section=_CONTEXT,
+    )
+    keep_turns: int = knob(
+        "context_keep_turns",
+        6,
+        "The most recent Worker turns whose tool results are kept whole while eliding and "
+        "summarizing older turns is enough (the last turn's are cut only as a last resort).",
+        section=_CONTEXT,
+    )
+    window_default: int = knob(
+        "context_window_default",
+        128_000,
+        "The context window in tokens assumed when a provider file gives no context_window.",
+        minimum=1024,
+        section=_CONTEXT,
+    )
+    reserve_default: int = knob(
+        "output_reserve_default",
+        4096,
+        "Tokens kept free for the answer when a role sets no max_output_tokens (less than "
+        "half the window).",
+        minimum=256,
+        section=_CONTEXT,
+    )
 
 
 @dataclass(frozen=True)
@@ -285,27 +663,92 @@ class EngineSettings:
     """Where stories run (roles.yaml): in this process's threads (``local``), or on
     ``hero worker`` processes through Celery (``celery``, see hero.engine)."""
 
-    kind: str = "local"
-    broker_url: str = field(default="", repr=False)
-    """Celery's broker (and result backend): env HERO_BROKER_URL, else config.local.yaml's
-    broker_url, else roles.yaml's (which may not hold a password)."""
-    state_url: str = field(default="", repr=False)
-    """The Redis that holds hero's leases and the mirrored records: env HERO_STATE_URL, else
-    config.local.yaml's, else roles.yaml's, else broker_url when that is a Redis URL."""
-    target_remote: str = field(default="", repr=False)
-    """A git URL every worker can reach: workers clone it and push story branches to it."""
-    lease_s: float = 30.0
-    """A running story's lease: renewed every third of it; a dead worker's story is sent
-    again once it has expired for as long again."""
-    queue: str = "hero"
-    """engine_queue: the Celery queue, and the prefix of hero's keys in Redis."""
-    visibility_timeout_s: float = 43200.0
-    """broker_visibility_timeout_s: Redis's redelivery of a task taken but not acknowledged.
-    hero acknowledges a story when a worker starts it, so it never applies to a running one."""
-    key: str = field(default="", repr=False)
-    """engine_key: the secret the coordinator and every worker share, that authenticates each
-    story sent and everything a worker publishes (HMAC-SHA256, see hero.engine.seal): env
-    HERO_ENGINE_KEY, else config.local.yaml's engine_key. Required with ``celery``."""
+    kind: str = knob(
+        "engine",
+        "local",
+        "Where stories run:",
+        choices=_choices(
+            ENGINES,
+            {
+                "local": "in this process's threads",
+                "celery": "on `hero worker` processes, sent through Celery (see hero.engine)",
+            },
+        ),
+        section=_ENGINE,
+    )
+    broker_url: str = knob(
+        "broker_url",
+        "",
+        "Celery's broker (and result backend), like redis://host:6379/0.",
+        note="In config/roles.yaml it may not hold a password: put such a URL in "
+        "config.local.yaml or the environment.",
+        env="HERO_BROKER_URL",
+        local=True,
+        written=False,
+        example="redis://10.0.0.1:6379/0",
+        shown="none",
+        repr=False,
+        section=_ENGINE,
+    )
+    state_url: str = knob(
+        "state_url",
+        "",
+        "The Redis that holds hero's leases and the mirrored records.",
+        note="Required when broker_url is not a Redis URL.",
+        env="HERO_STATE_URL",
+        local=True,
+        written=False,
+        example="redis://10.0.0.1:6379/1",
+        shown="broker_url, when that is a Redis URL",
+        repr=False,
+        section=_ENGINE,
+    )
+    target_remote: str = knob(
+        "target_remote",
+        "",
+        "A git URL every worker can reach: workers clone it and push story branches to it.",
+        written=False,
+        example="ssh://git@git.example/app.git",
+        shown="none",
+        repr=False,
+        section=_ENGINE,
+    )
+    lease_s: float = knob(
+        "lease_s",
+        30.0,
+        "A running story's lease, in seconds: renewed every third of it; a dead worker's "
+        "story is sent again once it has expired for as long again.",
+        section=_ENGINE,
+    )
+    queue: str = knob(
+        "engine_queue",
+        "hero",
+        "The Celery queue, and the prefix of hero's keys in Redis.",
+        check=_queue_name,
+        section=_ENGINE,
+    )
+    visibility_timeout_s: float = knob(
+        "broker_visibility_timeout_s",
+        43200.0,
+        "Redis's redelivery of a task taken but not acknowledged, in seconds.",
+        note="hero acknowledges a story when a worker starts it, so it never applies to a "
+        "running one.",
+        section=_ENGINE,
+    )
+    key: str = knob(
+        "engine_key",
+        "",
+        "The secret the coordinator and every worker share, that authenticates each story "
+        "sent and everything a worker publishes (HMAC-SHA256, see hero.engine.seal).",
+        note=f"At least {ENGINE_KEY_MIN_CHARS} characters; make one with {ENGINE_KEY_HOWTO}. "
+        "Required with celery.",
+        env="HERO_ENGINE_KEY",
+        local=True,
+        secret=True,
+        shown="none",
+        repr=False,
+        section=_ENGINE,
+    )
 
     @property
     def remote(self) -> bool:
@@ -316,9 +759,9 @@ class EngineSettings:
 class GitHubLabels:
     """The labels hero puts on an issue while and after its story runs."""
 
-    in_progress: str = "hero: in progress"
-    done: str = "hero: done"
-    failed: str = "hero: failed"
+    in_progress: str = knob("in_progress", "hero: in progress", "While its story runs.")
+    done: str = knob("done", "hero: done", "Once its story passed.")
+    failed: str = knob("failed", "hero: failed", "Once its story gave up or failed.")
 
 
 @dataclass(frozen=True)
@@ -328,39 +771,114 @@ class GitHubSettings:
     Defined here so that config (a record) need not import hero.github (the outside world);
     ``hero.github.settings`` re-exports it."""
 
-    repo: str
-    """OWNER/NAME of the repository whose issues become stories."""
-    label: str
-    """Open issues with this label are taken."""
-    interval_s: float = 60.0
-    """Seconds between two looks at the issues."""
-    allowed_associations: tuple[str, ...] = ("OWNER", "MEMBER", "COLLABORATOR")
-    """Whose issues are taken: the author's author_association (write access by default)."""
-    labels: GitHubLabels = GitHubLabels()
-    """The labels hero sets on the issue as its story runs and ends."""
-    remote: str = "origin"
-    """The target repository's git remote that story branches are pushed to."""
-    api_url: str = GITHUB_API_URL
-    """The REST API's base URL: env GITHUB_API_URL, else the block's api_url, else GitHub's."""
+    repo: str = field(
+        metadata=declare(
+            "repo",
+            "OWNER/NAME of the repository whose issues become stories.",
+            required="expected the repository as OWNER/NAME (e.g. octo-org/app)",
+            check=_github_repo,
+            value="OWNER/NAME",
+        )
+    )
+    label: str = field(
+        metadata=declare(
+            "label",
+            "Open issues with this label are taken.",
+            required="expected the label that marks issues for hero (e.g. hero)",
+            value="hero",
+        )
+    )
+    interval_s: float = knob("interval_s", 60.0, "Seconds between two looks at the issues.")
+    allowed_associations: tuple[str, ...] = knob(
+        "allowed_associations",
+        ("OWNER", "MEMBER", "COLLABORATOR"),
+        "Whose issues are taken, by the author's author_association on GitHub; by default, "
+        "people with write access.",
+        note=f"Any of {', '.join(GITHUB_ASSOCIATIONS)}.",
+        check=_associations,
+    )
+    labels: GitHubLabels = knob(
+        "labels",
+        GitHubLabels(),
+        "The labels hero sets on the issue as its story runs and ends.",
+        type_doc="mapping: in_progress, done, failed",
+        shown="the three below",
+        custom=True,
+    )
+    remote: str = knob(
+        "remote", "origin", "The target repository's git remote story branches are pushed to."
+    )
+    api_url: str = knob(
+        "api_url",
+        GITHUB_API_URL,
+        "The REST API's base URL; GitHub Enterprise: https://HOST/api/v3.",
+        env="GITHUB_API_URL",
+        check=_api_url,
+    )
     token: str | None = field(default=None, repr=False)
     """env GITHUB_TOKEN, else config.local.yaml github_token."""
-    verify: tuple[str, ...] = ()
-    """verify of every story from an issue; () = config default_verify."""
-    scope: tuple[str, ...] = ()
-    """scope of every story from an issue; () = no scope."""
+    verify: tuple[str, ...] = knob(
+        "verify", (), "verify of every story from an issue.", shown="[] (default_verify)"
+    )
+    scope: tuple[str, ...] = knob(
+        "scope", (), "scope of every story from an issue.", shown="[] (no scope)"
+    )
 
 
 @dataclass(frozen=True)
 class Config:
     home: Path
-    target_repo: Path
-    """The repository stories run on. A `hero worker` home (engine: celery) may name none:
-    its clone of target_remote, ``<home>/worker/repo``, stands in."""
-    target_base_ref: str | None = None
-    max_retries: int = 3
-    max_parallel: int = 2
-    verify_timeout_ms: int = 120_000
-    default_verify: tuple[str, ...] = ()
+    target_repo: Path = field(
+        metadata=declare(
+            "target_repo",
+            "The git repository hero works on: absolute, or relative to this hero home.",
+            note="Each story gets its own branch and worktree (in worktrees/) made from it. A "
+            "`hero worker` home (engine: celery) may name none: its clone of target_remote, "
+            "<home>/worker/repo, stands in.",
+            required="expected the path of the git repository hero works on (absolute, or "
+            "relative to the hero home)",
+            custom=True,
+            section=_TARGET,
+        )
+    )
+    target_base_ref: str | None = knob(
+        "target_base_ref",
+        None,
+        "Branch, tag or commit that story branches start from; null = the repository's "
+        "current HEAD.",
+        note="A story can override it with `base_ref:` in its frontmatter.",
+        section=_TARGET,
+    )
+    max_retries: int = knob(
+        "max_retries",
+        3,
+        "Retry budget per story: how many Worker -> Verifier -> Reviewer rounds hero runs "
+        "before giving up on it.",
+        note="A story can override it with `max_retries:` in its frontmatter.",
+        section=_ROUNDS,
+    )
+    max_parallel: int = knob(
+        "max_parallel",
+        2,
+        "Stories worked on at the same time, each in its own worktree.",
+        section=_ROUNDS,
+    )
+    verify_timeout_ms: int = knob(
+        "verify_timeout_ms",
+        120_000,
+        "Time limit for each verify command, in milliseconds.",
+        shown="120000 (2 minutes)",
+        section=_ROUNDS,
+    )
+    default_verify: tuple[str, ...] = knob(
+        "default_verify",
+        (),
+        "Checks run after each Worker round for stories without `verify:` in their frontmatter.",
+        note="Shell commands run in the worktree; all must exit 0.",
+        shown="[] (no checks)",
+        example="default_verify:\n  - ruff check .\n  - python -m pytest -q",
+        section=_ROUNDS,
+    )
     worker_limits: WorkerLimits = WorkerLimits()
     llm: LlmSettings = LlmSettings()
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
@@ -370,10 +888,28 @@ class Config:
     budgets: Budgets = Budgets()
     context: ContextSettings = ContextSettings()
     engine: EngineSettings = EngineSettings()
-    github: GitHubSettings | None = None
-    """The ``github:`` block of roles.yaml; None when there is none."""
-    github_token: str | None = field(default=None, repr=False)
-    """env GITHUB_TOKEN, else config.local.yaml github_token (also in ``secrets``)."""
+    github: GitHubSettings | None = knob(
+        "github",
+        None,
+        "GitHub issues as stories: this block turns them on.",
+        type_doc="mapping (below)",
+        shown="none",
+        custom=True,
+        written=False,
+        section=_GITHUB,
+    )
+    github_token: str | None = knob(
+        "github_token",
+        None,
+        "The GitHub token for `hero github watch` and the github block; it needs to read "
+        "issues, and the report-back writes issues and pull requests.",
+        env="GITHUB_TOKEN",
+        local=True,
+        secret=True,
+        shown="none",
+        repr=False,
+        section=_GITHUB,
+    )
     github_api_url: str = GITHUB_API_URL
     """env GITHUB_API_URL, else the github block's api_url, else https://api.github.com."""
 
@@ -389,6 +925,78 @@ class Config:
                 f"role not loaded (loaded roles: {loaded}); if config/roles.yaml has no "
                 f"`{name}:` block, add one like `{name}: {{provider: local}}`",
             ) from None
+
+
+#: config.local.yaml's own key; the others are settings of roles.yaml marked ``local``.
+API_KEYS = Setting(
+    "keys",
+    "API keys by provider name (file names in config/providers/ without .yaml); a key here "
+    "takes precedence over the provider's api_key_env.",
+    type_doc="mapping of provider name -> API key",
+    shown="{}",
+    local=True,
+    secret=True,
+    custom=True,
+)
+
+
+@functools.cache
+def roles_settings() -> tuple[Setting, ...]:
+    """Every top-level setting of config/roles.yaml, in the order of ROLES_SECTIONS (the
+    role blocks' keys are ROLE_SETTINGS, the github block's github_settings())."""
+    found = (
+        *settings_of(Config),
+        *settings_of(WorkerLimits),
+        *settings_of(LlmSettings),
+        *settings_of(Safety),
+        *settings_of(Limits),
+        *settings_of(Budgets),
+        *settings_of(ContextSettings),
+        *settings_of(EngineSettings),
+    )
+    order = {section.title: n for n, section in enumerate(ROLES_SECTIONS)}
+    return tuple(sorted(found, key=lambda s: order[s.section]))
+
+
+def roles_sections() -> tuple[tuple[Section, tuple[Setting, ...]], ...]:
+    """config/roles.yaml's sections, each with its settings (the template, the reference)."""
+    found = roles_settings()
+    return tuple(
+        (section, tuple(s for s in found if s.section == section.title))
+        for section in ROLES_SECTIONS
+    )
+
+
+def github_settings() -> tuple[Setting, ...]:
+    """The keys of roles.yaml's ``github:`` block; ``labels`` holds github_label_settings()."""
+    return settings_of(GitHubSettings)
+
+
+def github_label_settings() -> tuple[Setting, ...]:
+    return settings_of(GitHubLabels)
+
+
+def provider_settings() -> tuple[Setting, ...]:
+    """The keys of a provider file, config/providers/<name>.yaml."""
+    return settings_of(Provider)
+
+
+@functools.cache
+def local_settings() -> tuple[Setting, ...]:
+    """The keys of config.local.yaml: API keys, then the settings of roles.yaml that may be
+    given there too (the secrets only there)."""
+    return (API_KEYS, *(s for s in roles_settings() if s.local))
+
+
+ROLE_KEYS = tuple(s.key for s in ROLE_SETTINGS)
+PROVIDER_KEYS = tuple(s.key for s in provider_settings())
+LOCAL_KEYS = tuple(s.key for s in local_settings())
+#: The top-level keys of config/roles.yaml beside the role blocks (secrets among them: they
+#: are refused there, saying where they belong).
+KNOB_KEYS = tuple(s.key for s in roles_settings())
+ROLES_FILE_KEYS = ROLE_NAMES + KNOB_KEYS
+GITHUB_KEYS = tuple(s.key for s in github_settings())
+GITHUB_LABEL_KEYS = tuple(s.key for s in github_label_settings())
 
 
 def context_limits(config: Config, role: str) -> tuple[int, int]:
@@ -487,30 +1095,39 @@ def _load(
         )
     data = _read_mapping(home, ROLES_FILE)
     _check_keys(data, ROLES_FILE_KEYS, ROLES_FILE, "key")
-    r = _Reader(data, ROLES_FILE)
 
     # Local keys first, so that any later error can be scrubbed of them.
-    local_keys = _read_local_keys(home)
+    local = _read_mapping(home, LOCAL_FILE, secret=True) if (home / LOCAL_FILE).exists() else {}
+    _check_keys(local, LOCAL_KEYS, LOCAL_FILE, "key")
+    local_keys = _local_keys(local)
     secrets.extend(v for v in local_keys.values() if v)
-    github_token = (env.get("GITHUB_TOKEN") or "").strip() or _local_github_token(home)
+    github_token = (env.get("GITHUB_TOKEN") or "").strip() or _local_github_token(local)
     if github_token:
         secrets.append(github_token)
+    providers = _read_providers(home)  # read early too: their keys are scrubbed
+    key_env_names = tuple(dict.fromkeys(p.api_key_env for p in providers.values() if p.api_key_env))
+    for name in key_env_names:
+        if env.get(name):
+            secrets.append(env[name])
+    for provider in providers.values():
+        for header, value in provider.headers.items():
+            if value and _SENSITIVE_HEADER_RE.search(header):
+                secrets.append(value)
 
-    target_repo = _target_repo(home, r)
-    worker_limits = WorkerLimits(
-        max_turns=r.integer("worker_max_turns", 100),
-        max_tool_calls=r.integer("worker_max_tool_calls", 300),
-        max_wall_s=r.number("worker_max_wall_s", 3600.0),
-        bash_timeout_s=r.number("bash_timeout_s", 600.0),
-        loop_repeats=r.integer("loop_repeats", 4, minimum=2),
+    for s in roles_settings():  # a secret given here is refused, saying where it belongs
+        if s.secret and s.key in data:
+            raise ConfigError(
+                ROLES_FILE,
+                s.key,
+                f"is a secret; put it in {LOCAL_FILE} (`{s.key}: ...`) or in the environment "
+                f"({s.env}) instead, so that roles.yaml holds no secret",
+            )
+
+    target_repo = _target_repo(home, data)
+    values = read_all(
+        (s for s in roles_settings() if not (s.custom or s.secret)), data, _error_in(ROLES_FILE)
     )
-    llm = LlmSettings(
-        timeout_s=r.number("llm_timeout_s", 600.0),
-        max_attempts=r.integer("llm_max_attempts", 6),
-        backoff_base_s=r.number("llm_backoff_base_s", 2.0, allow_zero=True),
-        backoff_max_s=r.number("llm_backoff_max_s", 60.0, allow_zero=True),
-        retry_after_max_s=r.number("llm_retry_after_max_s", 120.0),
-    )
+    llm = _record(LlmSettings, values)
     if llm.backoff_max_s < llm.backoff_base_s:
         raise ConfigError(
             ROLES_FILE,
@@ -521,27 +1138,8 @@ def _load(
 
     role_blocks = {name: _role_block(data, name) for name in ROLE_NAMES}
 
-    providers = _read_providers(home)
-    key_env_names = tuple(dict.fromkeys(p.api_key_env for p in providers.values() if p.api_key_env))
-    for name in key_env_names:
-        if env.get(name):
-            secrets.append(env[name])
-    for provider in providers.values():
-        for header, value in provider.headers.items():
-            if value and _SENSITIVE_HEADER_RE.search(header):
-                secrets.append(value)
-
     github = _github(data.get("github"), github_token, env)
-    github_api_url = _github_api_url(github, env)
-
-    context = ContextSettings(
-        condense_at=r.fraction("context_condense_at", 0.75, above=0.1, at_most=0.95),
-        keep_turns=r.integer("context_keep_turns", 6),
-        window_default=r.integer("context_window_default", 128_000, minimum=1024),
-        reserve_default=r.integer("output_reserve_default", 4096, minimum=256),
-    )
-
-    engine = _engine(r, home, env, secrets)
+    engine = _engine(values, local, env, secrets)
 
     loaded: dict[str, RoleConfig] = {}
     for name in wanted:
@@ -553,154 +1151,93 @@ def _load(
     config = Config(
         home=home,
         target_repo=target_repo,
-        target_base_ref=r.string("target_base_ref"),
-        max_retries=r.integer("max_retries", 3),
-        max_parallel=r.integer("max_parallel", 2),
-        verify_timeout_ms=r.integer("verify_timeout_ms", 120_000),
-        default_verify=r.string_list("default_verify"),
-        worker_limits=worker_limits,
+        **_fields(Config, values),
+        worker_limits=_record(WorkerLimits, values),
         llm=llm,
         roles=loaded,
         # normalised once, here: a key with a blank around it is the same key
         secrets=tuple(dict.fromkeys(s.strip() for s in secrets if s and s.strip())),
         key_env_names=key_env_names,
-        safety=_safety(r),
-        budgets=Budgets(
-            story_tokens=r.optional_integer("max_story_tokens"),
-            story_cost_usd=r.optional_number("max_story_cost_usd"),
-            story_wall_s=r.optional_number("max_story_wall_s"),
-            round_tokens=r.optional_integer("max_round_tokens"),
-            round_cost_usd=r.optional_number("max_round_cost_usd"),
-            round_wall_s=r.optional_number("max_round_wall_s"),
-        ),
-        context=context,
+        safety=_record(Safety, values, limits=_record(Limits, values)),
+        budgets=_record(Budgets, values),
+        context=_record(ContextSettings, values),
         engine=engine,
         github=github,
         github_token=github_token,
-        github_api_url=github_api_url,
+        github_api_url=github.api_url if github is not None else _api_url_from(None, env),
     )
     for name in loaded:  # a cap that leaves no room for the conversation fails at start-up
         context_limits(config, name)
     return config
 
 
-def _safety(r: _Reader) -> Safety:
-    sandbox = r.data.get("sandbox")
-    if sandbox is None:
-        sandbox = "auto"
-    if sandbox not in SANDBOX_MODES:
-        hint = did_you_mean(str(sandbox), SANDBOX_MODES) if isinstance(sandbox, str) else ""
-        raise r._error(
-            "sandbox",
-            f"expected one of {', '.join(SANDBOX_MODES)}{hint}; found {describe(sandbox)}",
-        )
-    return Safety(
-        sandbox=sandbox,
-        sandbox_network=r.boolean("sandbox_network", False),
-        verify_network=r.boolean("verify_network", False),
-        pass_env=_env_names(r, "pass_env"),
-        protected_files=tuple(
-            dict.fromkeys((*DEFAULT_PROTECTED, *r.string_list("protected_files")))
-        ),
-        allow_commands=_rules(r, "allow_commands"),
-        deny_commands=_rules(r, "deny_commands"),
-        model_verify=r.boolean("model_verify", True),
-        limits=_limits(r),
-    )
+def _error_in(rel: str, prefix: str = "") -> Callable[[str, str], ConfigError]:
+    """How read_all's errors are made for the file ``rel`` (keys under ``prefix``)."""
+    return lambda key, message: ConfigError(rel, f"{prefix}{key}", message)
 
 
-#: A name an environment variable can have.
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+def _fields(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``cls`` that hold plain settings, from ``values`` (by key)."""
+    return {s.attr: values[s.key] for s in settings_of(cls) if s.key in values and not s.custom}
 
 
-def _env_names(r: _Reader, key: str) -> tuple[str, ...]:
-    """Names of environment variables (``pass_env``): never hero's own ``HERO_*``."""
-    names = r.string_list(key)
-    for name in names:
-        if not _ENV_NAME.fullmatch(name):
-            raise r._error(key, f"{name!r} is not the name of an environment variable")
-        if name.startswith("HERO_"):
-            raise r._error(key, f"{name} is hero's own: hero never passes a HERO_* variable on")
-    return tuple(dict.fromkeys(names))
+def _record(cls: type[R], values: Mapping[str, Any], **more: Any) -> R:
+    """The settings record ``cls`` from ``values`` (by key)."""
+    return cls(**_fields(cls, values), **more)
 
 
-def _limits(r: _Reader) -> Limits:
-    """The ``limit_*`` keys: whole numbers within each limit's bounds (hero.limits)."""
-    defaults = Limits()
-    values: dict[str, int] = {}
-    for f in dataclasses.fields(Limits):
-        low, high = bounds(f.name)
-        default: int = getattr(defaults, f.name)
-        values[f.name] = r.integer(setting(f.name), default, minimum=low, maximum=high)
-    return Limits(**values)
-
-
-def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) -> EngineSettings:
+def _engine(
+    values: Mapping[str, Any], local: Mapping[Any, Any], env: Mapping[str, str], secrets: list[str]
+) -> EngineSettings:
     """The engine settings; the URLs' passwords join ``secrets``."""
-    kind = r.data.get("engine")
-    if kind is None:
-        kind = "local"
-    if kind not in ENGINES:
-        hint = did_you_mean(str(kind), ENGINES) if isinstance(kind, str) else ""
-        raise r._error(
-            "engine", f"expected one of {', '.join(ENGINES)}{hint}; found {describe(kind)}"
-        )
-    local = _read_mapping(home, LOCAL_FILE, secret=True) if (home / LOCAL_FILE).exists() else {}
+    settings = _record(EngineSettings, values)
     urls: dict[str, str] = {}
-    for key, env_name in (("broker_url", "HERO_BROKER_URL"), ("state_url", "HERO_STATE_URL")):
-        in_roles = r.string(key)
+    for s in settings_of(EngineSettings):
+        if not (s.local and not s.secret):
+            continue
+        in_roles = values[s.key]
         if in_roles and _url_password(in_roles):
-            raise r._error(
-                key,
-                f"holds a password; put the URL in {LOCAL_FILE} (`{key}: ...`) or in the "
-                f"environment ({env_name}) instead, so that roles.yaml holds no secret",
+            raise ConfigError(
+                ROLES_FILE,
+                s.key,
+                f"holds a password; put the URL in {LOCAL_FILE} (`{s.key}: ...`) or in the "
+                f"environment ({s.env}) instead, so that roles.yaml holds no secret",
             )
-        value = local.get(key)
+        value = local.get(s.key)
         if value is not None and not isinstance(value, str):
-            raise ConfigError(LOCAL_FILE, key, f"expected a URL string; found {type_name(value)}")
-        chosen = (env.get(env_name) or "").strip() or (value or "").strip() or in_roles or ""
+            raise ConfigError(LOCAL_FILE, s.key, f"expected a URL string; found {type_name(value)}")
+        chosen = (env.get(s.env) or "").strip() or (value or "").strip() or in_roles
         if chosen and not re.match(r"^[a-z][a-z0-9+.-]*://", chosen):
-            raise ConfigError(ROLES_FILE, key, "expected a URL like redis://host:6379/0")
+            raise ConfigError(ROLES_FILE, s.key, "expected a URL like redis://host:6379/0")
         password = _url_password(chosen)
         if password:
             secrets.append(password)
-        urls[key] = chosen
+        urls[s.attr] = chosen
     broker = urls["broker_url"]
     state = urls["state_url"] or (broker if broker.startswith(("redis://", "rediss://")) else "")
-    queue = r.string("engine_queue") or "hero"
-    if not _NAME_RE.match(queue):
-        raise r._error(
-            "engine_queue", f"expected letters, digits, '.', '_' or '-'; found {queue!r}"
-        )
-    secrets.extend(_url_credentials(r.string("target_remote") or ""))
-    engine_key = _engine_key(r, local, env)
+    secrets.extend(_url_credentials(settings.target_remote))
+    engine_key = _engine_key(local, env)
     if engine_key:
         secrets.append(engine_key)
-    settings = EngineSettings(
-        kind=kind,
-        broker_url=broker,
-        state_url=state,
-        target_remote=r.string("target_remote") or "",
-        lease_s=r.number("lease_s", 30.0),
-        queue=queue,
-        visibility_timeout_s=r.number("broker_visibility_timeout_s", 43200.0),
-        key=engine_key,
-    )
+    settings = replace(settings, broker_url=broker, state_url=state, key=engine_key)
     if settings.remote:
         if not broker:
-            raise r._error(
+            raise ConfigError(
+                ROLES_FILE,
                 "broker_url",
                 "required with engine: celery; expected a URL like redis://host:6379/0 (here, in "
                 f"{LOCAL_FILE} or in HERO_BROKER_URL)",
             )
         if not state.startswith(("redis://", "rediss://", "unix://")):
-            raise r._error(
+            raise ConfigError(
+                ROLES_FILE,
                 "state_url",
                 "required with engine: celery when broker_url is not a Redis URL; expected "
                 "redis://host:6379/0 (hero keeps its leases and records there)",
             )
         if not settings.target_remote:
-            raise r._error(
+            raise ConfigError(
+                ROLES_FILE,
                 "target_remote",
                 "required with engine: celery; expected a git URL every worker can reach "
                 "(a bare repository on a shared path, ssh://..., https://...)",
@@ -718,23 +1255,12 @@ def _engine(r: _Reader, home: Path, env: Mapping[str, str], secrets: list[str]) 
         for name, url in (("broker_url", broker), ("state_url", state)):
             problem = _tls_problem(url)
             if problem:
-                raise r._error(name, problem)
+                raise ConfigError(ROLES_FILE, name, problem)
     return settings
 
 
-#: The shortest engine_key hero accepts (``secrets.token_hex(32)`` makes 64 characters).
-ENGINE_KEY_MIN_CHARS = 32
-ENGINE_KEY_HOWTO = '`python -c "import secrets; print(secrets.token_hex(32))"`'
-
-
-def _engine_key(r: _Reader, local: Mapping[Any, Any], env: Mapping[str, str]) -> str:
+def _engine_key(local: Mapping[Any, Any], env: Mapping[str, str]) -> str:
     """engine_key: env HERO_ENGINE_KEY, else config.local.yaml's; never roles.yaml's."""
-    if "engine_key" in r.data:
-        raise r._error(
-            "engine_key",
-            f"is a secret; put it in {LOCAL_FILE} (`engine_key: ...`) or in the environment "
-            "(HERO_ENGINE_KEY) instead, so that roles.yaml holds no secret",
-        )
     value = local.get("engine_key")
     if value is not None and not isinstance(value, str):
         raise ConfigError(
@@ -799,21 +1325,6 @@ def _url_password(url: str) -> str:
         return ""
 
 
-def _rules(r: _Reader, key: str) -> tuple[str, ...]:
-    """A command policy's rules: each must split into shell words."""
-    import shlex
-
-    rules = r.string_list(key)
-    for i, rule in enumerate(rules, 1):
-        try:
-            words = shlex.split(rule)
-        except ValueError as exc:
-            raise r._error(key, f"rule {i} ({rule!r}) cannot be parsed: {exc}") from None
-        if not words:
-            raise r._error(key, f"rule {i} is empty; expected a command, e.g. 'git push'")
-    return rules
-
-
 def _github(block: Any, token: str | None, env: Mapping[str, str]) -> GitHubSettings | None:
     """The ``github:`` block of roles.yaml (None when absent); the token is not required
     here: the commands that talk to GitHub say so when it is missing."""
@@ -834,32 +1345,8 @@ def _github(block: Any, token: str | None, env: Mapping[str, str]) -> GitHubSett
             f"`github_token: ...` in {LOCAL_FILE}",
         )
     _check_keys(block, GITHUB_KEYS, ROLES_FILE, "key", prefix="github.")
-    r = _Reader(block, ROLES_FILE, prefix="github.")
-    repo = r.string("repo")
-    if repo is None or not GITHUB_REPO_RE.match(repo):
-        raise ConfigError(
-            ROLES_FILE,
-            "github.repo",
-            "expected the repository as OWNER/NAME (e.g. octo-org/app); "
-            f"found {'nothing' if repo is None else describe(repo)}",
-        )
-    label = r.string("label")
-    if label is None:
-        raise ConfigError(
-            ROLES_FILE,
-            "github.label",
-            "required; expected the label that marks issues for hero (e.g. hero); found nothing",
-        )
-    associations = tuple(a.upper() for a in r.string_list("allowed_associations"))
-    for name in associations:
-        if name not in GITHUB_ASSOCIATIONS:
-            raise ConfigError(
-                ROLES_FILE,
-                "github.allowed_associations",
-                f"expected names from {', '.join(GITHUB_ASSOCIATIONS)}"
-                f"{did_you_mean(name, GITHUB_ASSOCIATIONS)}; found {describe(name)}",
-            )
-    labels = block.get("labels")
+    values = read_all(github_settings(), block, _error_in(ROLES_FILE, "github."))
+    labels = values["labels"]
     if labels is None:
         labels = {}
     if not isinstance(labels, dict):
@@ -870,45 +1357,28 @@ def _github(block: Any, token: str | None, env: Mapping[str, str]) -> GitHubSett
             f"found {describe(labels)}",
         )
     _check_keys(labels, GITHUB_LABEL_KEYS, ROLES_FILE, "key", prefix="github.labels.")
-    lr = _Reader(labels, ROLES_FILE, prefix="github.labels.")
-    default_labels = GitHubLabels()
-    api_url = r.string("api_url")
-    if api_url is not None and not re.match(r"^https?://[^\s/]+", api_url):
-        raise ConfigError(
-            ROLES_FILE, "github.api_url", f"expected an http(s):// URL; found {describe(api_url)}"
-        )
+    label_values = read_all(
+        github_label_settings(), labels, _error_in(ROLES_FILE, "github.labels.")
+    )
     return GitHubSettings(
-        repo=repo,
-        label=label,
-        interval_s=r.number("interval_s", 60.0),
-        allowed_associations=associations or GitHubSettings.allowed_associations,
-        labels=GitHubLabels(
-            in_progress=lr.string("in_progress") or default_labels.in_progress,
-            done=lr.string("done") or default_labels.done,
-            failed=lr.string("failed") or default_labels.failed,
-        ),
-        remote=r.string("remote") or "origin",
-        api_url=_github_api_url_from(api_url, env),
-        token=token,
-        verify=r.string_list("verify"),
-        scope=r.string_list("scope"),
+        **{
+            **_fields(GitHubSettings, values),
+            "labels": _record(GitHubLabels, label_values),
+            "api_url": _api_url_from(values["api_url"], env),
+            "token": token,
+        }
     )
 
 
-def _github_api_url_from(block_url: str | None, env: Mapping[str, str]) -> str:
+def _api_url_from(block_url: str | None, env: Mapping[str, str]) -> str:
+    """env GITHUB_API_URL, else the github block's api_url, else GitHub's."""
     chosen = (env.get("GITHUB_API_URL") or "").strip() or block_url or GITHUB_API_URL
     return chosen.rstrip("/")
 
 
-def _github_api_url(github: GitHubSettings | None, env: Mapping[str, str]) -> str:
-    return github.api_url if github is not None else _github_api_url_from(None, env)
-
-
-def _local_github_token(home: Path) -> str | None:
+def _local_github_token(local: Mapping[Any, Any]) -> str | None:
     """config.local.yaml's ``github_token`` (None when the file or the key is absent)."""
-    if not (home / LOCAL_FILE).exists():
-        return None
-    value = _read_mapping(home, LOCAL_FILE, secret=True).get("github_token")
+    value = local.get("github_token")
     if value is None:
         return None
     if not isinstance(value, str):
@@ -927,19 +1397,15 @@ def _role_missing_message(name: str) -> str:
     )
 
 
-def _target_repo(home: Path, r: _Reader) -> Path:
-    raw = r.data.get("target_repo")
-    if raw is None and r.data.get("engine") == "celery" and r.data.get("target_remote"):
+def _target_repo(home: Path, data: Mapping[Any, Any]) -> Path:
+    raw = data.get("target_repo")
+    if raw is None and data.get("engine") == "celery" and data.get("target_remote"):
         # a `hero worker` home: its repository is its clone of target_remote (`hero watch`
         # refuses a home whose target_repo is no repository)
         return home / "worker" / "repo"
     if raw is None:
-        raise ConfigError(
-            ROLES_FILE,
-            "target_repo",
-            "required; expected the path of the git repository hero works on "
-            "(absolute, or relative to the hero home); found nothing",
-        )
+        setting = next(s for s in roles_settings() if s.key == "target_repo")
+        raise ConfigError(ROLES_FILE, "target_repo", f"required; {setting.required}; found nothing")
     if not isinstance(raw, str) or not raw.strip():
         raise ConfigError(
             ROLES_FILE, "target_repo", f"expected a path as a string; found {describe(raw)}"
@@ -982,14 +1448,10 @@ def _role_block(data: Mapping[Any, Any], name: str) -> dict[str, Any] | None:
             f"expected a mapping like `{name}: {{provider: local}}`; found {describe(block)}",
         )
     _check_keys(block, ROLE_KEYS, ROLES_FILE, "key", prefix=f"{name}.")
-    r = _Reader(block, ROLES_FILE, prefix=f"{name}.")
     provider = block.get("provider")
     if provider is None:
         raise ConfigError(
-            ROLES_FILE,
-            f"{name}.provider",
-            "required; expected the name of a provider file in config/providers/ "
-            "(without .yaml); found nothing",
+            ROLES_FILE, f"{name}.provider", f"required; {ROLE_SETTINGS[0].required}; found nothing"
         )
     if not isinstance(provider, str) or not _NAME_RE.match(provider):
         raise ConfigError(
@@ -998,12 +1460,8 @@ def _role_block(data: Mapping[Any, Any], name: str) -> dict[str, Any] | None:
             "expected a provider name (letters, digits, '.', '_', '-'), the file name of "
             f"config/providers/<name>.yaml; found {describe(provider)}",
         )
-    return {
-        "provider": provider,
-        "model": r.string("model"),
-        "reasoning_effort": r.string("reasoning_effort"),
-        "max_output_tokens": r.optional_integer("max_output_tokens"),
-    }
+    plain = (s for s in ROLE_SETTINGS if not s.custom)
+    return {"provider": provider, **read_all(plain, block, _error_in(ROLES_FILE, f"{name}."))}
 
 
 def _resolve_role(
@@ -1052,12 +1510,9 @@ def _api_key(
     )
 
 
-def _read_local_keys(home: Path) -> dict[str, str]:
-    if not (home / LOCAL_FILE).exists():
-        return {}
-    data = _read_mapping(home, LOCAL_FILE, secret=True)
-    _check_keys(data, LOCAL_KEYS, LOCAL_FILE, "key")
-    keys = data.get("keys")
+def _local_keys(local: Mapping[Any, Any]) -> dict[str, str]:
+    """config.local.yaml's ``keys``: provider name -> API key."""
+    keys = local.get("keys")
     if keys is None:
         return {}
     if not isinstance(keys, dict):
@@ -1105,8 +1560,8 @@ def _read_provider(home: Path, stem: str) -> Provider:
     rel = f"{PROVIDERS_DIR}/{stem}.yaml"
     data = _read_mapping(home, rel)
     _check_keys(data, PROVIDER_KEYS, rel, "key")
-    r = _Reader(data, rel)
-    name = r.string("name")
+    values = read_all(provider_settings(), data, _error_in(rel))
+    name = values["name"]
     if name is not None and name != stem:
         raise ConfigError(
             rel, "name", f"expected {stem!r} (the file name without .yaml); found {name!r}"
@@ -1118,76 +1573,37 @@ def _read_provider(home: Path, stem: str) -> Provider:
             "expected a file name of letters, digits, '.', '_' or '-'; "
             f"found {stem!r}; rename the file",
         )
-    base_url = r.string("base_url")
-    if base_url is None:
-        raise ConfigError(
-            rel,
-            "base_url",
-            "required; expected the endpoint's base URL like https://api.openai.com/v1; "
-            "found nothing",
-        )
-    if not re.match(r"^https?://[^\s/]+", base_url):
-        raise ConfigError(
-            rel,
-            "base_url",
-            f"expected an http:// or https:// URL; found {describe(base_url)}",
-        )
-    default_model = r.string("default_model")
-    if default_model is None:
-        raise ConfigError(
-            rel,
-            "default_model",
-            "required; expected the model name used when a role sets no model; found nothing",
-        )
-    api_key_env = data.get("api_key_env")
-    if api_key_env is not None:
-        if not isinstance(api_key_env, str) or not _ENV_NAME_RE.match(api_key_env.strip()):
-            raise ConfigError(
-                rel,
-                "api_key_env",
-                "expected the NAME of an environment variable (like OPENAI_API_KEY); found "
-                f"{type_name(api_key_env)} that is not a variable name. Put API keys "
-                f"themselves in {LOCAL_FILE} under keys.{stem}",
-            )
-        api_key_env = api_key_env.strip()
-        if _looks_like_secret(api_key_env):
-            raise ConfigError(
-                rel,
-                "api_key_env",
-                "expected the NAME of an environment variable (like OPENAI_API_KEY); found a "
-                f"value that looks like an API key. Put API keys in {LOCAL_FILE} under "
-                f"keys.{stem}",
-            )
-    insecure_tls = data.get("insecure_tls", False)
-    if insecure_tls is None:
-        insecure_tls = False
-    if not isinstance(insecure_tls, bool):
-        raise ConfigError(
-            rel, "insecure_tls", f"expected true or false; found {describe(insecure_tls)}"
-        )
-    output_tokens_param = r.string("output_tokens_param") or "max_tokens"
-    if output_tokens_param not in OUTPUT_TOKENS_PARAMS:
-        raise ConfigError(
-            rel,
-            "output_tokens_param",
-            f"expected one of {', '.join(OUTPUT_TOKENS_PARAMS)}"
-            f"{did_you_mean(output_tokens_param, OUTPUT_TOKENS_PARAMS)}; "
-            f"found {describe(output_tokens_param)}",
-        )
     return Provider(
-        name=stem,
-        base_url=base_url.rstrip("/"),
-        default_model=default_model,
-        default_reasoning_effort=r.string("default_reasoning_effort"),
-        api_key_env=api_key_env,
-        insecure_tls=insecure_tls,
-        headers=_headers(data.get("headers"), rel),
-        input_usd_per_mtok=r.optional_number("input_usd_per_mtok"),
-        output_usd_per_mtok=r.optional_number("output_usd_per_mtok"),
-        context_window=r.optional_integer("context_window", minimum=1024),
-        send_reasoning=r.boolean("send_reasoning", False),
-        output_tokens_param=output_tokens_param,
+        **{
+            **values,
+            "name": stem,
+            "api_key_env": _api_key_env(values["api_key_env"], rel, stem),
+            "headers": _headers(values["headers"], rel),
+        }
     )
+
+
+def _api_key_env(value: Any, rel: str, stem: str) -> str | None:
+    """A provider's ``api_key_env``: the NAME of a variable, never (echoed) a key."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _ENV_NAME_RE.match(value.strip()):
+        raise ConfigError(
+            rel,
+            "api_key_env",
+            "expected the NAME of an environment variable (like OPENAI_API_KEY); found "
+            f"{type_name(value)} that is not a variable name. Put API keys "
+            f"themselves in {LOCAL_FILE} under keys.{stem}",
+        )
+    if _looks_like_secret(value.strip()):
+        raise ConfigError(
+            rel,
+            "api_key_env",
+            "expected the NAME of an environment variable (like OPENAI_API_KEY); found a "
+            f"value that looks like an API key. Put API keys in {LOCAL_FILE} under "
+            f"keys.{stem}",
+        )
+    return value.strip()
 
 
 def _headers(value: Any, rel: str) -> dict[str, str]:
@@ -1265,109 +1681,3 @@ def _check_keys(
         raise ConfigError(
             rel, f"{prefix}{name}", f"unknown {what}{extra}; known keys: {', '.join(known)}"
         )
-
-
-class _Reader:
-    """Typed access to optional keys of a mapping, raising ConfigError on wrong types."""
-
-    def __init__(self, data: Mapping[Any, Any], rel: str, prefix: str = "") -> None:
-        self.data = data
-        self.rel = rel
-        self.prefix = prefix
-
-    def _error(self, key: str, message: str) -> ConfigError:
-        return ConfigError(self.rel, f"{self.prefix}{key}", message)
-
-    def string(self, key: str) -> str | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise self._error(key, f"expected a non-empty string; found {describe(value)}")
-        return value.strip()
-
-    def integer(
-        self, key: str, default: int, *, minimum: int = 1, maximum: int | None = None
-    ) -> int:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or value < minimum
-            or (maximum is not None and value > maximum)
-        ):
-            bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-            raise self._error(
-                key,
-                f"expected a whole number {bound} (default {default}); found {describe(value)}",
-            )
-        return value
-
-    def number(self, key: str, default: float, *, allow_zero: bool = False) -> float:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        bound = ">= 0" if allow_zero else "> 0"
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or value != value  # NaN
-            or value < 0
-            or (value == 0 and not allow_zero)
-            or value == float("inf")
-        ):
-            raise self._error(
-                key, f"expected a number {bound} (default {default:g}); found {describe(value)}"
-            )
-        return float(value)
-
-    def optional_number(self, key: str) -> float | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise self._error(key, f"expected a number >= 0 or null; found {describe(value)}")
-        return float(value)
-
-    def optional_integer(self, key: str, *, minimum: int = 1) -> int | None:
-        value = self.data.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self._error(
-                key, f"expected a whole number >= {minimum} or null; found {describe(value)}"
-            )
-        return value
-
-    def fraction(self, key: str, default: float, *, above: float, at_most: float) -> float:
-        """A number in (above, at_most], like 0.75."""
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not above < value <= at_most  # False for NaN too
-        ):
-            raise self._error(
-                key,
-                f"expected a fraction > {above:g} and <= {at_most:g} (default {default:g}); "
-                f"found {describe(value)}",
-            )
-        return float(value)
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self._error(key, f"expected true or false; found {describe(value)}")
-        return value
-
-    def string_list(self, key: str) -> tuple[str, ...]:
-        try:
-            return string_list(self.data.get(key))
-        except ValueProblem as exc:
-            raise self._error(key, exc.message) from None

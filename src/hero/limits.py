@@ -52,7 +52,6 @@ Importing this module does nothing but define things; the cgroup probe runs on f
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import functools
 import itertools
@@ -65,6 +64,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hero.settings import knob, settings_of
 
 #: The sandbox's RAM-backed directories, each a tmpfs of ``Limits.tmpfs_mb``.
 TMPFS_DIRS = ("/dev/shm", "/tmp", "/var/tmp")
@@ -88,27 +89,62 @@ _MB = 1 << 20
 _FIELD = {"pids": "processes", "memory": "memory_mb"}
 
 
-def _bounded(default: int, low: int, high: int) -> int:
-    """A field with its default and its valid range (checked by hero.config)."""
-    return field(default=default, metadata={"min": low, "max": high})
+_SECTION = "sandbox limits"
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one sandboxed command may use (``limit_<field>`` in config/roles.yaml)."""
+    """What one sandboxed command may use (``limit_<field>`` in config/roles.yaml; each
+    field declares its setting: key, default, bounds, doc)."""
 
-    tmpfs_mb: int = _bounded(1024, 1, 1 << 20)
-    """Size of each of the sandbox's /tmp, /var/tmp and /dev/shm (RAM-backed), in MB."""
-    processes: int = _bounded(1024, 16, 1 << 22)
-    """Processes and threads one command may have at once (a JVM has dozens of threads)."""
-    memory_mb: int = _bounded(4096, 64, 1 << 24)
-    """Memory of one command in MB: all its processes together (cgroup), else each one's."""
-    file_size_mb: int = _bounded(2048, 1, 1 << 24)
-    """The largest file a command may write, in MB ("File too large" beyond)."""
-    cpu_s: int = _bounded(3600, 1, 1 << 30)
-    """CPU seconds each process of a command may use (beyond: SIGXCPU, exit code 152)."""
-    open_files: int = _bounded(2048, 32, 1 << 20)
-    """Files each process of a command may have open at once."""
+    tmpfs_mb: int = knob(
+        "limit_tmpfs_mb",
+        1024,
+        "Size of each of the sandbox's /tmp, /var/tmp and /dev/shm, in MB.",
+        note='They are kept in RAM; writing beyond fails with "No space left on device".',
+        maximum=1 << 20,
+        section=_SECTION,
+    )
+    processes: int = knob(
+        "limit_processes",
+        1024,
+        "Processes and threads one command may have at once (a JVM has dozens of threads).",
+        minimum=16,
+        maximum=1 << 22,
+        section=_SECTION,
+    )
+    memory_mb: int = knob(
+        "limit_memory_mb",
+        4096,
+        "Memory one command may use, in MB: all its processes together with a cgroup, else "
+        "each process's data.",
+        minimum=64,
+        maximum=1 << 24,
+        section=_SECTION,
+    )
+    file_size_mb: int = knob(
+        "limit_file_size_mb",
+        2048,
+        'The largest file a command may write, in MB; beyond, "File too large".',
+        maximum=1 << 24,
+        section=_SECTION,
+    )
+    cpu_s: int = knob(
+        "limit_cpu_s",
+        3600,
+        "CPU seconds each process of a command may use; beyond, it is stopped (SIGXCPU, exit "
+        "code 152).",
+        maximum=1 << 30,
+        section=_SECTION,
+    )
+    open_files: int = knob(
+        "limit_open_files",
+        2048,
+        "Files each process of a command may have open at once.",
+        minimum=32,
+        maximum=1 << 20,
+        section=_SECTION,
+    )
 
 
 def setting(name: str) -> str:
@@ -117,13 +153,13 @@ def setting(name: str) -> str:
 
 
 #: The config/roles.yaml key of every limit, in the order of the fields.
-SETTINGS = tuple(setting(f.name) for f in dataclasses.fields(Limits))
+SETTINGS = tuple(s.key for s in settings_of(Limits))
 
 
 def bounds(name: str) -> tuple[int, int]:
     """The smallest and largest valid value of the ``Limits`` field ``name``."""
-    meta = next(f.metadata for f in dataclasses.fields(Limits) if f.name == name)
-    return int(meta["min"]), int(meta["max"])
+    found = next(s for s in settings_of(Limits) if s.attr == name)
+    return int(found.minimum or 1), int(found.maximum or 0)
 
 
 def tmpfs_args(limits: Limits, dirs: Iterable[str] = TMPFS_DIRS) -> list[str]:

@@ -9,9 +9,13 @@ it lives under ``plans/<plan>/``: ``runs/state/plans/<plan>/<id>.json``,
 ``hero/plans/<plan>/<id>``, ``done/<plan>/<file>``. Two plans may so reuse one id. The plan's
 own branch, the merge of its leaves, is ``hero/plan/<plan>``.
 
-Story ids ``plan`` and ``plans`` are reserved (:data:`RESERVED_IDS`): a loose story by those
-names would take the paths and branches plans live under. Plan names have no dots, so no
-plan folder can be mistaken for a story's file (``<id>.json``, ``<name>.md``).
+What a story id may be is one rule, :func:`story_id_problem`, used wherever an id comes in
+(a story file, a manifest, a planner's answer, a run record's name, a key read from Redis):
+letters, digits, '.', '_' or '-', starting with a letter or digit (:data:`ID_RE`), at most
+:data:`MAX_ID_CHARS`, usable as a git branch, not reserved. Story ids ``plan`` and ``plans``
+are reserved (:data:`RESERVED_IDS`): a loose story by those names would take the paths and
+branches plans live under. Plan names have no dots, so no plan folder can be mistaken for a
+story's file (``<id>.json``, ``<name>.md``).
 """
 
 from __future__ import annotations
@@ -19,9 +23,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
+
+from hero.yamlio import quote
 
 #: A story id: letters, digits, '.', '_' or '-', starting with a letter or digit.
 ID_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+MAX_ID_CHARS = 100
 #: A plan's name: letters, digits, '_' and '-', starting with a letter or digit; no dots.
 PLAN_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 MAX_PLAN_CHARS = 64
@@ -29,6 +37,34 @@ MAX_PLAN_CHARS = 64
 RESERVED_IDS = ("plan", "plans")
 #: The file that makes a folder of ``inbox/`` a plan.
 MANIFEST = "_manifest.yaml"
+
+
+def story_id_problem(story_id: str) -> str | None:
+    """Why ``story_id`` cannot be a story's id, or None: the one story-id rule. A caller
+    that has its own words for a bad id says them; a story file says this."""
+    if not re.fullmatch(ID_RE, story_id):
+        return (
+            "expected letters, digits, '.', '_' or '-' starting with a letter or digit "
+            f"(pattern {ID_RE}); found {quote(story_id)}"
+        )
+    if len(story_id) > MAX_ID_CHARS:
+        return f"expected at most {MAX_ID_CHARS} characters; found {len(story_id)}"
+    if ".." in story_id or story_id.endswith((".", ".lock")):
+        return (
+            "expected a name usable as a git branch (no '..', not ending in '.' or '.lock'); "
+            f"found {quote(story_id)}"
+        )
+    if story_id in RESERVED_IDS:
+        return (
+            f"expected another name: {quote(story_id)} is reserved for hero's plans "
+            f"(branches hero/plan/<name>, hero/plans/...); reserved: {', '.join(RESERVED_IDS)}"
+        )
+    return None
+
+
+def is_story_id(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a string that :func:`story_id_problem` accepts."""
+    return isinstance(value, str) and story_id_problem(value) is None
 
 
 def plan_name_problem(name: str) -> str | None:
@@ -97,8 +133,9 @@ class StoryRef:
         return f"{Path(home).resolve()}/{self.rel}"
 
     def valid(self) -> bool:
-        """Whether this could name a story at all (a user's typo cannot reach outside runs/)."""
-        if not re.fullmatch(ID_RE, self.id) or ".." in self.id:
+        """Whether this could name a story at all (a user's typo cannot reach outside runs/):
+        its id by the one rule, its plan (if any) a plan's name."""
+        if story_id_problem(self.id) is not None:
             return False
         return not self.plan or plan_name_problem(self.plan) is None
 

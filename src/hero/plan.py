@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from hero.errors import UsageError
-from hero.names import ID_RE, MANIFEST, plan_name_problem
+from hero.names import ID_RE, MANIFEST, is_story_id, plan_name_problem
 from hero.story import Story, StoryError, parse_story
 from hero.yamlio import ValueProblem, decode_text, describe, load_yaml, read_file, string_list
 
@@ -159,7 +159,7 @@ def _stories(value: Any, path: Path) -> tuple[ManifestStory, ...]:
                 path, where, f"expected a mapping (id, title, depends_on); found {describe(entry)}"
             )
         story_id = entry.get("id")
-        if not isinstance(story_id, str) or not re.fullmatch(ID_RE, story_id):
+        if not is_story_id(story_id):
             raise PlanError(
                 path,
                 f"{where}.id",

@@ -47,12 +47,20 @@ import secrets
 import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hero.errors import UsageError
 from hero.fsio import atomic_write
-from hero.names import ID_RE, RESERVED_IDS, StoryRef
+from hero.names import (
+    ID_RE,
+    MAX_ID_CHARS,
+    RESERVED_IDS,
+    StoryRef,
+    is_story_id,
+    story_id_problem,
+)
 from hero.yamlio import (
     ValueProblem,
     _check_kind,
@@ -71,20 +79,7 @@ if TYPE_CHECKING:
 PRIORITIES = ("low", "normal", "high")
 MAX_STORY_BYTES = 1_048_576
 
-MAX_ID_CHARS = 100
 FEEDBACK_HEADING = "## Reviewer Feedback (auto)"
-KNOWN_FIELDS = (
-    "id",
-    "title",
-    "priority",
-    "max_retries",
-    "verify",
-    "scope",
-    "depends_on",
-    "base_ref",
-    "allow_empty",
-    "source",
-)
 #: The keys of ``source:``, where a story taken from a GitHub issue came from.
 SOURCE_KEYS = ("repo", "issue", "url", "author")
 FLAT_VERIFY_TIER = "verify"
@@ -474,24 +469,13 @@ def _verify_yaml(tiers: tuple[VerifyTier, ...]) -> list[str] | dict[str, list[st
 
 
 def story_metadata(story: Story) -> dict[str, Any]:
-    """The frontmatter fields of ``story`` in declared order, defaults left out."""
-    meta: dict[str, Any] = {"id": story.id, "title": story.title}
-    if story.priority != "normal":
-        meta["priority"] = story.priority
-    if story.max_retries is not None:
-        meta["max_retries"] = story.max_retries
-    if story.verify:
-        meta["verify"] = _verify_yaml(story.verify)
-    if story.scope:
-        meta["scope"] = list(story.scope)
-    if story.depends_on:
-        meta["depends_on"] = list(story.depends_on)
-    if story.base_ref is not None:
-        meta["base_ref"] = story.base_ref
-    if story.allow_empty:
-        meta["allow_empty"] = True
-    if story.source is not None:
-        meta["source"] = dict(story.source)
+    """The frontmatter fields of ``story`` in declared order (:data:`FIELDS`), defaults
+    left out."""
+    meta: dict[str, Any] = {}
+    for f in FIELDS:
+        value = getattr(story, f.name)
+        if f.required or value != _STORY_DEFAULTS[f.name]:
+            meta[f.name] = _plain(value)
     return meta
 
 
@@ -544,7 +528,170 @@ def _render(post: frontmatter.Post, *, open_line: str = "---", close_line: str =
 # ----------------------------------------------------------------------------- fields
 
 
+@dataclass(frozen=True)
+class StoryField:
+    """One field of a story's frontmatter, declared once: the reference page
+    (docs/story-fields.md) shows it, and parsing reads it with ``read``."""
+
+    name: str
+    type: str
+    """The type as the reference shows it."""
+    doc: str
+    """What the field does, in a line or two."""
+    read: Callable[[Any, Path, Mapping[str, Any]], Any]
+    """The Story's value from the YAML value (None: absent), given the fields read before
+    it; raises StoryError naming the field."""
+    default: str = ""
+    """The default as the reference shows it; "" for a required field."""
+
+    @property
+    def required(self) -> bool:
+        return not self.default
+
+
+def _read_id(value: Any, path: Path, fields: Mapping[str, Any]) -> str:
+    story_id = _required_str(value, "id", path)
+    problem = story_id_problem(story_id)
+    if problem is not None:
+        raise StoryError(path, "id", problem)
+    return story_id
+
+
+def _read_title(value: Any, path: Path, fields: Mapping[str, Any]) -> str:
+    return _required_str(value, "title", path)
+
+
+def _read_priority(value: Any, path: Path, fields: Mapping[str, Any]) -> str:
+    if value is None:
+        return "normal"
+    if value not in PRIORITIES:
+        raise StoryError(
+            path, "priority", f"expected one of {', '.join(PRIORITIES)}; found {describe(value)}"
+        )
+    return str(value)
+
+
+def _read_max_retries(value: Any, path: Path, fields: Mapping[str, Any]) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise StoryError(
+            path, "max_retries", f"expected a whole number >= 1; found {describe(value)}"
+        )
+    return value
+
+
+def _read_depends_on(value: Any, path: Path, fields: Mapping[str, Any]) -> tuple[str, ...]:
+    depends_on = _str_list(value, "depends_on", path)
+    for dep in depends_on:
+        if not is_story_id(dep):
+            raise StoryError(
+                path, "depends_on", f"expected story ids (pattern {ID_RE}); found {quote(dep)}"
+            )
+        if dep == fields["id"]:
+            raise StoryError(
+                path,
+                "depends_on",
+                f"expected ids of other stories; found the story's own id {quote(dep)}",
+            )
+    return depends_on
+
+
+def _read_base_ref(value: Any, path: Path, fields: Mapping[str, Any]) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise StoryError(
+            path, "base_ref", f"expected a git ref as a string (e.g. main); found {describe(value)}"
+        )
+    return value.strip() if isinstance(value, str) else None
+
+
+def _read_allow_empty(value: Any, path: Path, fields: Mapping[str, Any]) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise StoryError(path, "allow_empty", f"expected true or false; found {describe(value)}")
+    return bool(value)
+
+
+#: A story's frontmatter fields, in the order hero writes them.
+FIELDS = (
+    StoryField(
+        "id",
+        "story id",
+        "The story's name: its branch is hero/<id>, its run record runs/state/<id>.json. "
+        f"Letters, digits, '.', '_' or '-', starting with a letter or digit (pattern `{ID_RE}`); "
+        f"at most {MAX_ID_CHARS} characters; no '..', not ending in '.' or '.lock'; not "
+        f"{' or '.join(RESERVED_IDS)} (reserved for plans' branches and paths).",
+        _read_id,
+    ),
+    StoryField("title", "string", "One line saying what the story is.", _read_title),
+    StoryField(
+        "priority",
+        "one of " + ", ".join(PRIORITIES),
+        "Which of the waiting stories runs first.",
+        _read_priority,
+        "normal",
+    ),
+    StoryField(
+        "max_retries",
+        "whole number >= 1",
+        "Worker -> Verifier -> Reviewer rounds for this story before hero gives up on it.",
+        _read_max_retries,
+        "max_retries of config/roles.yaml",
+    ),
+    StoryField(
+        "verify",
+        "list of commands, or mapping of tier name -> list of commands",
+        "The checks after each Worker round: shell commands run in the worktree, each must "
+        "exit 0. Named tiers run in the order written and fail fast: a red tier skips the "
+        "later ones; every command within a tier runs.",
+        lambda value, path, fields: _verify(value, path),
+        "default_verify of config/roles.yaml",
+    ),
+    StoryField(
+        "scope",
+        "list of paths and globs",
+        "What the Worker may change: .gitignore-style globs (`*` within a path component, "
+        "`**` across, a glob without `/` at any depth). A write outside is refused, a bash "
+        "command's change outside put back; protected files win over scope.",
+        lambda value, path, fields: _str_list(value, "scope", path),
+        "none: every file",
+    ),
+    StoryField(
+        "depends_on",
+        "list of story ids",
+        "Stories this one builds on: it waits until each has passed, then starts from their "
+        "work (base_ref is then not used).",
+        _read_depends_on,
+        "[]",
+    ),
+    StoryField(
+        "base_ref",
+        "git ref",
+        "The branch, tag or commit the story's branch starts from.",
+        _read_base_ref,
+        "target_base_ref of config/roles.yaml, else the repository's current HEAD",
+    ),
+    StoryField(
+        "allow_empty",
+        "true or false",
+        "Whether the story may pass without a commit of its own.",
+        _read_allow_empty,
+        "false",
+    ),
+    StoryField(
+        "source",
+        "mapping: " + ", ".join(SOURCE_KEYS),
+        "Where a story taken from a GitHub issue came from (hero writes it): OWNER/NAME, the "
+        "issue's number, its URL and author; repo and issue required.",
+        lambda value, path, fields: _source(value, path),
+        "none (a story a person wrote)",
+    ),
+)
+KNOWN_FIELDS = tuple(f.name for f in FIELDS)
+#: The Story's value of each field when the frontmatter does not give it.
+_STORY_DEFAULTS = {f.name: f.default for f in dataclass_fields(Story) if f.name in KNOWN_FIELDS}
+
+
 def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
+    """The frontmatter ``meta`` read field by field (:data:`FIELDS`); an unknown field is
+    an error with the closest known one."""
     for key in meta:
         if key not in KNOWN_FIELDS:
             name = str(key)
@@ -552,94 +699,10 @@ def _validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
             raise StoryError(
                 path, name, f"unknown field{hint}; known fields: {', '.join(KNOWN_FIELDS)}"
             )
-
-    story_id = _required_str(meta, "id", path)
-    if not re.fullmatch(ID_RE, story_id):
-        raise StoryError(
-            path,
-            "id",
-            "expected letters, digits, '.', '_' or '-' starting with a letter or digit "
-            f"(pattern {ID_RE}); found {quote(story_id)}",
-        )
-    if len(story_id) > MAX_ID_CHARS:
-        raise StoryError(
-            path, "id", f"expected at most {MAX_ID_CHARS} characters; found {len(story_id)}"
-        )
-    if ".." in story_id or story_id.endswith((".", ".lock")):
-        raise StoryError(
-            path,
-            "id",
-            "expected a name usable as a git branch (no '..', not ending in '.' or '.lock'); "
-            f"found {quote(story_id)}",
-        )
-    if story_id in RESERVED_IDS:
-        raise StoryError(
-            path,
-            "id",
-            f"expected another name: {quote(story_id)} is reserved for hero's plans "
-            f"(branches hero/plan/<name>, hero/plans/...); reserved: {', '.join(RESERVED_IDS)}",
-        )
-    title = _required_str(meta, "title", path)
-
-    priority = meta.get("priority")
-    if priority is None:
-        priority = "normal"
-    elif priority not in PRIORITIES:
-        raise StoryError(
-            path,
-            "priority",
-            f"expected one of {', '.join(PRIORITIES)}; found {describe(priority)}",
-        )
-
-    max_retries = meta.get("max_retries")
-    if max_retries is not None and (
-        isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 1
-    ):
-        raise StoryError(
-            path, "max_retries", f"expected a whole number >= 1; found {describe(max_retries)}"
-        )
-
-    depends_on = _str_list(meta.get("depends_on"), "depends_on", path)
-    for dep in depends_on:
-        if not re.fullmatch(ID_RE, dep):
-            raise StoryError(
-                path,
-                "depends_on",
-                f"expected story ids (pattern {ID_RE}); found {quote(dep)}",
-            )
-        if dep == story_id:
-            raise StoryError(
-                path,
-                "depends_on",
-                f"expected ids of other stories; found the story's own id {quote(dep)}",
-            )
-
-    base_ref = meta.get("base_ref")
-    if base_ref is not None and (not isinstance(base_ref, str) or not base_ref.strip()):
-        raise StoryError(
-            path,
-            "base_ref",
-            f"expected a git ref as a string (e.g. main); found {describe(base_ref)}",
-        )
-
-    allow_empty = meta.get("allow_empty")
-    if allow_empty is not None and not isinstance(allow_empty, bool):
-        raise StoryError(
-            path, "allow_empty", f"expected true or false; found {describe(allow_empty)}"
-        )
-
-    return {
-        "id": story_id,
-        "title": title,
-        "priority": priority,
-        "max_retries": max_retries,
-        "verify": _verify(meta.get("verify"), path),
-        "scope": _str_list(meta.get("scope"), "scope", path),
-        "depends_on": depends_on,
-        "base_ref": base_ref.strip() if isinstance(base_ref, str) else None,
-        "allow_empty": bool(allow_empty),
-        "source": _source(meta.get("source"), path),
-    }
+    values: dict[str, Any] = {}
+    for f in FIELDS:
+        values[f.name] = f.read(meta.get(f.name), path, values)
+    return values
 
 
 def _source(value: Any, path: Path) -> dict[str, Any] | None:
@@ -685,18 +748,17 @@ def _source(value: Any, path: Path) -> dict[str, Any] | None:
     }
 
 
-def _required_str(meta: dict[Any, Any], key: str, path: Path) -> str:
-    if key not in meta or meta[key] is None:
+def _required_str(value: Any, key: str, path: Path) -> str:
+    if value is None:
         raise StoryError(path, key, "required field is missing; expected a non-empty string")
-    value = meta[key]
     if not isinstance(value, str):
         raise StoryError(
             path, key, f"expected a string (quote it in the YAML); found {describe(value)}"
         )
-    value = " ".join(value.split())
-    if not value:
+    text = " ".join(value.split())
+    if not text:
         raise StoryError(path, key, "expected a non-empty string; found an empty string")
-    return value
+    return text
 
 
 def _str_list(value: Any, key: str, path: Path) -> tuple[str, ...]:

@@ -177,7 +177,7 @@ class Dispatcher:
         except OSError:
             return
         for ref in refs:
-            if not ref.id.startswith(".") and ref.valid():
+            if ref.valid():  # the one story-id rule: no dot-file, nothing reaching elsewhere
                 self._remember_digest(ref)
 
     def _remember_digest(self, ref: StoryRef) -> None:

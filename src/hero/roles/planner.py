@@ -14,7 +14,6 @@ of problems; an answer still unusable raises :class:`PlanInvalid` with that list
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 from hero.dag import problems as dag_problems
 from hero.errors import HeroError
 from hero.llm import Model
-from hero.names import ID_RE
+from hero.names import ID_RE, is_story_id
 from hero.prompting import render
 from hero.roles.answers import FENCE, find_object
 from hero.story import Story, StoryError, dumps_story, parse_story_text
@@ -208,7 +207,7 @@ def _check_story(
         errors.append(f"story {n}: expected a JSON object; found {describe(entry)}")
         return None, None, ()
     raw_id = entry.get("id")
-    story_id = raw_id if isinstance(raw_id, str) and re.fullmatch(ID_RE, raw_id) else None
+    story_id = raw_id if is_story_id(raw_id) else None
     where = f"story {n} ({raw_id!r})" if isinstance(raw_id, str) else f"story {n}"
     before = len(errors)
     unknown = [str(k) for k in entry if k not in STORY_KEYS]
@@ -256,7 +255,7 @@ def _depends_on(value: Any, where: str, errors: list[str]) -> tuple[str, ...]:
     except ValueProblem as exc:
         errors.append(f"{where}: depends_on: {exc.message}")
         return ()
-    bad = [d for d in deps if not re.fullmatch(ID_RE, d)]
+    bad = [d for d in deps if not is_story_id(d)]
     if bad:
         errors.append(
             f"{where}: depends_on: expected story ids (pattern {ID_RE}); found "
