@@ -29,9 +29,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.daemon.*", "hero.engine.*"),
     # 6  the round loop for one story; how a run starts; the story's repository and sandboxes
     ("hero.pipeline", "hero.run_start", "hero.workspace"),
-    ("hero.roles.*",),  # 7  worker, verifier, reviewer: one job each
-    ("hero.agent.*",),  # 8  the tool-calling loop and its tools
-    (  # 9  the outside world: model, git, GitHub (its client, intake, report-back and
+    ("hero.roles.*",),  # 7  worker, verifier, reviewer, planner: one job each
+    # 8  plans: the manifest, the DAG, the dependency gate, finishing a plan (roles.planner
+    #    checks its DAG; finishing merges branches through git, below)
+    ("hero.plans.*",),
+    ("hero.agent.*",),  # 9  the tool-calling loop and its tools
+    (  # 10 the outside world: model, git, GitHub (its client, intake, report-back and
         #    watcher), processes, traces, prompts, locks
         "hero.llm",
         "hero.git.*",
@@ -49,11 +52,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.story",
         "hero.state",
         "hero.usage",
-        "hero.plan",
-    ),  # 10 the records hero reads and writes
+    ),  # 11 the records hero reads and writes
     (
         "hero.names",
-        "hero.dag",
         "hero.yamlio",
         "hero.fsio",
         "hero.limits",
@@ -63,7 +64,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.redact",
         "hero",
         "hero.testing.*",
-    ),  # 11 foundations
+    ),  # 12 foundations
 )
 
 Graph = Mapping[str, Mapping[str, int]]  # module -> {imported hero module: first line}
@@ -265,7 +266,7 @@ def test_no_import_cycles(graph: Graph) -> None:
 
 def test_checker_reports_a_cycle_an_upward_import_and_an_unplaced_module() -> None:
     fake: dict[str, dict[str, int]] = {
-        "hero.llm": {"hero.pipeline": 3},  # layer 9 -> layer 6: upward
+        "hero.llm": {"hero.pipeline": 3},  # layer 10 -> layer 6: upward
         "hero.pipeline": {"hero.roles.worker": 4},
         "hero.roles.worker": {"hero.llm": 5},  # closes llm -> pipeline -> roles.worker -> llm
         "hero.config": {"hero.story": 6},  # same layer both ways: a cycle, not an upward one
@@ -275,7 +276,7 @@ def test_checker_reports_a_cycle_an_upward_import_and_an_unplaced_module() -> No
     }
 
     assert upward_imports(fake) == [
-        "hero.llm (layer 9) imports hero.pipeline (layer 6, above it) at line 3"
+        "hero.llm (layer 10) imports hero.pipeline (layer 6, above it) at line 3"
     ]
     assert cycles(fake) == [
         "hero.config -> hero.story -> hero.config",
@@ -312,6 +313,6 @@ def test_reader_sees_function_level_relative_and_submodule_imports(tmp_path: Pat
         "hero.agent.loop": {"hero.agent.tools.bash": 1},
     }
     assert upward_imports(found) == [
-        "hero.llm (layer 9) imports hero.pipeline (layer 6, above it) at line 2"
+        "hero.llm (layer 10) imports hero.pipeline (layer 6, above it) at line 2"
     ]
     assert cycles(found) == ["hero.agent.loop -> hero.agent.tools.bash -> hero.agent.loop"]

@@ -1,10 +1,18 @@
-"""hero.dag: checks, order and drawings of a plan's dependency graph."""
+"""hero.plans.dag: checks, order and drawings of a plan's dependency graph."""
 
 from __future__ import annotations
 
 import pytest
 
-from hero.dag import descendants, layers, leaves, problems, render_dot, render_mermaid, render_text
+from hero.plans.dag import (
+    descendants,
+    layers,
+    leaves,
+    problems,
+    render_dot,
+    render_mermaid,
+    render_text,
+)
 
 #: a -> b, a -> c, (b, c) -> d: a diamond, d with two parents
 DIAMOND = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}

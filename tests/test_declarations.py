@@ -26,7 +26,7 @@ from hero.config import (
     roles_settings,
 )
 from hero.names import StoryRef, is_story_id, story_id_problem
-from hero.plan import PlanError, read_manifest
+from hero.plans.manifest import PlanError, read_manifest
 from hero.scaffold import init_home
 from hero.settings import Setting
 from hero.story import FIELDS, StoryError, parse_story_text, story_metadata

@@ -1,4 +1,4 @@
-"""The dependency rule (hero.daemon.deps): ready, wait, skip, unknown, and cycles."""
+"""The dependency rule (hero.plans.gate): ready, wait, skip, unknown, and cycles."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hero.daemon.deps import Gate, Rule
+from hero.plans.gate import Gate, Rule
 from hero.state import RunState, Status, file_digest, save_state
 from hero.story import Story, parse_story
 

@@ -40,7 +40,7 @@ from helpers import (
     worker_round,
 )
 
-from hero.plan import Manifest, ManifestStory, dump_manifest
+from hero.plans.manifest import Manifest, ManifestStory, dump_manifest
 from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 #: Generous "did not hang" bounds for a whole plan on a loaded machine, not speed checks.

@@ -57,7 +57,7 @@ def test_the_exit_codes_users_see() -> None:
     from hero.git.ops import GitError
     from hero.llm import LlmError
     from hero.locks import DaemonRunning, PlanBusy, StoryBusy
-    from hero.plan import PlanError
+    from hero.plans.manifest import PlanError
     from hero.state import StateError
     from hero.story import StoryError
     from hero.views.logs import LogsError

@@ -17,7 +17,7 @@ from conftest import git
 
 from hero.cli import main
 from hero.names import MANIFEST, StoryRef
-from hero.plan import (
+from hero.plans.manifest import (
     Manifest,
     ManifestStory,
     PlanError,

@@ -75,7 +75,7 @@ def test_admit_by_the_run_record(tmp_path: Path) -> None:
     for status in (Status.GAVE_UP, Status.ERROR):
         assert admitted(home, with_state(f"{status}-same", status, unchanged=True)) == Admit.WAIT
         assert admitted(home, with_state(f"{status}-edited", status)) == Admit.RUN
-    # skipped: the dependency rule (hero.daemon.deps) says when it runs, not its file
+    # skipped: the dependency rule (hero.plans.gate) says when it runs, not its file
     assert admitted(home, with_state("skipped-same", Status.SKIPPED, unchanged=True)) == Admit.RUN
     assert admitted(home, with_state("passed-same", Status.PASSED, unchanged=True)) == Admit.DONE
     passed = with_state("passed-other", Status.PASSED)

@@ -31,7 +31,7 @@ from helpers import Hero, backlog, is_ancestor, is_review, step_of, task_text, w
 from test_e2e_plan import commit_file, has_branch, show, state_of, story_line
 from test_watch import APPROVED, CHANGES, STOP_SPEC_S, Daemon, Procs
 
-from hero.plan import Manifest, ManifestStory, dump_manifest
+from hero.plans.manifest import Manifest, ManifestStory, dump_manifest
 from hero.state import RunState, save_state
 from hero.testing.scripted import Reply, ScriptedModel, call, text
 

@@ -30,11 +30,11 @@ def run_with_config(
     a story whose id already passed from another file is refused (:class:`Refused`), and
     nothing is run. StoryError for an invalid story, StateError for an unreadable record.
     """
-    from hero.daemon.deps import Gate, Rule
     from hero.daemon.queue import Admit, admit
     from hero.llm import LlmClient
     from hero.names import MANIFEST
     from hero.pipeline import run_story
+    from hero.plans.gate import Gate, Rule
     from hero.state import Status
     from hero.story import parse_story
 

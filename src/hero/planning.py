@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING
 
 from hero.errors import UsageError
 from hero.names import MANIFEST, StoryRef, plan_name_problem
-from hero.plan import Manifest, ManifestStory, Plan, PlanError, dump_manifest, read_plan, utc_now
+from hero.plans.manifest import (
+    Manifest,
+    ManifestStory,
+    Plan,
+    PlanError,
+    dump_manifest,
+    read_plan,
+    utc_now,
+)
 from hero.yamlio import ValueProblem, decode_text, read_file
 
 if TYPE_CHECKING:

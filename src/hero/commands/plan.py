@@ -84,10 +84,10 @@ def run(args: argparse.Namespace) -> int:
 
 def make(home: Path, plan_file: Path, *, name: str | None, force: bool, dry_run: bool) -> int:
     """`hero plan PLAN.md`: ask the planner, check, write (unless ``dry_run``), draw."""
-    from hero.dag import render_text
     from hero.llm import LlmError
     from hero.names import plan_branch
     from hero.planning import NOT_STARTED, draft_plan, plan_exists, shown, write_plan
+    from hero.plans.dag import render_text
     from hero.roles.planner import PlanInvalid
 
     try:
@@ -157,9 +157,9 @@ def _describe_story(story: Story) -> str:
 
 def show(home: Path, name: str, *, fmt: str = "text") -> int:
     """`hero plan show NAME`: the plan's DAG with each story's status, its branch and folder."""
-    from hero.dag import problems, render_dot, render_mermaid, render_text
     from hero.names import plan_branch
     from hero.planning import plan_statuses, shown
+    from hero.plans.dag import problems, render_dot, render_mermaid, render_text
 
     plan, statuses = plan_statuses(home, name)
     nodes, titles = plan.deps(), plan.titles()

@@ -26,9 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hero.config import Config
-from hero.daemon.deps import Gate, Rule
 from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watching
-from hero.daemon.plans import finish_plan, mark_skipped
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
 from hero.git.ops import TargetRepo
@@ -38,6 +36,8 @@ from hero.locks import DaemonRunning as DaemonRunning
 from hero.locks import StoryBusy
 from hero.names import StoryRef
 from hero.pipeline import StoryRun, finish_done_move
+from hero.plans.finish import finish_plan, mark_skipped
+from hero.plans.gate import Gate, Rule
 from hero.redact import Redactor
 from hero.roles.verifier import MODEL_VERIFY_HINT, policy_problems
 from hero.runner import kill_marked
@@ -374,7 +374,7 @@ class Dispatcher:
         return Rule.over(self.home, [*(e.story for e in queued), *running])
 
     def _gate(self, entry: Entry, rule: Rule) -> bool:
-        """Whether the dependency rule lets ``entry`` run now (:mod:`hero.daemon.deps`);
+        """Whether the dependency rule lets ``entry`` run now (:mod:`hero.plans.gate`);
         records a skip, and says once in the log what a story waits for."""
         decision = rule.gate(entry.story)
         if decision.gate == Gate.READY:
@@ -491,7 +491,7 @@ class Dispatcher:
 
     def _finish_plan(self, plan: str) -> None:
         """When the last story of ``plan`` has passed: its branch ``hero/plan/<plan>``, the
-        merge of its leaves (see ``hero.daemon.plans.finish_plan``). Never raises."""
+        merge of its leaves (see ``hero.plans.finish.finish_plan``). Never raises."""
         if not plan:
             return
         try:

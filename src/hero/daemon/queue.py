@@ -117,7 +117,7 @@ def admit(home: Path, story: Story, path: Path) -> Decision:
         same_file = unchanged or _same_path(path, state.story_path)
         return Decision(Admit.DONE if same_file else Admit.REFUSE, reason, state)
     if status == Status.SKIPPED:
-        return Decision(Admit.RUN, "", state)  # the dependency rule says when (daemon.deps)
+        return Decision(Admit.RUN, "", state)  # the dependency rule says when (plans.gate)
     if status in TERMINAL and unchanged:
         return Decision(Admit.WAIT, f"edit the story or run `hero retry {ref.key}`", state)
     return Decision(Admit.RUN, "", state)

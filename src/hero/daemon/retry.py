@@ -30,7 +30,7 @@ from hero.state import RunState, Status, load_state, save_state
 #: The statuses a story can be retried from.
 RETRYABLE = frozenset({Status.GAVE_UP, Status.ERROR, Status.INTERRUPTED, Status.BUDGET_EXCEEDED})
 
-#: How a skipped story's ``error`` names the story that failed (see ``hero.daemon.deps``):
+#: How a skipped story's ``error`` names the story that failed (see ``hero.plans.gate``):
 #: "story 'p/a' gave up", "story 'p/a' ended in error (through 'p/b')".
 _FAILED_STORY = re.compile(r"story '([^'\s]+)'")
 

@@ -1,7 +1,7 @@
 """`hero run-plan NAME`: the daemon's dispatcher restricted to one plan folder, run until
 nothing more can run (:class:`hero.daemon.dispatcher.Dispatcher` with ``only_plan``): the
 same queue rule, dependency rule and code along the edges as ``hero watch``. It ends with a
-table of every story and the plan's branch (:func:`hero.daemon.plans.finish_plan`).
+table of every story and the plan's branch (:func:`hero.plans.finish.finish_plan`).
 
 The command (arguments, logging, what it prints, its exit code) is
 :mod:`hero.commands.run_plan`.
@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from hero.config import Config
-from hero.daemon.plans import PlanOutcome, finish_plan
-from hero.dag import layers, problems
 from hero.errors import UsageError
 from hero.names import StoryRef, plan_branch
-from hero.plan import Plan, PlanError, read_plan
+from hero.plans.dag import layers, problems
+from hero.plans.finish import PlanOutcome, finish_plan
+from hero.plans.manifest import Plan, PlanError, read_plan
 from hero.state import StateError, Status, load_state
 
 

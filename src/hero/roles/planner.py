@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hero.dag import problems as dag_problems
 from hero.errors import HeroError
 from hero.llm import Model
 from hero.names import ID_RE, is_story_id
+from hero.plans.dag import problems as dag_problems
 from hero.prompting import render
 from hero.roles.answers import FENCE, find_object
 from hero.story import Story, StoryError, dumps_story, parse_story_text
@@ -161,7 +161,7 @@ def check_answer(text: str) -> Draft:
     Each story must be one hero would accept as a hand-written story file (checked by
     :func:`hero.story.dumps_story`, the story writer itself), with a non-empty
     ``## Acceptance Criteria`` list; ids are unique, every dependency is a story of the
-    plan, and the stories form a DAG with at least one root (:func:`hero.dag.problems`).
+    plan, and the stories form a DAG with at least one root (:func:`hero.plans.dag.problems`).
     """
     data = find_plan_object(text)
     if data is None:

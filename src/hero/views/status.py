@@ -16,7 +16,7 @@ and ``key`` (what ``hero logs`` and ``hero retry`` take). The queue is what ``he
 would run, in the order it would take it, by the one rule in :mod:`hero.daemon.queue`
 (priority high > normal > low, then the oldest file first); the files it would refuse are
 listed as rejected, with its reason. What a queued story waits for is said by the one
-dependency rule, :mod:`hero.daemon.deps`.
+dependency rule, :mod:`hero.plans.gate`.
 
 Spend against budget: each row has ``wall_s`` (the story's wall time as its budget counts
 it, :func:`hero.budget.story_spend`) and ``budget``, the six budgets of config/roles.yaml
@@ -41,11 +41,11 @@ from typing import Any
 
 from hero.budget import settings, story_spend
 from hero.config import ConfigError, load_config
-from hero.daemon.deps import Decision, Gate, Rule
 from hero.daemon.inbox import is_plan_dir
 from hero.daemon.queue import Admit, Entry, admit, arrange, duplicate_reason
 from hero.locks import daemon_lock_path, is_held, read_pid, story_lock_path
 from hero.names import StoryRef, plan_name_problem
+from hero.plans.gate import Decision, Gate, Rule
 from hero.state import StateError, Status, load_state, state_dir
 from hero.story import Story, StoryError, parse_story
 from hero.views.text import WIDTH as WIDTH

@@ -1,7 +1,7 @@
 """Plans at run time: skips under a failure, and a finished plan's branch.
 
 ``hero watch`` and ``hero run-plan`` (:mod:`hero.daemon.runplan`) run a plan's stories with
-the same dispatcher, queue rule and dependency rule (:mod:`hero.daemon.deps`) as any story;
+the same dispatcher, queue rule and dependency rule (:mod:`hero.plans.gate`) as any story;
 ``pipeline.StoryRun`` starts a story from its dependencies' branches. What is particular to
 plans lives here:
 
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hero.config import Config
-from hero.dag import leaves
 from hero.git.guard import commit_of
 from hero.git.ops import GitError, MergeConflict, TargetRepo, git, merge_heads, set_branch
 from hero.names import MANIFEST, StoryRef, plan_branch
-from hero.plan import PlanError, plan_dir, read_plan
+from hero.plans.dag import leaves
+from hero.plans.manifest import PlanError, plan_dir, read_plan
 from hero.state import RunState, StateError, Status, file_digest, load_state, save_state
 from hero.story import Story
 
