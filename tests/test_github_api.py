@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from fakegithub import FakeGitHub
 
 from hero import __version__
 from hero.github.api import GitHub, GitHubError, Retry
-from hero.testing.fakegithub import FakeGitHub
 
 TOKEN = "ghp_" + "S3cr3tT0k3n" * 3
 REPO = "acme/app"

@@ -1,6 +1,6 @@
 """GitHub issues in: `hero github watch` and the intake of labelled issues as stories.
 
-A fake GitHub REST server (``hero.testing.fakegithub``) runs on loopback; the homes, the
+A fake GitHub REST server (``tests/fakegithub.py``) runs on loopback; the homes, the
 story files, the target repository and the `hero` processes are real. The watcher runs in
 this process for the intake's rules, and as a child process (``--once``, and `hero watch`
 with a ``github:`` block) for what a user runs.
@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import git
+from fakegithub import FakeGitHub
 from helpers import is_review, task_text, verdict
 
 from hero.cli import main
@@ -28,7 +29,6 @@ from hero.github.intake import DEFAULT_CRITERION, STATE_FILE, intake_sweep, issu
 from hero.github.settings import settings_for
 from hero.github.watch import Watcher
 from hero.story import Story, dumps_story, parse_story, parse_story_text
-from hero.testing.fakegithub import FakeGitHub
 from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 REPO = "acme/app"

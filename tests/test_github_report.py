@@ -1,7 +1,7 @@
 """Report-back: `report_sweep` tells GitHub how stories from issues ended.
 
 Real git (the target repository with a bare repository as its `origin`), real HTTP to
-hero's fake GitHub (`hero.testing.fakegithub`), run records and story files written as hero
+hero's fake GitHub (`tests/fakegithub.py`), run records and story files written as hero
 writes them. Each test arranges a home, sweeps, and looks at the remote, the pull requests,
 the comments and the labels.
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import git
+from fakegithub import FakeGitHub
 
 from hero.cli import main
 from hero.config import Config, GitHubSettings
@@ -27,7 +28,6 @@ from hero.github.defang import OwnIssue, defang, live_references
 from hero.github.report import REPORTED_FILE, _push_env, report_sweep
 from hero.state import ReviewRecord, Round, RunState, Status, save_state
 from hero.story import write_story
-from hero.testing.fakegithub import FakeGitHub
 from hero.testing.scripted import call, text
 
 REPO = "acme/app"
