@@ -40,7 +40,7 @@ from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
 from hero.llm import LlmClient
 from hero.roles.worker import condense_prompt
 from hero.runner import child_env
-from hero.testing.scripted import Answer, Reply, ToolCall, text
+from hero.scripted_model import Answer, Reply, ToolCall, text
 from hero.trace import Trace, read_trace
 
 TURNS = 200
@@ -107,7 +107,7 @@ def serve_main(turns: int) -> int:
     """`context.py --serve N`: the scripted model in its own process, speaking run.py's
     ServerProcess protocol (a JSON line with base_url; then `dump` on stdin prints the
     request records so far and clears them, `quit` or EOF stops)."""
-    from hero.testing.scripted import ScriptedModel
+    from hero.scripted_model import ScriptedModel
 
     log: list[list[int]] = []
     with ScriptedModel(_handler(turns, log)) as m:

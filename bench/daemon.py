@@ -7,7 +7,7 @@
 
 Everything runs against a real `hero watch` subprocess (`python -m hero watch --home H
 --log-format json`) and hero's scripted model in a separate process (`python -m
-hero.testing.scripted --handler daemon:handler --latency S`, with this file's directory on
+hero.scripted_model --handler daemon:handler --latency S`, with this file's directory on
 PYTHONPATH, so `handler` below is its policy), so neither shares the bench's GIL. No key,
 no network. A report, not a test: it prints a table of metric | value | target | ok? and
 exits 0 even when a target is missed (a measurement it could not take shows FAILED, with the
@@ -63,7 +63,7 @@ TURNS_ENV = "HERO_BENCH_TURNS"  # server process: worker turns with a bash call
 BENCH_DIR = Path(__file__).resolve().parent
 
 # --------------------------------------------------------------------------- the model's policy
-# This part runs in the scripted server's process: `python -m hero.testing.scripted --handler
+# This part runs in the scripted server's process: `python -m hero.scripted_model --handler
 # daemon:handler` imports this file as the module `daemon`. Keep the module's top level light.
 
 _record_lock = threading.Lock()
@@ -75,7 +75,7 @@ def handler(body: dict) -> Any:
     different, so the loop guard stays quiet), then ends its turn; the reviewer approves.
     Every request is recorded first, with the server's time.time() (the clock the bench and
     the daemon's logs use), as `<time> <role> <story id> <assistant messages so far>`."""
-    from hero.testing.scripted import call, text
+    from hero.scripted_model import call, text
 
     now = time.time()
     messages = body.get("messages") or []
@@ -170,7 +170,7 @@ class Request:
 
 
 class ScriptedServer:
-    """`python -m hero.testing.scripted --handler daemon:handler --latency S` in its own process."""
+    """`python -m hero.scripted_model --handler daemon:handler --latency S` in its own process."""
 
     def __init__(self, work: Path, name: str, latency_s: float, turns: int) -> None:
         self.record = work / f"{name}-requests.txt"
@@ -183,7 +183,7 @@ class ScriptedServer:
         env[RECORD_ENV] = str(self.record)
         env[TURNS_ENV] = str(turns)
         self._log = open(work / f"{name}-server.log", "w")  # noqa: SIM115 - closed in stop()
-        argv = [sys.executable, "-m", "hero.testing.scripted", "--handler", "daemon:handler"]
+        argv = [sys.executable, "-m", "hero.scripted_model", "--handler", "daemon:handler"]
         self.proc = _spawn(
             [*argv, "--latency", str(latency_s)],
             stdin=subprocess.DEVNULL,

@@ -116,7 +116,7 @@ def story_id(body: dict[str, Any]) -> str:
 def handler_for(plans: dict[str, tuple[str, ...]]) -> Callable[[dict[str, Any]], Any]:
     """Stateless: the worker of story ``id`` runs ``plans[id]``, one bash call a turn, then
     its small change, then says it is done; the reviewer approves."""
-    from hero.testing.scripted import call, text
+    from hero.scripted_model import call, text
 
     approve = json.dumps({"verdict": "APPROVED", "summary": "ok", "ac_check": [], "comments": []})
 
@@ -165,7 +165,7 @@ class Outcome:
 
 def run_attack(attack: Attack, sid: str = "attack") -> Outcome:
     """`hero run` of one story doing ``attack`` in a fresh repo and home."""
-    from hero.testing.scripted import ScriptedModel
+    from hero.scripted_model import ScriptedModel
 
     with (
         tempfile.TemporaryDirectory(prefix="hero-bench-isolation-") as tmp,
@@ -235,7 +235,7 @@ def bench_row(report: Report, attack: Attack) -> None:
 
 def bench_watch(report: Report) -> None:
     """Three attackers and a normal story in one `hero watch` (max_parallel 2)."""
-    from hero.testing.scripted import ScriptedModel
+    from hero.scripted_model import ScriptedModel
 
     plans = {
         "big": committed("300M", text=True),

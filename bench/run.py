@@ -99,9 +99,9 @@ def server_timestamps(log: list[tuple[float, int]]) -> Iterator[bool]:
     Appends (busy_s, request body bytes) per answered request.
 
     Instrumentation only, in the server's process, undone on exit; hero's source is not
-    changed. Yields False (and records nothing) if hero.testing.scripted's handler class moved.
+    changed. Yields False (and records nothing) if hero.scripted_model's handler class moved.
     """
-    import hero.testing.scripted as hs
+    import hero.scripted_model as hs
 
     cls = getattr(hs, "_RequestHandler", None)
     names = ("parse_request", "_read_body", "_send_json")
@@ -138,7 +138,7 @@ def server_timestamps(log: list[tuple[float, int]]) -> Iterator[bool]:
 
 def _turn_handler(turns: int) -> Callable[[dict], Any]:
     """Stateless script: `bash echo hi` until the history holds `turns` assistant messages."""
-    from hero.testing.scripted import call, text
+    from hero.scripted_model import call, text
 
     def handler(body: dict) -> Any:
         done = sum(1 for m in body.get("messages", ()) if m.get("role") == "assistant")
@@ -189,7 +189,7 @@ def serve_main(turns: int) -> int:
     timestamps would include waiting for the other). Prints one JSON line with base_url
     and echo_port; then on stdin `dump` prints the server timestamps so far (and clears
     them), `quit` (or EOF) stops."""
-    from hero.testing.scripted import ScriptedModel
+    from hero.scripted_model import ScriptedModel
 
     log: list[tuple[float, int]] = []
     echo_port = _echo_server()
@@ -449,7 +449,7 @@ def bench_turns(report: Report, runs: int, profile: bool, per_turn: bool = False
     have_server = all(len(r.server) == len(r.wall) for r in results)
     if not have_server:
         report.notes.append(
-            "WARNING: could not timestamp the scripted server (hero.testing.scripted changed); "
+            "WARNING: could not timestamp the scripted server (hero.scripted_model changed); "
             "overhead (b) is not available"
         )
 
@@ -864,7 +864,7 @@ def _short_path(p: str) -> str:
 
 
 def _quick_pass_handler(body: dict) -> Any:
-    from hero.testing.scripted import text
+    from hero.scripted_model import text
 
     system = next(
         (m.get("content") or "" for m in body.get("messages", ()) if m.get("role") == "system"), ""
@@ -923,7 +923,7 @@ def _hero_home(base: Path, base_url: str, story_id: str) -> Path:
 
 def _startup_steps(env: dict[str, str], runs: int) -> list[tuple[str, float]]:
     """Where `hero run`'s time to the first request goes (medians of `runs` probe runs)."""
-    from hero.testing.scripted import ScriptedModel
+    from hero.scripted_model import ScriptedModel
 
     keys = [
         ("interpreter + site start-up", "launch", "start"),
@@ -970,7 +970,7 @@ def _launch_runs(
 ) -> tuple[list[float], list[float], list[str]]:
     """`runs` launches of `hero run` on a quick-pass story; (launch -> first request at
     the server, launch -> exit, failures)."""
-    from hero.testing.scripted import ScriptedModel
+    from hero.scripted_model import ScriptedModel
 
     hero = hero_executable()
     launch_to_req: list[float] = []

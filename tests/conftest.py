@@ -13,7 +13,7 @@ import pytest
 
 from hero.git.ops import DEFAULT_IDENTITY
 from hero.sandbox import bwrap_problem
-from hero.testing.scripted import ScriptedModel
+from hero.scripted_model import ScriptedModel
 
 GIT_ENV = {**DEFAULT_IDENTITY, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 

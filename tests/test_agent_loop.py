@@ -14,7 +14,7 @@ from hero.agent.tools import TOOL_NAMES, ToolContext
 from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
 from hero.llm import LlmClient
 from hero.runner import child_env
-from hero.testing.scripted import Reply, ScriptedModel, ToolCall, call, calls, text
+from hero.scripted_model import Reply, ScriptedModel, ToolCall, call, calls, text
 from hero.trace import Trace, read_trace
 
 Start = Callable[..., ScriptedModel]

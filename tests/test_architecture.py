@@ -63,7 +63,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.errors",
         "hero.redact",
         "hero",
-        "hero.testing.*",
+        "hero.scripted_model",
     ),  # 12 foundations
 )
 

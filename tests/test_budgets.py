@@ -25,8 +25,8 @@ from hero.budget import BudgetExceeded, Meter, Spend, story_over
 from hero.cli import main
 from hero.config import Budgets, load_config
 from hero.llm import LlmClient
+from hero.scripted_model import Reply, ScriptedModel, call, text
 from hero.state import Round, RunState, save_state
-from hero.testing.scripted import Reply, ScriptedModel, call, text
 from hero.views.status import collect_status, format_status
 
 RESCUE = "hero: keep uncommitted work left when a budget ran out (s1)"

@@ -47,8 +47,8 @@ from hero.llm import LlmClient, LlmError
 from hero.prompting import PromptError, load_template
 from hero.roles.worker import build_messages, condense_prompt
 from hero.runner import child_env
+from hero.scripted_model import Reply, ScriptedModel, ToolCall, text
 from hero.story import parse_story
-from hero.testing.scripted import Reply, ScriptedModel, ToolCall, text
 from hero.trace import Trace, read_trace
 
 Start = Callable[..., ScriptedModel]

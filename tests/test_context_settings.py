@@ -29,8 +29,8 @@ from hero.config import (
     load_config,
 )
 from hero.llm import LlmClient
+from hero.scripted_model import Reply, ScriptedModel, ToolCall, text
 from hero.state import RunState
-from hero.testing.scripted import Reply, ScriptedModel, ToolCall, text
 
 Start = Callable[..., ScriptedModel]
 

@@ -49,7 +49,7 @@ from helpers import (
 from hero.cli import main
 from hero.config import load_config
 from hero.limits import mechanism
-from hero.testing.scripted import Reply, ScriptedModel, call, text
+from hero.scripted_model import Reply, ScriptedModel, call, text
 
 PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

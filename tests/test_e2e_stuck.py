@@ -47,7 +47,7 @@ from helpers import (
 )
 
 from hero.cli import main
-from hero.testing.scripted import ScriptedModel, call, text
+from hero.scripted_model import ScriptedModel, call, text
 
 START_TIMEOUT_S = 60.0  # generous "did not hang" bounds, not speed checks
 RUN_TIMEOUT_S = 120.0

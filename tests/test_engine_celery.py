@@ -48,7 +48,7 @@ from helpers import (
     worker_round,
 )
 
-from hero.testing.scripted import call, text
+from hero.scripted_model import call, text
 
 LEASE_S = 3  # engine_support.ENGINE_KNOBS: a dead worker's story comes back in seconds
 

@@ -28,8 +28,8 @@ from hero.github.api import GitHub, Retry
 from hero.github.intake import DEFAULT_CRITERION, STATE_FILE, intake_sweep, issue_story, sanitize
 from hero.github.settings import settings_for
 from hero.github.watch import Watcher
+from hero.scripted_model import Reply, ScriptedModel, call, text
 from hero.story import Story, dumps_story, parse_story, parse_story_text
-from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 REPO = "acme/app"
 LABEL = "hero"

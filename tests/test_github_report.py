@@ -26,9 +26,9 @@ from hero.config import Config, GitHubSettings
 from hero.github.api import GitHub, Retry
 from hero.github.defang import OwnIssue, defang, live_references
 from hero.github.report import REPORTED_FILE, _push_env, report_sweep
+from hero.scripted_model import call, text
 from hero.state import ReviewRecord, Round, RunState, Status, save_state
 from hero.story import write_story
-from hero.testing.scripted import call, text
 
 REPO = "acme/app"
 TOKEN = "ghp_Zq9sEcReTt0kenV4lue7731xYz"

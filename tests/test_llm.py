@@ -16,7 +16,7 @@ import pytest
 from hero.config import LlmSettings, Provider, RoleConfig
 from hero.errors import Interrupted
 from hero.llm import Completion, LlmClient, LlmError
-from hero.testing.scripted import Drop, HttpError, Reply, ScriptedModel, ToolCall, calls, text
+from hero.scripted_model import Drop, HttpError, Reply, ScriptedModel, ToolCall, calls, text
 
 MESSAGES = [
     {"role": "system", "content": "You are a test."},

@@ -27,9 +27,9 @@ from hero.plans.manifest import (
     read_plan,
 )
 from hero.scaffold import init_home
+from hero.scripted_model import HttpError, ScriptedModel, text
 from hero.state import RunState, Status, save_state
 from hero.story import parse_story
-from hero.testing.scripted import HttpError, ScriptedModel, text
 
 PLAN_TEXT = "# Calculator\n\nAdd subtraction, then multiplication, then docs.\n"
 AGENTS_RULE = "Always run `python -m unittest` before committing."

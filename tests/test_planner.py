@@ -22,7 +22,7 @@ from hero.roles.planner import (
     planner_messages,
 )
 from hero.roles.repo import repo_layout
-from hero.testing.scripted import ScriptedModel, text
+from hero.scripted_model import ScriptedModel, text
 
 
 def story(story_id: str, deps: tuple[str, ...] = (), **fields: Any) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from hero.agent.tools.policy import (
 )
 from hero.cli import main
 from hero.runner import child_env
-from hero.testing.scripted import Reply, ScriptedModel, call, text
+from hero.scripted_model import Reply, ScriptedModel, call, text
 
 
 def make_policy(*, allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()) -> Policy:

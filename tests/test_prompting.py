@@ -16,8 +16,8 @@ from hero.llm import LlmClient
 from hero.prompting import PromptError, Template, load_template, render
 from hero.roles.reviewer import review
 from hero.roles.worker import build_messages
+from hero.scripted_model import ScriptedModel, text
 from hero.story import Story, VerifyTier, parse_story_text
-from hero.testing.scripted import ScriptedModel, text
 from hero.trace import Trace
 
 PROMPTS = Path(__file__).resolve().parents[1] / "src" / "hero" / "prompts"

@@ -16,8 +16,8 @@ from hero.roles.reviewer import (
     review,
     short_circuit,
 )
+from hero.scripted_model import ScriptedModel, text
 from hero.story import parse_story_text
-from hero.testing.scripted import ScriptedModel, text
 from hero.trace import Trace, read_trace
 
 APPROVAL = {

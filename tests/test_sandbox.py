@@ -36,7 +36,7 @@ from hero.sandbox import (
     bwrap_problem,
     resolve,
 )
-from hero.testing.scripted import Reply, call, text
+from hero.scripted_model import Reply, call, text
 
 PY = shlex.quote(sys.executable)
 SECRET = "hero-home-secret-4f1c"

@@ -33,7 +33,7 @@ from hero.limits import Limits, mechanism
 from hero.runner import CommandResult, child_env, run_command
 from hero.sandbox import SANDBOX_HOME, Sandbox, resolve
 from hero.sandbox_session import SandboxSession
-from hero.testing.scripted import call, text
+from hero.scripted_model import call, text
 
 PY = shlex.quote(sys.executable)
 SECRET = "hero-home-secret-9d2e"

@@ -24,7 +24,7 @@ from hero.cli import main
 from hero.config import DEFAULT_PROTECTED
 from hero.git.ops import DEFAULT_IDENTITY
 from hero.runner import child_env
-from hero.testing.scripted import Reply, ScriptedModel, call, text
+from hero.scripted_model import Reply, ScriptedModel, call, text
 
 BASE_FILES = {
     "src/app.py": "def app():\n    return 1\n",

@@ -45,9 +45,9 @@ from helpers import (
 )
 
 from hero.cli import main
+from hero.scripted_model import Reply, ScriptedModel, call, text
 from hero.state import RunState, Status, file_digest, save_state
 from hero.story import append_feedback
-from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 RUN_TIMEOUT_S = 120.0  # generous "did not hang" bounds, not speed checks
 STOP_SPEC_S = 10.0  # the issue: a clean stop exits within 10 s

@@ -32,8 +32,8 @@ from test_e2e_plan import commit_file, has_branch, show, state_of, story_line
 from test_watch import APPROVED, CHANGES, STOP_SPEC_S, Daemon, Procs
 
 from hero.plans.manifest import Manifest, ManifestStory, dump_manifest
+from hero.scripted_model import Reply, ScriptedModel, call, text
 from hero.state import RunState, save_state
-from hero.testing.scripted import Reply, ScriptedModel, call, text
 
 #: Generous "did not hang" bounds for two plans at once on a loaded machine.
 PLANS_TIMEOUT_S = 300.0

@@ -104,7 +104,7 @@ class SlugifyTest(unittest.TestCase):
 
 def demo_policy(request: dict[str, Any]) -> Any:
     """Decide the scripted model's next answer from the conversation alone (stateless)."""
-    from hero.testing.scripted import call, text
+    from hero.scripted_model import call, text
 
     messages = request.get("messages", [])
     system = str(messages[0].get("content", "")) if messages else ""
@@ -148,7 +148,7 @@ def demo_policy(request: dict[str, Any]) -> Any:
 
 
 def _review(task: str) -> Any:
-    from hero.testing.scripted import text
+    from hero.scripted_model import text
 
     has_tests = "+++ b/tests/test_slug.py" in task
     criteria = [

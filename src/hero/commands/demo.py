@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
     from hero.app import run_with_config
     from hero.config import load_config
     from hero.demo import demo_policy, make_demo_home
+    from hero.scripted_model import ScriptedModel
     from hero.state import Status
-    from hero.testing.scripted import ScriptedModel
 
     root = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="hero-demo-"))
     if root.exists() and any(root.iterdir()):

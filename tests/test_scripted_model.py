@@ -1,4 +1,4 @@
-"""Tests for hero.testing.scripted: the scripted OpenAI-compatible server, driven by the real SDK."""
+"""Tests for hero.scripted_model: the scripted OpenAI-compatible server, driven by the real SDK."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from hero.testing.scripted import (
+from hero.scripted_model import (
     Drop,
     HttpError,
     RecordedRequest,
@@ -517,7 +517,7 @@ def test_explicit_port_and_reuse_after_stop() -> None:
 
 HANDLER_MODULE = textwrap.dedent(
     """
-    from hero.testing.scripted import HttpError, call, text
+    from hero.scripted_model import HttpError, call, text
 
     def handler(body):
         last = body["messages"][-1]["content"]
@@ -549,7 +549,7 @@ def test_command_line_server(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "hero.testing.scripted",
+            "hero.scripted_model",
             "--handler",
             "scripted_cli_helper:handler",
             "--latency",
@@ -587,7 +587,7 @@ def test_command_line_server(tmp_path: Path) -> None:
 
 def test_command_line_bad_handler(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "hero.testing.scripted", "--handler", "no_such_module_xyz:handler"],
+        [sys.executable, "-m", "hero.scripted_model", "--handler", "no_such_module_xyz:handler"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -15,7 +15,7 @@ and one ``json.dumps`` out, written with a single send.
 
 Command line (foreground server, stops on SIGTERM or Ctrl-C)::
 
-    python -m hero.testing.scripted --handler MODULE:FUNC [--port N] [--latency S] [--host H]
+    python -m hero.scripted_model --handler MODULE:FUNC [--port N] [--latency S] [--host H]
 
 ``FUNC`` must be a Handler itself (``def handler(body: dict) -> Reply | HttpError | Drop``),
 not a factory. The server prints ``listening on <base_url>`` on stdout once it accepts
@@ -547,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import signal
 
     parser = argparse.ArgumentParser(
-        prog="python -m hero.testing.scripted",
+        prog="python -m hero.scripted_model",
         description="Serve a scripted OpenAI-compatible chat completions API.",
     )
     parser.add_argument(
@@ -580,8 +580,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run via the imported module, so the handler's `from hero.testing.scripted import Reply` and the
+    # Run via the imported module, so the handler's `from hero.scripted_model import Reply` and the
     # server's isinstance checks see the same classes (not a second copy living in __main__).
-    from hero.testing.scripted import main as _main
+    from hero.scripted_model import main as _main
 
     raise SystemExit(_main())

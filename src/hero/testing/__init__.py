@@ -1,1 +1,0 @@
-"""Test doubles that are real: the scripted OpenAI-compatible model server."""
