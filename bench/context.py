@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""hero benchmark: a long round under a small context window (issue 11).
+"""hero benchmark: a long round under a small context window.
 
     python bench/context.py              # a 200-turn round, about 15 s on 2 cores
     python bench/context.py --turns 120  # shorter

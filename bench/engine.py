@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""hero engine benchmark (issue 12): stories on `hero worker` processes through Celery.
+"""hero engine benchmark: stories on `hero worker` processes through Celery.
 
     python bench/engine.py              # the report (about 3 min on 2 cores)
     python bench/engine.py --workers 1,4 --runs 3    # shorter

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""hero benchmark: hero's own peak memory while a hostile worker goes too far (issue 17).
+"""hero benchmark: hero's own peak memory while a hostile worker goes too far.
 
     python bench/isolation.py            # about 5 min on 2 cores (the 4 GB file: 4 of them)
     python bench/isolation.py --no-4g    # without the 4 GB file (about 40 s)

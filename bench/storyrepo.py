@@ -1,4 +1,4 @@
-"""What a story's repository of its own costs (issue 17), on a generated repository of
+"""What a story's repository of its own costs, on a generated repository of
 10,000 files and 50,000 commits: laying it out, ``make_safe`` between commands, bringing
 a story's commits back; the old layout's ``git worktree add`` and a ``git clone --local
 --shared`` for comparison; and what the sandbox adds per command. A report, not a test: it
@@ -39,11 +39,12 @@ if TYPE_CHECKING:
 
 #: Keeps the user's and the system's git config out of every git the bench and hero run.
 GIT_ISOLATION = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-#: Issue 17: laying out a story's repository and bringing its commits back, under 1 s.
+#: A story's own repository must not slow a story's start or end: laying it out and
+#: bringing its commits back, under 1 s.
 LAYOUT_TARGET_MS = 1000.0
 #: ``make_safe`` runs before every git call of hero's: tens of microseconds.
 MAKE_SAFE_TARGET_MS = 0.1
-#: Issue 17: the sandbox adds at most 1 ms per command.
+#: The sandbox runs around every command of a round: it adds at most 1 ms per command.
 SANDBOX_ADDED_TARGET_MS = 1.0
 #: Bumped when the generated repository's shape changes (a new cache entry then).
 GENERATOR_VERSION = 1

@@ -1,4 +1,4 @@
-"""The worker's context window (issue 11): a long round's history is condensed so that
+"""The worker's context window (so a long round never outgrows its model): a long round's history is condensed so that
 no request passes the window, in chunks that keep the request prefix byte-identical, and
 a condensation replays from the trace exactly as it happened.
 

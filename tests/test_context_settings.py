@@ -1,4 +1,4 @@
-"""Issue 11's settings for long rounds: the context window, the output cap and its field
+"""The settings for long rounds, so a round never outgrows its model: the context window, the output cap and its field
 name, reasoning sent back or not, and cached input tokens from the provider to `hero status`.
 
 Config is loaded from real files; the model client is the real `openai` SDK over HTTP to

@@ -1,10 +1,11 @@
-"""End to end: a hostile worker goes for the host through hero itself (issue 17, 6, 10-12).
+"""End to end: a hostile worker goes for the host through hero itself, which runs outside the
+sandbox and must not be its way out.
 
 The attacks of test_e2e_isolation.py go for the user's repository; these go for what hero
 reads, writes and holds outside the sandbox, and for the machine: a rules file linked to a
-host file, to be read into the next round's prompt (6); the story file swapped for a link to
-the home's ``config.local.yaml``, to be written through (10); a fork bomb, tmpfs fillers and
-a 4 GB file (11); a 300 MB file committed, for hero to read whole (12).
+host file, to be read into the next round's prompt; the story file swapped for a link to
+the home's ``config.local.yaml``, to be written through; a fork bomb, tmpfs fillers and
+a 4 GB file; a 300 MB file committed, for hero to read whole.
 
 Each test runs real hero (`hero run` in-process, or `python -m hero run` / `hero watch` as a
 child) against the scripted model over real HTTP, on real git repositories in tmp_path,
@@ -619,8 +620,8 @@ sys.exit(code)
 """
 #: hero's own peak resident memory while a story commits a 300 MB file: its baseline (about
 #: 60 MB) plus what it may hold of git's output (hero.git.ops caps: 64 MB of output, 4 MB of
-#: a diff), with room to spare; 85 MB measured (bench/isolation.py). Before issue 17 it was
-#: 1.6 GB (1.3 GB measured here with this test on hero before the fix).
+#: a diff), with room to spare; 85 MB measured (bench/isolation.py). Before hero capped git's
+#: output it was 1.6 GB (1.3 GB measured here with this test on hero before the fix).
 PEAK_BOUND_MB = 400
 BIG_MB = 300
 

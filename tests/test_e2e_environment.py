@@ -1,5 +1,6 @@
 """End to end: what a worker's command and a worker-written test find of hero's environment,
-and whether the checks reach the network (issue 18, findings 1-3).
+and whether the checks reach the network: no secret of hero's may leak to them, and no
+network unless `verify_network` allows it.
 
 Real `hero run` in-process against the scripted model over real HTTP, real git, real
 bubblewrap; hero's environment holds a broker URL with a password, a GitHub token with a

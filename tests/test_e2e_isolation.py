@@ -1,4 +1,4 @@
-"""End to end: a hostile worker goes for the user's repository itself (issue 17).
+"""End to end: a hostile worker goes for the user's repository itself, which it must not reach.
 
 Each story works in a repository of its own (``worktrees/<id>``, borrowing the user's objects
 read-only through alternates), in bubblewrap. The worker looks for the user's git directory

@@ -1,4 +1,5 @@
-"""End to end: the worker tries every command-policy bypass of issue 18 (item 6).
+"""End to end: the worker tries every known way around the command policy (wrappers,
+builtins, aliases), each of which must still be refused.
 
 `hero run` runs in-process against the scripted model over real HTTP, on a real git
 repository in tmp_path, with ``deny_commands: [rm, "git rm"]``. In one turn the worker calls
@@ -60,7 +61,7 @@ BYPASSES: list[tuple[str, str]] = [
     (f"coproc NAME {{ {RM}; }}", BY_RM),
     # an alias
     (f"alias r='rm -f'\nr {TARGET}", "refused: `alias` would give other commands a name"),
-    # the wrappers of issue 18
+    # wrappers that run their arguments as a command
     (f"ionice -c 3 {RM}", BY_RM),
     (f"flock /tmp/lock {RM}", BY_RM),
     (f"flock /tmp/lock -c '{RM}'", BY_RM),

@@ -1,4 +1,5 @@
-"""End to end: the Celery engine (issue 12), with a real redis-server and real processes.
+"""End to end: the Celery engine (stories run on other machines), with a real redis-server
+and real processes.
 
 A coordinator (`hero watch` with `engine: celery`) and `hero worker` processes, each in a
 folder of its own standing in for a machine, meet through a redis-server on loopback and a

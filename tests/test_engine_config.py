@@ -1,4 +1,4 @@
-"""The Celery engine's settings (issue 12): engine, broker_url, state_url, target_remote,
+"""The Celery engine's settings (stories run on other machines): engine, broker_url, state_url, target_remote,
 lease_s, engine_queue, broker_visibility_timeout_s; where a broker password may live."""
 
 from __future__ import annotations

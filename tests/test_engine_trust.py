@@ -1,4 +1,5 @@
-"""End to end: the Celery engine does not trust Redis (issue 18). Every task is
+"""End to end: the Celery engine does not trust Redis (anyone with the broker's password
+could write to it). Every task is
 authenticated with the engine key, and everything read back from Redis is hostile input.
 
 Each attack here is one reproduced against hero with the broker's password alone (a test a

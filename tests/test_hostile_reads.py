@@ -1,4 +1,5 @@
-"""hero never follows what a worker made (issue 17, items 6 and 10).
+"""hero never follows what a worker made: a link or a swapped file must not make it read or
+write outside the worktree.
 
 The rules files a prompt is built from live in the story's worktree, and the story file in
 the inbox, both in reach of a worker or anyone else while a story runs. hero reads them

@@ -323,7 +323,7 @@ def test_words_know_whether_their_value_is_known() -> None:
     assert [w.literal for w in cmd.words] == [True, True, True, False, False]
 
 
-# ------------------------------------------------------------------------ bypasses (issue 18)
+# ---------------------------------------------------- bypasses: commands that run a command
 
 DENY_RM_GIT_RM = make_policy(deny=("rm", "git rm"))
 
@@ -360,7 +360,7 @@ REFUSED_THROUGH = [
     ("coproc NAME ( rm x )", "rm"),
     ("coproc { rm x; }", "rm"),
     ("coproc NAME while true; do rm x; done", "rm"),
-    # the wrappers of issue 18, with their option syntax
+    # wrappers that run their arguments as a command, with their option syntax
     ("ionice -c 3 rm x", "rm"),
     ("ionice -c3 -n 7 -t rm x", "rm"),
     ("flock /tmp/l rm x", "rm"),

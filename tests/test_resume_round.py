@@ -1,5 +1,6 @@
 """End to end: a round stopped in its middle (kill -9, Ctrl-C) goes on where it stopped
-when `hero run` is run again (issue 11), from the conversation its trace recorded.
+when `hero run` is run again, from the conversation its trace recorded, so a crash costs no
+model calls already paid for.
 
 hero runs as a real child process (`python -m hero run ...`); the scripted model runs in
 this test process on a thread and hears every request, so a test compares what the

@@ -31,7 +31,7 @@ class ToolContext:
     # grep engine. None: rg when found (search.find_rg), else the pure-Python grep;
     # True: rg, or an error when it is missing; False: the pure-Python grep.
     use_ripgrep: bool | None = None
-    # -- safety (issue 9) ---------------------------------------------------------------
+    # -- safety: what a worker's command may touch and run ------------------------------
     # how bash commands are confined: a sandbox per command, the worker's one sandbox for
     # the round, or None for none
     sandbox: Sandbox | SandboxSession | None = None
