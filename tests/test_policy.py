@@ -219,8 +219,9 @@ def test_deny_rm_allows_commands_that_only_mention_rm(command: str) -> None:
     assert DENY_RM.refusal(command) is None
 
 
-def bash_runs_rm(command: str, tmp_path: Path) -> bool:
-    """Whether bash runs `rm` for ``command``: a stand-in `rm` first on PATH leaves a mark."""
+def bash_runs_rm(command: str, tmp_path: Path, shell: str = "bash") -> bool:
+    """Whether ``shell -c`` (bash unless told) runs `rm` for ``command``: a stand-in `rm`
+    first on PATH leaves a mark."""
     shim = tmp_path / "bin"
     shim.mkdir(exist_ok=True)
     (shim / "rm").write_text('#!/bin/sh\necho ran >> "$RM_MARK"\n')
@@ -229,7 +230,7 @@ def bash_runs_rm(command: str, tmp_path: Path) -> bool:
     mark.unlink(missing_ok=True)
     env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "RM_MARK": str(mark)}
     subprocess.run(
-        ["bash", "-c", command],
+        [shell, "-c", command],
         cwd=shim,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -597,24 +598,8 @@ RUN_BY_SH = [
 
 
 def sh_runs_rm(command: str, tmp_path: Path) -> bool:
-    """Whether `sh -c` runs `rm` for ``command``: a stand-in `rm` first on PATH leaves a mark."""
-    shim = tmp_path / "bin"
-    shim.mkdir(exist_ok=True)
-    (shim / "rm").write_text('#!/bin/sh\necho ran >> "$RM_MARK"\n')
-    (shim / "rm").chmod(0o755)
-    mark = tmp_path / "rm-ran"
-    mark.unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "RM_MARK": str(mark)}
-    subprocess.run(
-        ["sh", "-c", command],
-        cwd=shim,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    return mark.exists()
+    """Whether `sh -c` runs `rm` for ``command`` (see :func:`bash_runs_rm`)."""
+    return bash_runs_rm(command, tmp_path, shell="sh")
 
 
 @pytest.mark.parametrize("command", RUN_BY_SH)
