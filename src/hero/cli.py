@@ -21,14 +21,16 @@ from hero.commands import (
     init,
     logs,
     plan,
+    reader_gone,
     retry,
     run,
     run_plan,
     status,
+    stdout_closed,
     watch,
     worker,
 )
-from hero.errors import EXIT_USAGE, HeroError, Interrupted
+from hero.errors import EXIT_OK, EXIT_USAGE, HeroError, Interrupted
 
 #: In the order ``hero --help`` lists them.
 COMMANDS = (run, init, demo, status, logs, watch, plan, run_plan, retry, github, worker)
@@ -48,6 +50,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            # What is still buffered is written here, where a reader that has gone can be
+            # answered, rather than at the interpreter's exit, which would print a traceback.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's reader left early (`hero plan --dry-run | head -1`): it had what it wanted,
+        # so hero ends quietly, whichever command was writing. A broken pipe to anything
+        # else (a child process hero feeds) is a real error and goes on up.
+        if not stdout_closed():
+            raise
+        reader_gone()
+        return EXIT_OK
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -67,6 +67,19 @@ def say(message: str) -> None:
     print(f"hero: {message}", file=sys.stderr, flush=True)
 
 
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone: the write end of such a pipe polls
+    as an error at once, while a pipe with a reader, a file or a terminal does not."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no stdout at all (closed, detached): nothing to tell
+        return False
+
+
 def reader_gone() -> None:
     """stdout's reader has gone (``hero status | head``), and that is fine: point stdout at
     /dev/null so the interpreter's final flush does not complain."""

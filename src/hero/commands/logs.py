@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hero.commands import Subparsers, home, home_option, reader_gone
+from hero.commands import Subparsers, home, home_option
 from hero.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
@@ -42,6 +42,4 @@ def run(args: argparse.Namespace) -> int:
             show(where, args.id, sys.stdout, round_no=args.round)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED  # quietly: Ctrl-C is how a follow is usually ended
-    except BrokenPipeError:
-        reader_gone()
     return EXIT_OK

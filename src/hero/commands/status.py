@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from hero.commands import Subparsers, home, home_option, reader_gone
+from hero.commands import Subparsers, home, home_option
 from hero.errors import EXIT_OK, UsageError
 
 
@@ -26,8 +26,6 @@ def run(args: argparse.Namespace) -> int:
     if not where.is_dir():
         raise UsageError(f"{where}: no such directory")
     report = collect_status(where)
-    try:
-        print(json.dumps(report, indent=2) if args.json else format_status(report), flush=True)
-    except BrokenPipeError:
-        reader_gone()
+    # a reader that leaves early (`hero status | head -1`) is handled in hero.cli.main
+    print(json.dumps(report, indent=2) if args.json else format_status(report), flush=True)
     return EXIT_OK
