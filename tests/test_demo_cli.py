@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 from conftest import git
 
 
@@ -82,3 +86,84 @@ def test_init_scaffolds_the_current_directory_and_run_then_names_the_missing_rep
     run = hero("run", str(story), cwd=tmp_path)
     assert run.returncode == 2
     assert "config/roles.yaml: target_repo:" in run.stderr
+
+
+def demo_env(temp: Path, **more: str) -> dict[str, str]:
+    return {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "TMPDIR": str(temp), **more}
+
+
+def test_demo_removes_its_temporary_folder_unless_kept(tmp_path: Path) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "hero", "demo"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env=demo_env(temp),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "result:   passed after 2 rounds" in done.stdout
+    assert list(temp.iterdir()) == []
+    assert "is removed now: `hero demo --keep` keeps it" in done.stdout
+
+    kept = subprocess.run(
+        [sys.executable, "-m", "hero", "demo", "--keep"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env=demo_env(temp),
+    )
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    [folder] = temp.iterdir()
+    assert folder.name.startswith("hero-demo-")
+    assert f"kept:     {folder}" in kept.stdout
+    assert (folder / "home" / "runs" / "state" / "add-slugify.json").is_file()
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_demo_removes_its_temporary_folder(tmp_path: Path, how: str) -> None:
+    """Stopped mid-way (here while it makes its example repository: a stand-in `git`
+    waits there until the signal comes), the demo still leaves nothing behind."""
+    temp, bin_dir = tmp_path / "tmp", tmp_path / "bin"
+    temp.mkdir()
+    bin_dir.mkdir()
+    reached = tmp_path / "reached"
+    stand_in = bin_dir / "git"
+    stand_in.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" commit "*)\n'
+        f"  if [ ! -e {reached} ]; then : > {reached}; exec sleep 600; fi;;\n"
+        "esac\n"
+        f'exec {shutil.which("git")} "$@"\n'
+    )
+    stand_in.chmod(0o755)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hero", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,  # a group of its own, as a terminal's foreground job
+        env=demo_env(temp, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not reached.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the demo never reached its first commit"
+            time.sleep(0.05)
+        assert len(list(temp.iterdir())) == 1  # the demo's folder, half made
+        if how == "ctrl-c":  # the terminal sends SIGINT to the whole foreground group
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out + err
+    assert "hero: interrupted" in err and "Traceback" not in err
+    assert list(temp.iterdir()) == []
