@@ -28,8 +28,8 @@ README_OPENING = [
     "# hero",
     "",
     "```sh",
-    "pip install -e . && hero demo",
-    "pip install -e '.[dev]' && pytest",
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && hero demo",
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[dev]' && pytest",
     "```",
 ]
 
@@ -59,18 +59,50 @@ def test_readme_opens_with_the_two_commands_and_stays_short() -> None:
 
 
 def test_ci_runs_the_readmes_test_command() -> None:
-    """`.ci/run` installs the dev extra and ends with pytest, as the README's second command."""
+    """`.ci/run` makes the README's virtual environment, installs the dev extra in it and
+    ends with pytest: the README's second command, with the checks between."""
     steps = [
         line.strip()
         for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
         if line.strip() and not line.lstrip().startswith("#")
     ]
-    install, test = README_OPENING[4].split(" && ")
+    install, test = README_OPENING[4].rsplit(" && ", 1)
     assert install in steps and steps[-1] == test
     assert steps.index(install) < steps.index(test)
     build = next(step for step in steps if "mkdocs build" in step)
     assert "--strict" in build and "--site-dir" in build  # no site lands in the checkout
     assert steps.index("mypy") < steps.index(build) < steps.index(test)
+
+
+def test_the_readmes_environment_works_as_ci_runs_it(tmp_path: Path) -> None:
+    """The part of the two commands before pip: a virtual environment with python3 (which a
+    system Python, such as Debian's, needs before any `pip install`), made and activated
+    under `set -euo pipefail` as `.ci/run` runs it, with Python 3.11 or newer in it; and
+    git ignores it, so it never lands in a commit."""
+    setup = README_OPENING[3].split(" && pip ")[0]
+    assert setup == README_OPENING[4].split(" && pip ")[0]
+    check = "python -c 'import sys; assert sys.version_info >= (3, 11); print(sys.prefix)'"
+    done = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; {setup} && {check}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == tmp_path / ".venv"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", ".venv/bin/python"], cwd=ROOT, capture_output=True
+    )
+    assert ignored.returncode == 0, ".venv/ is not git-ignored"
+
+
+def test_the_docs_show_the_readmes_two_commands() -> None:
+    for page in (DOCS / "index.md", ROOT / "CONTRIBUTING.md"):
+        text = page.read_text(encoding="utf-8")
+        assert "\n".join(README_OPENING[2:6]) in text, page.name
+        assert "Python 3.11 or newer" in text, page.name
+    assert "Python 3.11 or newer" in README.read_text(encoding="utf-8")
 
 
 def test_every_nav_page_exists_and_every_page_is_in_the_nav() -> None:
