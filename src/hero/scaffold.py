@@ -24,6 +24,31 @@ GITIGNORE_LINES = ("config.local.yaml", "worktrees/", "runs/")
 HOME_DIRS = ("config", "config/providers", "inbox", "done", "runs", "worktrees")
 KEEP_DIRS = ("inbox", "done")  # get a .gitkeep so an empty home can be committed
 DEFAULT_TARGET_REPO = "../my-project"
+#: The sample story ``hero init`` writes, in the home's top folder and not in inbox/, so
+#: ``hero watch`` never runs it by itself: ``hero run my-story.md`` is a first run on the
+#: user's repository that changes nothing but one new notes file.
+SAMPLE_STORY = "my-story.md"
+SAMPLE_STORY_TEXT = """\
+---
+# A sample story written by `hero init`. `hero run my-story.md` runs it on your repository;
+# it is not in inbox/, so `hero watch` leaves it alone. Then write your own (docs/stories.md
+# has every field) or edit this one.
+id: my-story
+title: Describe the repository in HERO-NOTES.md
+scope: ["HERO-NOTES.md"]   # the only file the worker may change
+verify:                    # shell checks run in the story's worktree after each round
+  - test -s HERO-NOTES.md
+---
+
+## Goal
+Write `HERO-NOTES.md` at the root of the repository: a short map of it for a newcomer.
+
+## Acceptance Criteria
+- [ ] `HERO-NOTES.md` names the top-level folders and files that matter, each with one line
+      on what it holds.
+- [ ] It says how to run the project's tests, if it has any.
+- [ ] No other file changes.
+"""
 #: Joins the words of a comment's last sentence, ``Default X.``: it is never wrapped apart.
 NBSP = "\u00a0"
 
@@ -302,6 +327,7 @@ def init_home(home: Path, *, target_repo: str | None = None) -> list[Path]:
     files = home_files(target_repo)
     for rel in KEEP_DIRS:
         files[f"{rel}/.gitkeep"] = ""
+    files[SAMPLE_STORY] = SAMPLE_STORY_TEXT
     for rel, content in files.items():
         path = home / rel
         if _create(path, content):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from hero.commands import Subparsers, home, home_option
 from hero.errors import EXIT_OK
@@ -25,10 +26,69 @@ def run(args: argparse.Namespace) -> int:
     created = init_home(where, target_repo=args.target_repo)
     for path in created:
         print(f"created {path.relative_to(where) if path.is_relative_to(where) else path}")
+    unwritten = _unwritten_target_repo(where, created, args.target_repo)
     if not created:
-        print(f"{where} is already a hero home; nothing to do")
-    else:
-        print(
-            "next: set target_repo in config/roles.yaml, pick a provider, then `hero run STORY.md`"
-        )
+        print(f"{where} is already a hero home" + ("" if unwritten else "; nothing to do"))
+        if unwritten:
+            print(f"next: {unwritten}")
+        return EXIT_OK
+    print("next:")
+    for n, step in enumerate(still_to_do(where, created, args.target_repo, unwritten), 1):
+        print(f"  {n}. {step}")
     return EXIT_OK
+
+
+def still_to_do(
+    where: Path, created: list[Path], target_repo: str | None, unwritten: str
+) -> list[str]:
+    """What the user still has to do before a first run, and only that: a step the command
+    line or an existing file already took care of is not repeated."""
+    from hero.scaffold import PROVIDERS, SAMPLE_STORY
+
+    steps = [unwritten] if unwritten else []
+    if where / "config" / "roles.yaml" in created:
+        if target_repo is None:
+            steps.append("config/roles.yaml: set target_repo, the git repository stories change")
+        local = PROVIDERS["local"].values["base_url"]
+        steps.append(
+            "config/roles.yaml: pick the worker's and the reviewer's provider and model "
+            f"(now: local, a server at {local})"
+        )
+    if target_repo is not None and not (where / target_repo).is_dir():
+        steps.append(
+            f"config/roles.yaml: target_repo {target_repo} names no folder (relative to the "
+            f"home: {where / target_repo}); set it to the git repository stories change"
+        )
+    if not (where / "config.local.yaml").exists():
+        steps.append(
+            "cp config.local.yaml.example config.local.yaml, and put the key there, if your "
+            "provider needs one"
+        )
+    if (where / SAMPLE_STORY).is_file():
+        steps.append(f"hero run {SAMPLE_STORY}   (a sample story: a first run on your repository)")
+    else:
+        steps.append("hero run STORY.md   (docs/stories.md: how to write one)")
+    return steps
+
+
+def _unwritten_target_repo(where: Path, created: list[Path], target_repo: str | None) -> str:
+    """The step left when --target-repo could not be written: config/roles.yaml was there
+    already (never overwritten) and names another repository. "" when there is none."""
+    roles = where / "config" / "roles.yaml"
+    if target_repo is None or roles in created or _target_repo_in(roles) == target_repo:
+        return ""
+    return (
+        "config/roles.yaml was there already and is left as it is: set target_repo in it to "
+        f"{target_repo} yourself"
+    )
+
+
+def _target_repo_in(roles: Path) -> object:
+    """The target_repo an existing config/roles.yaml holds (None: none, or unreadable)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(roles.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return data.get("target_repo") if isinstance(data, dict) else None
