@@ -16,14 +16,16 @@ def add_parser(subparsers: Subparsers) -> None:
         help="show a story's traces round by round",
         description="Show a story's traces round by round (runs/ID/, or runs/plans/PLAN/ID/ "
         "for a story of a plan). Exit 0; 2 for an unknown story or round; with -f, 0 once the "
-        "story has ended (passed, gave up, error or skipped) and 130 on Ctrl-C.",
+        "story has ended (passed, gave up, error or skipped) and 130 on Ctrl-C. With -f, a "
+        "story queued in the inbox that has not started yet is waited for.",
     )
     parser.add_argument("id", metavar="KEY", help="the story: its id, or PLAN/ID for a plan's")
     parser.add_argument(
         "-f",
         "--follow",
         action="store_true",
-        help="keep printing new events until the story passes, gives up, errors or is skipped",
+        help="keep printing new events until the story passes, gives up, errors or is skipped "
+        "(a queued story: wait for it to start first)",
     )
     parser.add_argument("--round", type=int, metavar="N", help="only round N")
     parser.set_defaults(handler=run)

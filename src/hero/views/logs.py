@@ -16,9 +16,11 @@ by its call's result). An event kind this module
 does not know is shown generically; a line that is not JSON is noted and skipped; a torn
 last line (a crash mid-write, or a line still being written) is skipped.
 
-:func:`follow` prints what exists, then polls for new lines and new round files until the
-story's state is terminal (``passed``, ``gave_up``, ``error``, ``skipped``) and everything
-is printed. ``hero logs -f`` exits 0 then, and 130 (quietly) on Ctrl-C, like ``hero run``.
+:func:`follow` of a story that is queued (in the inbox, loose or a plan's) but has not
+started yet says so once and waits for it to start; a story neither started nor queued is
+an error, as for :func:`show`. Then it prints what exists, and polls for new lines and new
+round files until the story's state is terminal (``passed``, ``gave_up``, ``error``,
+``skipped``) and everything is printed. ``hero logs -f`` exits 0 then, and 130 (quietly) on Ctrl-C, like ``hero run``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ _PREFIX = 9 + 1 + LABEL_WIDTH + 1  # offset, space, label, space
 _ROUND_FILE = re.compile(r"^round-(\d+)\.jsonl$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _RECORD_START = '{"t": '
+#: Seconds between two looks at the inbox while ``follow`` waits for a queued story to start.
+QUEUE_LOOK_S = 2.0
 
 
 class LogsError(UsageError):
@@ -62,6 +66,11 @@ class LogsError(UsageError):
 def show(home: Path, story_id: str, out: TextIO, *, round_no: int | None = None) -> None:
     """Write the story's traces (or only round ``round_no``) to ``out`` once."""
     home = Path(home)
+    if not _started(home, _checked_ref(home, story_id)) and _queued(home, story_id):
+        raise LogsError(
+            f"story '{story_id}' is queued and has not started yet: "
+            f"`hero logs {story_id} -f` waits for it"
+        )
     _check_known(home, story_id)
     rounds = [n for n, _ in round_files(home, story_id)]
     if round_no is not None and round_no not in rounds:
@@ -89,7 +98,8 @@ def follow(
     ``round_no``: once that round is over), or None when ``stop`` is set first.
     """
     home = Path(home)
-    _check_known(home, story_id)
+    if not _wait_for_start(home, story_id, out, poll_s=poll_s, stop=stop):
+        return None
     first = _status(home, story_id)
     if first in TERMINAL:  # nothing more will come: the same as show(), errors included
         show(home, story_id, out, round_no=round_no)
@@ -145,14 +155,61 @@ def story_ref(key: str) -> StoryRef | None:
     return ref if ref.valid() and ref.key == key else None
 
 
-def _check_known(home: Path, story_id: str) -> None:
+def _wait_for_start(
+    home: Path, story_id: str, out: TextIO, *, poll_s: float, stop: threading.Event | None
+) -> bool:
+    """Return once the story has started (True), at once if it has; for a queued story
+    that has not, say so once and wait for it; False when ``stop`` is set first. A story
+    neither started nor queued (unknown, or gone from the queue unrun) is a LogsError."""
+    ref = _checked_ref(home, story_id)
+    if _started(home, ref):
+        return True
+    if not _queued(home, story_id):
+        _check_known(home, story_id)  # raises: nothing is known of it
+    out.write(f"--- {story_id}: queued, not started yet; waiting for it (Ctrl-C to stop)\n")
+    out.flush()
+    # Whether it is still queued means reading the inbox: looked at every few polls only.
+    next_look = time.monotonic() + QUEUE_LOOK_S
+    while not _started(home, ref):
+        if stop is not None:
+            if stop.wait(poll_s):
+                return False
+        else:
+            time.sleep(poll_s)
+        if time.monotonic() >= next_look:
+            # started between the two looks: the state file is written before the story
+            # leaves the inbox, so a story gone from the queue unstarted is gone for good
+            if not _queued(home, story_id) and not _started(home, ref):
+                raise LogsError(f"story '{story_id}' left the queue without starting")
+            next_look = time.monotonic() + QUEUE_LOOK_S
+    return True
+
+
+def _started(home: Path, ref: StoryRef) -> bool:
+    """Whether the story has a run record or traces: it has started at least once."""
+    return ref.state_path(home).exists() or ref.run_dir(home).is_dir()
+
+
+def _queued(home: Path, story_id: str) -> bool:
+    from hero.views.status import queued_keys  # reads the inbox: only for a story not started
+
+    return story_id in queued_keys(home)
+
+
+def _checked_ref(home: Path, story_id: str) -> StoryRef:
+    """The story ``story_id`` names; a LogsError when it is no story key at all."""
     ref = story_ref(story_id)
     if ref is None:
         raise LogsError(
             f"no story '{story_id}' in {home}: expected a story id, or <plan>/<id> for a "
             "story of a plan (an id: letters, digits, '.', '_' or '-'; a plan: no dots)"
         )
-    if not ref.state_path(home).exists() and not ref.run_dir(home).is_dir():
+    return ref
+
+
+def _check_known(home: Path, story_id: str) -> None:
+    ref = _checked_ref(home, story_id)
+    if not _started(home, ref):
         raise LogsError(
             f"no story '{story_id}' in {home}: "
             f"neither runs/state/{ref.rel}.json nor runs/{ref.rel}/ exists"

@@ -67,6 +67,13 @@ def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
     return {"daemon": daemon_status(home), "stories": stories, "queue": queue, "rejected": rejected}
 
 
+def queued_keys(home: Path) -> set[str]:
+    """The keys of the stories in the queue ``hero watch`` would take (see :func:`_inbox`):
+    stories that will run, though they may not have started yet."""
+    queue, _ = _inbox(Path(home), time.time())
+    return {str(item["key"]) for item in queue}
+
+
 def daemon_status(home: Path) -> dict[str, Any]:
     """Whether a ``hero watch`` holds ``runs/watch.lock``, and its pid (from the file).
 
