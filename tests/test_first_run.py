@@ -123,7 +123,7 @@ def test_the_readmes_first_run_works_as_written(tmp_path: Path, target_repo: Pat
     getting_started = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
     assert f"```sh\n{commands}```" in getting_started  # the docs show the same run
     commands = commands.replace("/path/to/your/repo", shlex.quote(str(target_repo)))
-    work = tmp_path / "work"
+    work = tmp_path / "user"  # the README's `~`
     work.mkdir()
     with ScriptedModel(sample_story_model) as model:
         # `$EDITOR config/roles.yaml`: the user points the roles at a provider of their own
@@ -140,6 +140,7 @@ def test_the_readmes_first_run_works_as_written(tmp_path: Path, target_repo: Pat
             **os.environ,
             "GIT_CONFIG_GLOBAL": "/dev/null",
             "EDITOR": str(editor),
+            "HOME": str(work),
             "PATH": f"{hero_on_path(tmp_path)}{os.pathsep}{os.environ['PATH']}",
         }
         env.pop("HERO_HOME", None)
