@@ -20,7 +20,8 @@ last line (a crash mid-write, or a line still being written) is skipped.
 started yet says so once and waits for it to start; a story neither started nor queued is
 an error, as for :func:`show`. Then it prints what exists, and polls for new lines and new
 round files until the story's state is terminal (``passed``, ``gave_up``, ``error``,
-``skipped``) and everything is printed. ``hero logs -f`` exits 0 then, and 130 (quietly) on Ctrl-C, like ``hero run``.
+``skipped``) and everything is printed. ``hero logs -f`` exits 0 then, and 130 (quietly)
+on Ctrl-C, like ``hero run``.
 """
 
 from __future__ import annotations
