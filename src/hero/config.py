@@ -545,8 +545,8 @@ class Budgets:
     story_wall_s: float | None = knob(
         "max_story_wall_s",
         None,
-        "Seconds a story may spend in its rounds, all runs together (time between runs does "
-        "not count).",
+        "Seconds a story may spend in its rounds, all runs together, rounds cut short by a "
+        "stop or a budget included (time between runs does not count).",
         shown="null (no limit)",
         section=_BUDGETS,
     )

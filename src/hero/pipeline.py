@@ -141,6 +141,7 @@ class StoryRun:
                 return
             self.state.status = Status.INTERRUPTED
             self.state.phase = ""
+            self.state.close_open_round(time.time())  # its time counts (see hero.budget)
             save_state(self.home, self.state, self.redactor)
             self._frozen = True
 
@@ -204,7 +205,9 @@ class StoryRun:
         return state
 
     def _take(self, state: RunState) -> RunState:
-        """Run with ``state``: what it spent before counts against the budgets."""
+        """Run with ``state``: what it spent before counts against the budgets, a round a
+        killed run left open too (up to that run's last save)."""
+        state.close_open_round(float(state.updated_at or 0.0))
         self.state, self.meter = state, Meter(self.config.budgets, state)
         return state
 
@@ -432,6 +435,8 @@ class StoryRun:
         with self._save_lock:
             if self._frozen:
                 return
+            if self.state.status != Status.RUNNING:  # stopped: a round cut short counts
+                self.state.close_open_round(time.time())
             self.state.record_usage(self.meter.spent())
             save_state(self.home, self.state, self.redactor)
             self._saved_at = time.monotonic()
