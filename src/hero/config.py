@@ -808,6 +808,14 @@ class GitHubSettings:
     remote: str = knob(
         "remote", "origin", "The target repository's git remote story branches are pushed to."
     )
+    cancel_when_closed: bool = knob(
+        "cancel_when_closed",
+        True,
+        "true = a story whose issue is closed, or no longer has the label, is cancelled "
+        "(status cancelled): a queued one is moved to cancelled/, a running one stops before "
+        "its next step, and nothing (no pull request, no comment) is said on the issue; "
+        "false = it runs and is reported as if the issue were open.",
+    )
     api_url: str = knob(
         "api_url",
         GITHUB_API_URL,

@@ -23,6 +23,8 @@ from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_
 from hero.agent.tools import tool_schemas
 from hero.agent.window import Context, ContextOverflow, window_for
 from hero.budget import BudgetExceeded, Meter
+from hero.cancel import StoryCancelled, cancel_at_start, mark_cancelled
+from hero.cancel import check as check_cancelled
 from hero.config import Config
 from hero.errors import Interrupted
 from hero.git.guard import Guard
@@ -148,7 +150,12 @@ class StoryRun:
     def _run(self) -> RunState:
         try:
             self.workspace.end_leftovers()  # before any git call on the story
+            check_cancelled(self.home, self.ref)  # cancelled meanwhile: not started at all
             state = self._start()
+        except StoryCancelled as exc:
+            self.state = cancel_at_start(self.home, self.ref, self.story.path, str(exc))
+            self.say(f"{self.key}: {self.state.status}: {self.state.error}")
+            return self.state
         except (KeyboardInterrupt, Interrupted, StateError):
             raise  # a run record hero cannot read is the user's to move aside: never overwritten
         except Exception as exc:  # noqa: BLE001 - a story that cannot start ends in error, once
@@ -173,6 +180,8 @@ class StoryRun:
             self._fail(_failure(exc))
         except BudgetExceeded as exc:
             self._stop_at_budget(exc)
+        except StoryCancelled as exc:
+            self._stop_cancelled(exc)
         except (KeyboardInterrupt, Interrupted):
             state.status = Status.INTERRUPTED
             state.phase = ""
@@ -331,6 +340,7 @@ class StoryRun:
         last ``USAGE_SAVE_S`` seconds of it."""
         if time.monotonic() - self._saved_at >= USAGE_SAVE_S:
             self._save()
+        check_cancelled(self.home, self.ref)  # before the next model call
 
     def _rescue_round(self, n: int, result: AgentResult, guard: Guard) -> list[str]:
         """Commit what the worker left, put the worktree back on the branch, and undo what
@@ -415,6 +425,7 @@ class StoryRun:
     def _phase(self, phase: str, message: str) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise Interrupted(f"stopped before the {phase} step")
+        check_cancelled(self.home, self.ref)
         self.state.phase = phase
         self._save()
         self.say(message)
@@ -456,6 +467,16 @@ class StoryRun:
             f"{self.key}: {exc}; its commits are kept on {self.branch}. Raise {exc.key} in "
             f"config/roles.yaml and run `hero retry {self.key}` to continue"
         )
+
+    def _stop_cancelled(self, exc: StoryCancelled) -> None:
+        """Cancelled from outside (see hero.cancel): the story ends ``cancelled`` with the
+        reason, the worker's uncommitted work committed, its file out of the inbox."""
+        try:
+            self.workspace.keep_leftovers(self.state, "left when the story was cancelled")
+        except GitError as err:
+            self.say(f"{self.key}: could not commit the work left: {err}")
+        mark_cancelled(self.home, self.state, None, str(exc))
+        self.say(f"{self.key}: {exc}; its commits are kept on {self.branch}")
 
     def _pass(self, n: int) -> None:
         state = self.state

@@ -29,6 +29,7 @@ class Status(StrEnum):
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
     BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELLED = "cancelled"  # from outside the run: its GitHub issue closed (hero.cancel)
 
 
 STATUSES = tuple(s.value for s in Status)
@@ -38,7 +39,14 @@ RESUMABLE = frozenset(
 )
 #: Statuses in which a story has ended.
 TERMINAL = frozenset(
-    {Status.PASSED, Status.GAVE_UP, Status.ERROR, Status.SKIPPED, Status.BUDGET_EXCEEDED}
+    {
+        Status.PASSED,
+        Status.GAVE_UP,
+        Status.ERROR,
+        Status.SKIPPED,
+        Status.BUDGET_EXCEEDED,
+        Status.CANCELLED,
+    }
 )
 
 
