@@ -10,7 +10,10 @@ cancelling, report-back), run in this process.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -364,3 +367,54 @@ def test_a_killed_run_of_a_story_whose_issue_closed_is_cancelled_by_the_sweep(
     world.sweep()
     assert world.state(n)["status"] == "cancelled"
     assert (world.home / "cancelled" / f"gh-{n}.md").is_file()
+
+
+# --------------------------------------------------------------------------- hero watch
+
+
+def test_hero_watch_stops_a_story_whose_issue_closes_while_it_runs(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    fake: FakeGitHub,
+    target_repo: Path,
+    tmp_path: Path,
+) -> None:
+    """The daemon runs the story, its GitHub thread sees the issue closed and the story
+    ends cancelled; the daemon goes idle and exits, having said nothing on the issue."""
+    world = make_world(
+        scripted, make_home, fake, target_repo, tmp_path, latency_s=0.5, interval_s="0.5"
+    )
+    n = world.issue()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "HERO_"))}
+    env.update(GITHUB_TOKEN=TOKEN, GITHUB_API_URL=fake.api_url)
+    out, err = tmp_path / "watch.out", tmp_path / "watch.err"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hero", "watch", "--home", str(world.home), "--exit-when-idle"],
+            env=env,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+        )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(world.model.requests) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, err.read_text()
+            time.sleep(0.05)
+        assert len(world.model.requests) >= 2, err.read_text()
+        world.close(n)
+        assert proc.wait(timeout=WAIT_S) == 0, err.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    state = world.state(n)
+    assert state["status"] == "cancelled", err.read_text()
+    assert state["error"] == f"cancelled: GitHub issue #{n} of {REPO} was closed"
+    assert (world.home / "cancelled" / f"gh-{n}.md").is_file()
+    assert not (world.home / "inbox" / f"gh-{n}.md").exists()
+    assert [r for r in world.model.requests if is_review(r.body)] == []
+    assert fake.pulls(REPO) == [] and fake.comments(REPO, n) == []
+    assert TOKEN not in out.read_text() + err.read_text()

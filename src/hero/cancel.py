@@ -129,13 +129,18 @@ def mark_cancelled(
 ) -> Path | None:
     """``state`` ended ``cancelled`` with ``reason`` (not saved: the caller saves it), its
     story file moved out of the inbox to ``cancelled/``; where the file went, or None when
-    it stayed (none, or already there)."""
+    it stayed (none, already there, or it could not be moved: then it waits in the inbox
+    as any ended story does, for `hero retry`)."""
     ref = state.ref
     src = story_file or (Path(state.story_path) if state.story_path else None)
     moved = None
     if src is not None and src.is_file() and src.parent.resolve() != cancelled_dir(home, ref):
-        moved = cancelled_path_for(home, src, ref)
-        _move(src, moved)
+        try:
+            dest = cancelled_path_for(home, src, ref)
+            _move(src, dest)
+            moved = dest
+        except OSError:  # the record still says cancelled, so the story does not run
+            moved = None
     if src is not None:
         state.story_path = str(moved or src)
         state.story_digest = file_digest(moved or src)

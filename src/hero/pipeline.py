@@ -154,7 +154,7 @@ class StoryRun:
             state = self._start()
         except StoryCancelled as exc:
             self.state = cancel_at_start(self.home, self.ref, self.story.path, str(exc))
-            self.say(f"{self.key}: {self.state.status}: {self.state.error}")
+            self.say(f"{self.key}: {self.state.error or self.state.status}")
             return self.state
         except (KeyboardInterrupt, Interrupted, StateError):
             raise  # a run record hero cannot read is the user's to move aside: never overwritten
