@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.prompting",
         "hero.locks",
         "hero.budget",
+        "hero.cancel",
     ),
     (
         "hero.config",

@@ -21,7 +21,7 @@ import pytest
 from conftest import git
 from helpers import is_review, load_state, review_round, step_of, verdict, worker_round
 
-from hero.budget import BudgetExceeded, Meter, Spend, story_over
+from hero.budget import BudgetExceeded, Meter, Spend, story_over, story_spend
 from hero.cli import main
 from hero.config import Budgets, load_config
 from hero.llm import LlmClient
@@ -266,6 +266,68 @@ def test_story_wall_time_counts_across_runs_and_retry_waits_for_a_raised_budget(
     assert subjects(target_repo) == ["one"]
 
 
+def test_a_round_cut_short_by_the_story_wall_budget_counts_and_retry_waits_for_a_raise(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    target_repo: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A slow model: the round never finishes within max_story_wall_s. Its time is on
+    record, shown by `hero status`, and keeps `hero retry` refused until the budget is
+    raised; the retry then continues, and the time is counted once."""
+    worker = [
+        call("bash", command="echo one > one.txt && git add -A && git commit -qm one"),
+        call("bash", command="true"),
+        text("Done."),
+    ]
+    # every answer takes at least 0.6 s: the third worker call would start past 1 s
+    model = scripted(script(worker), latency_s=0.6)
+    home = make_home(model, max_retries=2, max_story_wall_s=1)
+    story = write_story(home, "s1")
+
+    assert run(home, story) == 1
+
+    state = load_state(home)
+    assert state["status"] == "budget_exceeded"
+    found = re.fullmatch(
+        r"budget exceeded: story wall time (\d+\.\d) s >=? max_story_wall_s 1", state["error"]
+    )
+    assert found and float(found.group(1)) >= 1.0
+    assert state["rounds"] == [] and review_calls(model) == 0
+    # the round cut short is on record, and no longer in progress
+    assert state["cut_short_s"] >= 1.2
+    assert "round_started_at" not in state
+    cut_short = state["cut_short_s"]
+
+    # `hero status`: the time against the budget (it was 0s/1s before)
+    (row,) = status_json(home, capsys)["stories"]
+    assert row["wall_s"] == cut_short
+    assert main(["status", "--home", str(home)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("s1 ")]
+    assert f"{int(cut_short)}s/1s" in line.split()
+
+    # `hero retry` refuses while the budget is used up, naming it and what to raise
+    assert main(["retry", "s1", "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert "story 's1' has used up a story budget (story wall time" in err
+    assert "Raise max_story_wall_s in config/roles.yaml" in err
+    assert load_state(home)["status"] == "budget_exceeded"
+
+    # raised: accepted, and the run continues the branch; the cut-short time still counts
+    make_home(model, max_retries=2, max_story_wall_s=600)
+    assert main(["retry", "s1", "--home", str(home)]) == 0
+    assert load_state(home)["status"] == "queued"
+    assert run(home, story) == 0
+    state = load_state(home)
+    assert state["status"] == "passed"
+    assert state["cut_short_s"] == cut_short  # counted once, not again on the resume
+    assert [r["round"] for r in state["rounds"]] == [1]
+    assert subjects(target_repo) == ["one"]
+    (row,) = status_json(home, capsys)["stories"]
+    assert row["wall_s"] == pytest.approx(cut_short + state["rounds"][0]["duration_s"])
+
+
 # --------------------------------------------------------------------------- per round
 
 
@@ -460,3 +522,18 @@ def test_the_meter_counts_the_round_in_progress_once() -> None:
     assert tripped.value.key == "max_story_wall_s"
     assert str(tripped.value) == "budget exceeded: story wall time 100.0 s >= max_story_wall_s 100"
     assert story_over(Budgets(), Spend(10**9, 1e9, 1e9)) is None  # no budgets, no limit
+
+
+def test_rounds_cut_short_count_for_the_meter_and_the_record_alike() -> None:
+    state = RunState(id="s1", rounds=[{"round": 1, "duration_s": 50.0}], cut_short_s=45.0)
+    meter = Meter(Budgets(story_wall_s=100), state, clock=lambda: 1000.0)
+    assert meter.story().wall_s == 95.0
+    meter.start_round(2, started=996.0)
+    meter.check()  # 50 + 45 + 4 = 99 s of 100
+    meter.start_round(2, started=994.0)
+    with pytest.raises(BudgetExceeded, match="story wall time 101.0 s > max_story_wall_s"):
+        meter.check()
+    # the record: a round left open by a killed run counts up to the record's last save
+    state.current_round, state.round_started_at, state.updated_at = 2, 990.0, 994.0
+    assert story_spend(state).wall_s == 99.0
+    assert story_spend(state, now=1000.0).wall_s == 105.0  # a live record: up to now

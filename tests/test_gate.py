@@ -54,7 +54,12 @@ def test_ready_once_every_dependency_passed_and_waiting_before(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("status", "said"), [(Status.GAVE_UP, "gave up"), (Status.ERROR, "ended in error")]
+    ("status", "said"),
+    [
+        (Status.GAVE_UP, "gave up"),
+        (Status.ERROR, "ended in error"),
+        (Status.CANCELLED, "was cancelled"),
+    ],
 )
 def test_a_failed_dependency_skips_and_names_it(tmp_path: Path, status: Status, said: str) -> None:
     a, b = story(tmp_path, "a"), story(tmp_path, "b", "a")

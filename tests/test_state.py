@@ -304,3 +304,34 @@ def test_fresh_budget_only_after_giving_up() -> None:
         state.round_offset = 1
         assert not state.grant_fresh_budget()
         assert state.round_offset == 1
+
+
+def test_a_round_left_open_is_closed_once_up_to_the_given_time() -> None:
+    state = RunState(id="s1", current_round=2, round_started_at=100.0, rounds=[Round(round=1)])
+    assert state.round_open and state.open_round_s(130.0) == 30.0
+    state.close_open_round(130.0)
+    assert state.cut_short_s == 30.0 and not state.round_open
+    state.close_open_round(500.0)  # closed: nothing more counts
+    assert state.cut_short_s == 30.0
+    # a finished round (in ``rounds``) is not a round in progress
+    done = RunState(id="s1", current_round=1, round_started_at=100.0, rounds=[Round(round=1)])
+    done.close_open_round(130.0)
+    assert done.cut_short_s == 0.0 and done.round_started_at == 100.0
+
+
+def test_a_record_saved_as_no_longer_running_closes_its_round_at_its_last_save(
+    tmp_path: Path,
+) -> None:
+    """A run killed with SIGKILL left its round open; whoever writes the record next with
+    another status (a daemon, `hero retry`) counts that round up to the last save."""
+    state = RunState(
+        id="s1", status="running", current_round=1, round_started_at=100.0, updated_at=0.0
+    )
+    save_state(tmp_path, state)  # running: the round stays open
+    assert state.round_open
+    state.updated_at = 140.0  # as if loaded from the killed run's last save
+    state.status = Status.INTERRUPTED
+    save_state(tmp_path, state)
+    loaded = load_state(tmp_path, "s1")
+    assert loaded is not None and loaded.cut_short_s == 40.0 and not loaded.round_open
+    assert "round_started_at" not in json.loads(state_path(tmp_path, "s1").read_text())

@@ -756,6 +756,9 @@ def test_sigterm_with_a_model_call_in_flight_exits_within_10_s(
     assert code == 0, first.output()
     state = load_state(home, "s1")
     assert state["status"] == "interrupted" and state["rounds"] == []
+    # the stopped round's time counts towards max_story_wall_s, and is closed: once
+    cut_short = state["cut_short_s"]
+    assert cut_short > 0 and "round_started_at" not in state
 
     second = procs.start(home, "--exit-when-idle")
     assert second.wait_exit() == 0, second.output()
@@ -763,6 +766,7 @@ def test_sigterm_with_a_model_call_in_flight_exits_within_10_s(
     assert state["status"] == "passed"
     assert [r["round"] for r in state["rounds"]] == [1]
     assert state["runs"] == 2
+    assert state["cut_short_s"] == cut_short
 
 
 KILL_AROUND_MOVE = """

@@ -11,9 +11,11 @@ What counts:
   the provider file's prices (see :class:`hero.llm.LlmClient`); nothing without either;
 - a story's spend adds up over all its runs (``usage`` in its run record is kept across
   runs, retries and fresh starts); its wall time is the sum of its finished rounds'
-  durations plus the current round's time so far. Time between runs (a story waiting in
-  the inbox, a stopped daemon) does not count, nor does a round cut short by an interrupt
-  (it is run again);
+  durations, plus the time of the rounds cut short (by a budget, an error, Ctrl-C, a
+  daemon's stop: up to the stop; by SIGKILL: up to the record's last save; kept in the
+  record's ``cut_short_s`` and counted once, though the round is run again), plus the
+  current round's time so far. Time between runs (a story waiting in the inbox, a
+  stopped daemon) does not count;
 - a round's spend is what its worker turns and its reviewer call spent; its wall time runs
   from the round's start.
 
@@ -56,17 +58,13 @@ class Spend:
 
 def story_spend(state: RunState, *, now: float | None = None) -> Spend:
     """A story's spend as its run record holds it: its usage over every run, and the wall
-    time of its finished rounds. With ``now``, the time of the round in progress up to
-    ``now`` too (for a record of a story being run)."""
+    time of its finished rounds and of the rounds cut short (``cut_short_s``). A round
+    still open in the record counts up to ``now`` (a story being run), else up to the
+    record's last save (a run killed in its middle)."""
     usage = Usage.from_dict(state.usage)
     wall = sum(max(0.0, float(r.duration_s or 0.0)) for r in state.rounds)
-    started = float(state.round_started_at or 0.0)
-    if (
-        now is not None
-        and started > 0
-        and all(r.round != state.current_round for r in state.rounds)
-    ):
-        wall += max(0.0, now - started)
+    wall += max(0.0, float(state.cut_short_s or 0.0))
+    wall += state.open_round_s(now if now is not None else float(state.updated_at or 0.0))
     return Spend(tokens=usage.tokens, cost_usd=usage.cost_usd, wall_s=wall)
 
 
@@ -149,7 +147,7 @@ class Meter:
             max(0.0, float(r.duration_s or 0.0))
             for r in self._state.rounds
             if self._round_started is None or r.round != self._round_no  # not twice
-        )
+        ) + max(0.0, float(self._state.cut_short_s or 0.0))
         spent = self.spent()
         return Spend(spent.tokens, spent.cost_usd, finished + self._round_elapsed())
 

@@ -545,8 +545,8 @@ class Budgets:
     story_wall_s: float | None = knob(
         "max_story_wall_s",
         None,
-        "Seconds a story may spend in its rounds, all runs together (time between runs does "
-        "not count).",
+        "Seconds a story may spend in its rounds, all runs together, rounds cut short by a "
+        "stop or a budget included (time between runs does not count).",
         shown="null (no limit)",
         section=_BUDGETS,
     )
@@ -807,6 +807,14 @@ class GitHubSettings:
     )
     remote: str = knob(
         "remote", "origin", "The target repository's git remote story branches are pushed to."
+    )
+    cancel_when_closed: bool = knob(
+        "cancel_when_closed",
+        True,
+        "true = a story whose issue is closed, or no longer has the label, is cancelled "
+        "(status cancelled): a queued one is moved to cancelled/, a running one stops before "
+        "its next step, and nothing (no pull request, no comment) is said on the issue; "
+        "false = it runs and is reported as if the issue were open.",
     )
     api_url: str = knob(
         "api_url",

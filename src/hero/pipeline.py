@@ -23,6 +23,8 @@ from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_
 from hero.agent.tools import tool_schemas
 from hero.agent.window import Context, ContextOverflow, window_for
 from hero.budget import BudgetExceeded, Meter
+from hero.cancel import StoryCancelled, cancel_at_start, mark_cancelled
+from hero.cancel import check as check_cancelled
 from hero.config import Config
 from hero.errors import Interrupted
 from hero.git.guard import Guard
@@ -141,13 +143,19 @@ class StoryRun:
                 return
             self.state.status = Status.INTERRUPTED
             self.state.phase = ""
+            self.state.close_open_round(time.time())  # its time counts (see hero.budget)
             save_state(self.home, self.state, self.redactor)
             self._frozen = True
 
     def _run(self) -> RunState:
         try:
             self.workspace.end_leftovers()  # before any git call on the story
+            check_cancelled(self.home, self.ref)  # cancelled meanwhile: not started at all
             state = self._start()
+        except StoryCancelled as exc:
+            self.state = cancel_at_start(self.home, self.ref, self.story.path, str(exc))
+            self.say(f"{self.key}: {self.state.error or self.state.status}")
+            return self.state
         except (KeyboardInterrupt, Interrupted, StateError):
             raise  # a run record hero cannot read is the user's to move aside: never overwritten
         except Exception as exc:  # noqa: BLE001 - a story that cannot start ends in error, once
@@ -172,6 +180,8 @@ class StoryRun:
             self._fail(_failure(exc))
         except BudgetExceeded as exc:
             self._stop_at_budget(exc)
+        except StoryCancelled as exc:
+            self._stop_cancelled(exc)
         except (KeyboardInterrupt, Interrupted):
             state.status = Status.INTERRUPTED
             state.phase = ""
@@ -204,7 +214,9 @@ class StoryRun:
         return state
 
     def _take(self, state: RunState) -> RunState:
-        """Run with ``state``: what it spent before counts against the budgets."""
+        """Run with ``state``: what it spent before counts against the budgets, a round a
+        killed run left open too (up to that run's last save)."""
+        state.close_open_round(float(state.updated_at or 0.0))
         self.state, self.meter = state, Meter(self.config.budgets, state)
         return state
 
@@ -328,6 +340,7 @@ class StoryRun:
         last ``USAGE_SAVE_S`` seconds of it."""
         if time.monotonic() - self._saved_at >= USAGE_SAVE_S:
             self._save()
+        check_cancelled(self.home, self.ref)  # before the next model call
 
     def _rescue_round(self, n: int, result: AgentResult, guard: Guard) -> list[str]:
         """Commit what the worker left, put the worktree back on the branch, and undo what
@@ -412,6 +425,7 @@ class StoryRun:
     def _phase(self, phase: str, message: str) -> None:
         if self.cancel is not None and self.cancel.is_set():
             raise Interrupted(f"stopped before the {phase} step")
+        check_cancelled(self.home, self.ref)
         self.state.phase = phase
         self._save()
         self.say(message)
@@ -432,6 +446,8 @@ class StoryRun:
         with self._save_lock:
             if self._frozen:
                 return
+            if self.state.status != Status.RUNNING:  # stopped: a round cut short counts
+                self.state.close_open_round(time.time())
             self.state.record_usage(self.meter.spent())
             save_state(self.home, self.state, self.redactor)
             self._saved_at = time.monotonic()
@@ -451,6 +467,16 @@ class StoryRun:
             f"{self.key}: {exc}; its commits are kept on {self.branch}. Raise {exc.key} in "
             f"config/roles.yaml and run `hero retry {self.key}` to continue"
         )
+
+    def _stop_cancelled(self, exc: StoryCancelled) -> None:
+        """Cancelled from outside (see hero.cancel): the story ends ``cancelled`` with the
+        reason, the worker's uncommitted work committed, its file out of the inbox."""
+        try:
+            self.workspace.keep_leftovers(self.state, "left when the story was cancelled")
+        except GitError as err:
+            self.say(f"{self.key}: could not commit the work left: {err}")
+        mark_cancelled(self.home, self.state, None, str(exc))
+        self.say(f"{self.key}: {exc}; its commits are kept on {self.branch}")
 
     def _pass(self, n: int) -> None:
         state = self.state

@@ -15,6 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
+from hero.budget import story_spend
 from hero.config import Config
 from hero.errors import HeroError
 from hero.git.guard import commit_of
@@ -168,6 +169,8 @@ class RunStart:
         if old is not None:
             state.runs = old.runs
             state.usage = old.usage
+            # the time of the rounds set aside still counts towards max_story_wall_s
+            state.cut_short_s = round(story_spend(old).wall_s, 3)
         return state
 
     def _check_model_verify(self) -> None:

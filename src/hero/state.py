@@ -29,6 +29,7 @@ class Status(StrEnum):
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
     BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELLED = "cancelled"  # from outside the run: its GitHub issue closed (hero.cancel)
 
 
 STATUSES = tuple(s.value for s in Status)
@@ -38,7 +39,14 @@ RESUMABLE = frozenset(
 )
 #: Statuses in which a story has ended.
 TERMINAL = frozenset(
-    {Status.PASSED, Status.GAVE_UP, Status.ERROR, Status.SKIPPED, Status.BUDGET_EXCEEDED}
+    {
+        Status.PASSED,
+        Status.GAVE_UP,
+        Status.ERROR,
+        Status.SKIPPED,
+        Status.BUDGET_EXCEEDED,
+        Status.CANCELLED,
+    }
 )
 
 
@@ -148,6 +156,10 @@ class RunState:
     plan: str = ""  # the plan the story belongs to; "" (and left out of the file) for none
     round_started_at: float = 0.0  # when the current round started; its time so far counts
     # towards max_story_wall_s and max_round_wall_s (see hero.budget)
+    # the wall time of rounds not in ``rounds``: cut short by a budget, an error, a stop or
+    # a kill (up to the record's last save), or set aside by a fresh start. It counts
+    # towards max_story_wall_s like the rounds' own durations (see hero.budget.story_spend)
+    cut_short_s: float = 0.0
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -167,6 +179,29 @@ class RunState:
             return False
         self.round_offset = len(self.rounds)
         return True
+
+    @property
+    def round_open(self) -> bool:
+        """A round has started and is not yet in ``rounds``."""
+        return float(self.round_started_at or 0.0) > 0 and all(
+            r.round != self.current_round for r in self.rounds
+        )
+
+    def open_round_s(self, until: float) -> float:
+        """The time of the round in progress up to ``until``; 0 when none is."""
+        if not self.round_open:
+            return 0.0
+        return max(0.0, until - float(self.round_started_at))
+
+    def close_open_round(self, until: float) -> None:
+        """The round in progress was cut short at ``until``: its time so far moves into
+        ``cut_short_s``, once (the round is no longer in progress afterwards, and the run
+        that takes the story again starts it anew)."""
+        if not self.round_open:
+            return
+        spent = self.open_round_s(until)
+        self.cut_short_s = round(float(self.cut_short_s or 0.0) + spent, 3)
+        self.round_started_at = 0.0
 
     def record_usage(self, usage: Usage) -> None:
         """The story's spend is now ``usage`` (any other key a newer hero wrote is kept)."""
@@ -189,6 +224,8 @@ class RunState:
             del data["plan"]  # a loose story's record is as it always was
         if not self.round_started_at:
             del data["round_started_at"]  # as before budgets, until a round starts
+        if not self.cut_short_s:
+            del data["cut_short_s"]  # as before, until a round is cut short
         return data
 
     @classmethod
@@ -250,7 +287,13 @@ def load_state(home: Path, story: StoryRef | str) -> RunState | None:
 
 def save_state(home: Path, state: RunState, redact: Redactor | None = None) -> None:
     """Write the state atomically: a crash leaves the old file or the new one, never half.
-    Every secret in ``redact`` is taken out of its strings (errors, summaries, feedback)."""
+    Every secret in ``redact`` is taken out of its strings (errors, summaries, feedback).
+
+    A record that no longer says ``running`` has no round in progress: one still open (a
+    run killed with SIGKILL left it, and this writer ends the story) counts up to the
+    record's last save, the last moment it is known to have been worked on."""
+    if state.status != Status.RUNNING:
+        state.close_open_round(float(state.updated_at or 0.0))
     state.updated_at = time.time()
     path = state.ref.state_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,9 @@ def add_parser(subparsers: Subparsers) -> None:
         "retry",
         parents=[home_option()],
         help="run a story that gave up or failed again, with new rounds",
-        description="Make a story that gave up, ended in error, was interrupted or ran out of "
-        "budget eligible again, with a fresh budget of rounds. A story that has used up a "
+        description="Make a story that gave up, ended in error, was interrupted, ran out of "
+        "budget or was cancelled eligible again, with a fresh budget of rounds (a cancelled "
+        "story's file goes back from cancelled/ to the inbox). A story that has used up a "
         "story budget (max_story_*) is refused until that budget is raised in "
         "config/roles.yaml. A skipped story is not retried: it runs by "
         "itself once the story that failed above it passes; `hero retry` that one. Exit 0; 2 "

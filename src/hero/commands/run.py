@@ -1,6 +1,6 @@
 """`hero run STORY.md`: run one story to a verdict, in the foreground.
 
-Exit 0 passed; 1 did not pass (gave_up, budget_exceeded or error, including a story that
+Exit 0 passed; 1 did not pass (gave_up, budget_exceeded, cancelled or error, including a story that
 could not start); 2 a usage or configuration error, an invalid story, a story refused
 (its id already passed from another file, it belongs to a plan, its dependencies have not
 passed), another process running it; 130 interrupted (run the same command to resume).

@@ -1,5 +1,9 @@
-"""`hero retry`: make a story that gave up, ended in error, was interrupted or ran out of
-budget eligible again.
+"""`hero retry`: make a story that gave up, ended in error, was interrupted, ran out of
+budget or was cancelled eligible again.
+
+A cancelled story (its GitHub issue was closed: see :mod:`hero.cancel`) has its
+cancellation withdrawn and its file put back from ``cancelled/`` into the inbox. If its
+issue is still closed (or unlabelled) when GitHub is next looked at, it is cancelled again.
 
 A story is named by its key: ``<id>``, or ``<plan>/<id>`` for a story of a plan. A story
 that was skipped is not retried: it was skipped because a story it depends on failed, and
@@ -22,13 +26,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hero.budget import BudgetExceeded, story_over, story_spend
+from hero.cancel import put_back, withdraw
 from hero.config import ConfigError, load_config
 from hero.errors import UsageError
 from hero.names import StoryRef
 from hero.state import RunState, Status, load_state, save_state
 
 #: The statuses a story can be retried from.
-RETRYABLE = frozenset({Status.GAVE_UP, Status.ERROR, Status.INTERRUPTED, Status.BUDGET_EXCEEDED})
+RETRYABLE = frozenset(
+    {
+        Status.GAVE_UP,
+        Status.ERROR,
+        Status.INTERRUPTED,
+        Status.BUDGET_EXCEEDED,
+        Status.CANCELLED,
+    }
+)
 
 #: How a skipped story's ``error`` names the story that failed (see ``hero.plans.gate``):
 #: "story 'p/a' gave up", "story 'p/a' ended in error (through 'p/b')".
@@ -69,7 +82,7 @@ def retry(home: Path, key: str) -> Requeued:
     if state.status not in RETRYABLE:
         raise NotRetried(
             f"story '{ref.key}' is {state.status}; only a story that gave up, "
-            "ended in error, was interrupted or ran out of budget can be retried"
+            "ended in error, was interrupted, ran out of budget or was cancelled can be retried"
         )
     over = _over_budget(home, state)
     if over is not None:
@@ -79,6 +92,11 @@ def retry(home: Path, key: str) -> Requeued:
             f"again before its first model call. Raise {over.key} in config/roles.yaml (or "
             f"remove it for no limit), then run `hero retry {ref.key}` again"
         )
+    withdraw(home, ref)  # a cancellation no longer stands: the user wants the story run
+    if state.status == Status.CANCELLED:
+        back = put_back(home, state)  # from cancelled/ to the inbox, where it runs
+        if back is not None:
+            state.story_path = str(back)
     state.grant_fresh_budget()
     state.status = Status.QUEUED
     state.error = ""

@@ -377,12 +377,19 @@ class IntakeMemory:
 
 
 def intake_sweep(
-    home: Path, gh: GitHub, settings: GitHubSettings, config: Config, log: Any
+    home: Path,
+    gh: GitHub,
+    settings: GitHubSettings,
+    config: Config,
+    log: Any,
+    issues: list[dict[str, Any]] | None = None,
 ) -> list[Path]:
     """Write a story for each open issue with the label that has none and whose author may
-    file one; the paths written. A GitHubError listing the issues reaches the caller; a
-    problem with one issue is logged and the others go on."""
-    issues = gh.open_issues(settings.label)
+    file one; the paths written. ``issues``: those open issues, as the caller listed them
+    (else listed here). A GitHubError listing the issues reaches the caller; a problem
+    with one issue is logged and the others go on."""
+    if issues is None:
+        issues = gh.open_issues(settings.label)
     home = Path(home)
     redactor = Redactor((*config.secrets, *(s for s in (settings.token,) if s)))
     memory = IntakeMemory.load(home, settings.repo, log)

@@ -9,7 +9,12 @@ Every sweep of the watcher calls :func:`report_sweep`, which looks at the run re
   from it (an open one from that branch is reused), the labels become *done*, and the issue
   gets a comment with the pull request's link;
 - **gave_up**, **error**, **budget_exceeded**: the issue gets a comment with the reason and
-  the last reviewer feedback, and the *failed* label.
+  the last reviewer feedback, and the *failed* label;
+- **cancelled** (see :mod:`hero.github.cancel`): nothing. With ``cancel_when_closed`` on,
+  an ending whose issue was closed (or lost the label) by the time it is reported is not
+  reported either: the issue is looked at right before the pull request and the comment,
+  and the story's branch stays as it is. Nor does a story being cancelled get the
+  in-progress label.
 
 Exactly once, across restarts and lost local files: every report comment carries a hidden
 marker naming the story, the ending and the run (``<!-- hero:report gh-12 passed run 3 at
@@ -45,12 +50,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hero.cancel import requested
 from hero.config import Config, GitHubSettings
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, git, push_env
 from hero.git.rewrite import new_commits
 from hero.github.api import GitHub, GitHubError
+from hero.github.cancel import issue_gone
 from hero.github.defang import OwnIssue, defang, live_references
+from hero.names import StoryRef
 from hero.redact import Redactor
 from hero.state import RunState, StateError, Status, load_state, state_dir
 from hero.story import StoryError, parse_story
@@ -229,6 +237,8 @@ def _report(
 ) -> None:
     state = issue.state
     labels = settings.labels
+    if settings.cancel_when_closed and requested(home, StoryRef("", issue.id)) is not None:
+        return  # being cancelled (its issue was closed): nothing is said on the issue
     if state.status == Status.RUNNING:
         key = f"running run {state.runs}"
         if memory.done(issue.id, key):
@@ -242,6 +252,17 @@ def _report(
         return
     if _has_comment(gh, issue.number, issue.marker()):
         memory.remember(issue.id, key)
+        return
+    gone = issue_gone(gh, issue.number, settings) if settings.cancel_when_closed else None
+    if gone is not None:  # closed while the story ran: no pull request, no comment
+        memory.remember(issue.id, key)
+        log.info(
+            "not reported",
+            story=issue.id,
+            issue=issue.number,
+            status=state.status.value,
+            reason=f"the issue {gone}; the story's work stays on {issue.branch}",
+        )
         return
     if state.status == Status.PASSED:
         url, reused = _open_pull(issue, gh, settings, config, redactor)

@@ -1,8 +1,10 @@
 """`hero github watch`: issues in, reports out, every interval, as a service.
 
 One sweep is the intake (:func:`hero.github.intake.intake_sweep`: new labelled issues
-become inbox stories) and then the report-back (:func:`hero.github.report.report_sweep`:
-labels, pull requests and comments for the stories' endings). The watcher runs a sweep,
+become inbox stories), the cancelling of stories whose issue was closed or lost the label
+(:func:`hero.github.cancel.cancel_sweep`), and then the report-back
+(:func:`hero.github.report.report_sweep`: labels, pull requests and comments for the
+stories' endings). The watcher runs a sweep,
 waits ``interval_s`` and runs the next, until SIGTERM or Ctrl-C (``--once``: one sweep).
 
 Nothing GitHub does stops it: the client waits out rate limits and tries 5xx answers and
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from hero.config import Config, ConfigError, GitHubSettings
 from hero.errors import EXIT_INTERRUPTED, UsageError
+from hero.github.cancel import cancel_sweep
 from hero.github.intake import intake_sweep
 from hero.github.settings import require_token, settings_for
 from hero.locks import PidLock
@@ -123,7 +126,9 @@ class Watcher:
 
         ok = True
         try:
-            written = intake_sweep(self.home, gh, self.settings, self.config, self.log)
+            issues = gh.open_issues(self.settings.label)
+            written = intake_sweep(self.home, gh, self.settings, self.config, self.log, issues)
+            cancel_sweep(self.home, gh, self.settings, issues, self.log)
         except GitHubError as exc:
             ok = False
             self.log.warning(

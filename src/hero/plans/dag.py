@@ -263,6 +263,7 @@ _STATUS_COLOURS = {
     "error": "#ffcdd2",
     "unreadable": "#ffcdd2",
     "skipped": "#e0e0e0",
+    "cancelled": "#e0e0e0",
 }
 
 #: Words mermaid reads as keywords where a node id stands; such ids get another name.

@@ -44,9 +44,13 @@ class Decision:
     cycle: tuple[str, ...] = ()
 
 
+#: The endings that stay failed until an edit or a retry (their dependents are skipped).
+_FAILED = frozenset({Status.GAVE_UP, Status.ERROR, Status.BUDGET_EXCEEDED, Status.CANCELLED})
+
+
 def failed_status(state: RunState | None) -> str | None:
     """The status of a story that failed and stays failed until an edit or a retry, or None."""
-    if state is None or state.status not in (Status.GAVE_UP, Status.ERROR, Status.BUDGET_EXCEEDED):
+    if state is None or state.status not in _FAILED:
         return None
     if state.story_digest and state.story_path:
         if file_digest(Path(state.story_path)) != state.story_digest:
@@ -171,4 +175,6 @@ def _failed(dep: StoryRef, status: str) -> str:
 
 
 def _said(status: str) -> str:
-    return "gave up" if status == Status.GAVE_UP else f"ended in {status}"
+    if status == Status.GAVE_UP:
+        return "gave up"
+    return "was cancelled" if status == Status.CANCELLED else f"ended in {status}"
