@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from hero.commands import Subparsers, add_log_format, home, home_option, json_logs
+from hero.commands import Subparsers, add_log_format, home, home_option, json_logs, say_notices
 from hero.errors import EXIT_OK
 
 
@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.daemon.logsetup import configure
 
     config = load_config(home(args), roles=("worker", "reviewer"))
+    say_notices(config)
     watch.check(config)
     log = configure(json=json_logs(args), secrets=config.secrets)
     watch.run(config, log, exit_when_idle=args.exit_when_idle)
