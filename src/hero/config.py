@@ -890,6 +890,15 @@ class Config:
         example="default_verify:\n  - ruff check .\n  - python -m pytest -q",
         section=_ROUNDS,
     )
+    min_free_disk_mb: int = knob(
+        "min_free_disk_mb",
+        1024,
+        "Free space, in MiB, the hero home's file system must have: `hero doctor` fails "
+        "below it, and `hero watch` and `hero worker` do not start.",
+        note="Worktrees, traces and checks' output fill it; 0 = not checked.",
+        minimum=0,
+        section=_ROUNDS,
+    )
     worker_limits: WorkerLimits = WorkerLimits()
     llm: LlmSettings = LlmSettings()
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
