@@ -196,6 +196,23 @@ def test_model_unknown(make_home: Any, scripted: Any) -> None:
     assert "scripted-test" in found.detail and "default_model" in found.fix
 
 
+def test_a_hostile_error_message_is_one_short_printable_line_without_the_key(
+    make_home: Any, scripted: Any
+) -> None:
+    """What the server says is quoted, but never a terminal escape, a line break, a flood,
+    or the key it was sent."""
+    hostile = f"\x1b[2J\x1b]0;owned\x07model gone\r\nFAKE ok line {KEY} " + "A" * 100_000
+    model = scripted(lambda body: HttpError(400, hostile))
+    home = make_home(model, sandbox="none")
+    keyed_provider(home, model.base_url)
+    found = one(findings(home, DOCTOR_KEY=KEY), "model")
+    line = found.line()
+    assert found.status == FAIL and "model gone" in line
+    assert "\x1b" not in line and "\x07" not in line and "\n" not in line and "\r" not in line
+    assert KEY not in line
+    assert len(line) < 1000
+
+
 def test_model_without_tool_calling(make_home: Any, scripted: Any) -> None:
     model = scripted(lambda body: text("pong"))
     home = make_home(model, sandbox="none")
@@ -375,7 +392,13 @@ def test_push_remote_unreachable(tmp_path: Path, make_home: Any, scripted: Any) 
         (GH_TOKEN, "", "acme/app", FAIL, "scopes none"),
         (GH_TOKEN, None, "acme/app", WARN, "permissions are not reported"),
         (GH_TOKEN, "public_repo", "acme/app", OK, "scopes public_repo"),
-        ("ghp_wrong0123456789abcdef", "repo", "acme/app", FAIL, "token refused (HTTP 401)"),
+        (
+            "ghp_wrong0123456789abcdef",
+            "repo",
+            "acme/app",
+            FAIL,
+            "refused (HTTP 401), the token from $GITHUB_TOKEN",
+        ),
         (GH_TOKEN, "repo", "acme/other", FAIL, "HTTP 404: the repository does not exist"),
     ],
 )
@@ -435,6 +458,18 @@ def test_redis_and_target_remote_reachable(
     found = findings(home)
     assert one(found, "redis").status == OK
     assert one(found, "target_remote").status == OK
+
+
+def test_a_worker_home_has_no_target_repository_yet(
+    tmp_path: Path, make_home: Any, scripted: Any, remote: Path
+) -> None:
+    home = celery_home(make_home, scripted(probe_ok), "redis://127.0.0.1:1/0", str(remote))
+    roles = home / "config" / "roles.yaml"
+    roles.write_text(
+        "\n".join(x for x in roles.read_text().splitlines() if not x.startswith("target_repo"))
+    )
+    found = target_repository(load_config(home))
+    assert found.status == OK and "hero worker` clones target_remote" in found.detail
 
 
 def test_redis_unreachable(tmp_path: Path, make_home: Any, scripted: Any, remote: Path) -> None:

@@ -162,3 +162,24 @@ def test_hero_run_with_a_placeholder_left_in_says_so_once_and_uses_the_environme
     assert {r.headers.get("authorization") for r in model.requests} == {f"Bearer {ENV_KEY}"}
     assert done.stderr.count("keys.openai: holds a placeholder, not a key; ignored") == 1
     assert "sk-your-key-here" not in done.stderr
+
+
+def test_hero_run_refused_says_where_the_key_came_from(
+    tmp_path: Path, target_repo: Path, scripted: Any, write_story: Any
+) -> None:
+    """What the user saw was only `HTTP 401: bad key`; now the error names the variable."""
+    model = scripted(refuse_all)
+    home = openai_like_home(tmp_path / "home", target_repo, model)
+    copy_example(home)
+    story = write_story(home, "s1", verify=["true"])
+    done = subprocess.run(
+        [sys.executable, "-m", "hero", "run", str(story), "--home", str(home)],
+        env={**os.environ, "OPENAI_API_KEY": ENV_KEY},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "HTTP 401 with the key from $OPENAI_API_KEY: bad key" in said
+    assert ENV_KEY not in said

@@ -58,6 +58,8 @@ MIN_GIT = (2, 38)
 MODEL_TIMEOUT_S = 60.0
 #: Seconds `git ls-remote`, the GitHub request and the Redis PING may take.
 NETWORK_TIMEOUT_S = 20.0
+#: The most of an error's text a finding quotes.
+DETAIL_MAX_CHARS = 300
 #: The tool the model is asked to call: the smallest a tool-calling model can answer.
 PROBE_TOOL = "hero_doctor_ping"
 PROBE_TOOLS = (
@@ -198,7 +200,7 @@ def git_version() -> Finding:
     need = ".".join(map(str, MIN_GIT))
     fix = f"install git {need} or newer"
     try:
-        said = git(Path.cwd() if Path.cwd().is_dir() else Path("/"), "--version", timeout_s=30)
+        said = git(Path("/"), "--version", timeout_s=30)  # anywhere: the cwd may be gone
     except GitError as exc:
         return Finding(FAIL, "git", str(exc), fix)
     match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", said)
@@ -215,6 +217,10 @@ def target_repository(config: Config) -> Finding:
     commit in it."""
     repo = config.target_repo
     what = "target repository"
+    worker_clone = config.home / "worker" / "repo"
+    if config.engine.remote and repo == worker_clone and not (repo / ".git").exists():
+        # a `hero worker` home: no target_repo, its clone is made as the worker starts
+        return Finding(OK, what, f"none: `hero worker` clones target_remote to {repo}")
     if not repo.is_dir():
         return Finding(FAIL, what, f"{repo} does not exist", f"set target_repo in {ROLES_FILE}")
     try:
@@ -444,7 +450,11 @@ def github_token(config: Config, env: Mapping[str, str]) -> Finding:
     assert config.github is not None
     repo = config.github.repo
     what = f"GitHub token for {repo}"
-    source = "$GITHUB_TOKEN" if (env.get("GITHUB_TOKEN") or "").strip() else f"{LOCAL_FILE}"
+    source = (
+        "$GITHUB_TOKEN"
+        if (env.get("GITHUB_TOKEN") or "").strip()
+        else f"{LOCAL_FILE}: github_token"
+    )
     token = config.github_token
     if not token:
         return Finding(FAIL, what, "no token", f"set GITHUB_TOKEN, or github_token in {LOCAL_FILE}")
@@ -458,7 +468,7 @@ def github_token(config: Config, env: Mapping[str, str]) -> Finding:
     try:
         with httpx2.Client(timeout=NETWORK_TIMEOUT_S, follow_redirects=False) as client:
             response = client.get(url, headers=headers)
-    except httpx2.HTTPError as exc:
+    except (httpx2.HTTPError, ValueError) as exc:  # ValueError: a token no header can hold
         return Finding(
             FAIL,
             what,
@@ -556,7 +566,12 @@ def _without_password(url: str) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """An error's text as one short line of printable characters: it may hold what a server
+    sent (a model's or a proxy's error message), which must not move the cursor or colour
+    the terminal, nor fill it."""
+    text = "".join(c if c.isprintable() else " " for c in str(exc))
+    text = " ".join(text.split()) or type(exc).__name__
+    return text if len(text) <= DETAIL_MAX_CHARS else text[:DETAIL_MAX_CHARS] + "..."
 
 
 def _repo_fix() -> str:
