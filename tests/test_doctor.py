@@ -115,13 +115,13 @@ def test_a_home_that_is_fine_passes_every_check(scripted: Any, make_home: Any) -
     assert len(model.requests) == 1
 
 
-def test_a_configuration_that_does_not_load_is_a_failed_line_and_exit_1(
+def test_a_configuration_that_does_not_load_is_a_failed_line_and_exit_2(
     scripted: Any, make_home: Any
 ) -> None:
     home = make_home(scripted(probe_ok))
     add_roles_lines(home, "max_retries: lots\n")
     rc, out = doctor_cli(home)
-    assert rc == 1, out
+    assert rc == 2, out  # a configuration error, as for every command
     assert "FAIL configuration: config/roles.yaml: max_retries:" in out
     assert "ok   git" in out  # what needs no configuration is still checked
     assert "1 check(s) failed" in out

@@ -49,6 +49,8 @@ Status = Literal["ok", "warn", "FAIL"]
 OK: Status = "ok"
 WARN: Status = "warn"
 FAIL: Status = "FAIL"
+#: The first check's ``what``: a failure there is a configuration error (exit 2).
+CONFIGURATION = "configuration"
 
 #: The oldest git hero supports: merging a plan's branches needs `git merge-tree
 #: --write-tree` (git 2.38, see hero.git.ops).
@@ -138,7 +140,7 @@ def run_all(
         yield ripgrep()
         return
     for notice in config.notices:
-        yield Finding(WARN, "configuration", notice)
+        yield Finding(WARN, CONFIGURATION, notice)
     yield from cheap_checks(config, repository=True)
     if quick:
         return
@@ -184,15 +186,15 @@ def load(home: Path, env: Mapping[str, str]) -> tuple[Config | None, Finding]:
     try:
         config = load_config(home, roles=("worker", "reviewer"), env=env)
     except ConfigError as exc:
-        return None, Finding(FAIL, "configuration", str(exc), "fix that file, then run again")
+        return None, Finding(FAIL, CONFIGURATION, str(exc), "fix that file, then run again")
     try:
         config = load_config(home, roles=ROLE_NAMES, env=env)
     except ConfigError as exc:
         # The planner is optional: only a planner block that is there and wrong fails.
         if not (exc.key == "planner" and exc.message.startswith("role not configured")):
-            return None, Finding(FAIL, "configuration", str(exc), "fix that file, then run again")
+            return None, Finding(FAIL, CONFIGURATION, str(exc), "fix that file, then run again")
     roles = ", ".join(config.roles)
-    return config, Finding(OK, "configuration", f"{ROLES_FILE} loads; roles {roles}")
+    return config, Finding(OK, CONFIGURATION, f"{ROLES_FILE} loads; roles {roles}")
 
 
 def git_version() -> Finding:
