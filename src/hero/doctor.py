@@ -115,10 +115,6 @@ class Finding:
         return text
 
 
-def failed(findings: Iterator[Finding] | list[Finding] | tuple[Finding, ...]) -> bool:
-    return any(f.status == FAIL for f in findings)
-
-
 # ----------------------------------------------------------------------------- entry points
 
 
@@ -133,8 +129,8 @@ def run_all(
     comes: a model request may take a while). ``quick``: none of those that send anything
     over the network (the models, the remote, GitHub, Redis)."""
     env = os.environ if env is None else env
-    config, finding = load(home, env)
-    yield finding
+    config, found = load(home, env)
+    yield from found
     if config is None:  # what needs no configuration is still worth knowing
         yield git_version()
         yield ripgrep()
@@ -181,20 +177,24 @@ def preflight(config: Config, warn: Callable[[str], None], *, repository: bool) 
 # ----------------------------------------------------------------------------- the checks
 
 
-def load(home: Path, env: Mapping[str, str]) -> tuple[Config | None, Finding]:
-    """The home's configuration with every role it configures, and its finding."""
+def load(home: Path, env: Mapping[str, str]) -> tuple[Config | None, list[Finding]]:
+    """The home's configuration with every role it configures, and its findings. A planner
+    block that is there and wrong fails on its own line, and the worker's and reviewer's
+    configuration is still checked."""
+    fix = "fix what it names, then run again"
     try:
         config = load_config(home, roles=("worker", "reviewer"), env=env)
     except ConfigError as exc:
-        return None, Finding(FAIL, CONFIGURATION, str(exc), "fix that file, then run again")
+        return None, [Finding(FAIL, CONFIGURATION, str(exc), fix)]
+    found: list[Finding] = []
     try:
         config = load_config(home, roles=ROLE_NAMES, env=env)
-    except ConfigError as exc:
-        # The planner is optional: only a planner block that is there and wrong fails.
+    except ConfigError as exc:  # the planner is optional: not configured is fine
         if not (exc.key == "planner" and exc.message.startswith("role not configured")):
-            return None, Finding(FAIL, CONFIGURATION, str(exc), "fix that file, then run again")
+            found.append(Finding(FAIL, CONFIGURATION, str(exc), fix))
     roles = ", ".join(config.roles)
-    return config, Finding(OK, CONFIGURATION, f"{ROLES_FILE} loads; roles {roles}")
+    found.insert(0, Finding(OK, CONFIGURATION, f"{ROLES_FILE} loads; roles {roles}"))
+    return config, found
 
 
 def git_version() -> Finding:
