@@ -18,21 +18,9 @@ from conftest import git, working_bwrap
 from fakegithub import FakeGitHub
 
 from hero.config import load_config
-from hero.doctor import (
-    FAIL,
-    OK,
-    PROBE_TOOL,
-    WARN,
-    Finding,
-    PreflightFailed,
-    free_disk,
-    git_version,
-    preflight,
-    rg_finding,
-    run_all,
-    sandbox,
-    target_repository,
-)
+from hero.doctor import FAIL, OK, WARN, Finding, PreflightFailed, preflight, run_all
+from hero.doctor.local import free_disk, git_version, rg_finding, sandbox, target_repository
+from hero.doctor.network import PROBE_TOOL
 from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
 
 KEY = "sk-doctor-0123456789abcdefSECRET"
