@@ -560,3 +560,25 @@ def test_worker_stops_before_starting_when_a_check_fails(
     assert done.returncode == 1, done.stdout + done.stderr
     assert "pre-flight check failed, no story taken: FAIL free disk" in done.stderr
     assert "hero worker ready" not in done.stdout
+
+
+def test_a_remote_named_like_an_option_runs_nothing(
+    tmp_path: Path, make_home: Any, scripted: Any
+) -> None:
+    """git ls-remote --upload-pack=CMD would run CMD: the remote is passed after `--`."""
+    marker = tmp_path / "ran"
+    with FakeGitHub(token=GH_TOKEN) as fake:
+        fake.add_repo("acme/app")
+        home = make_home(scripted(probe_ok), sandbox="none")
+        add_roles_lines(
+            home,
+            f"github:\n  repo: acme/app\n  label: hero\n  api_url: {fake.api_url}\n"
+            f"  remote: '--upload-pack=touch {marker}'\n",
+        )
+        # with an origin, `git ls-remote --heads --upload-pack=...` would run it there
+        bare = tmp_path / "origin.git"
+        git(tmp_path, "clone", "-q", "--bare", str(load_config(home).target_repo), str(bare))
+        git(load_config(home).target_repo, "remote", "add", "origin", str(bare))
+        found = one(findings(home, GITHUB_TOKEN=GH_TOKEN), "push remote")
+    assert found.status == FAIL
+    assert not marker.exists()

@@ -181,6 +181,7 @@ def _ls_remote(cwd: Path, remote: str, what: str, fix: str, redactor: Redactor) 
             cwd if cwd.is_dir() else Path("/"),
             "ls-remote",
             "--heads",
+            "--",  # a remote named like an option (--upload-pack=...) stays a remote
             remote,
             env={"GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": _batch_ssh()},
             timeout_s=NETWORK_TIMEOUT_S,
