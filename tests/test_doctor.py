@@ -211,6 +211,12 @@ def test_model_without_tool_calling(make_home: Any, scripted: Any) -> None:
     assert "no tool calling" in found.detail
 
 
+def test_model_cut_short_is_a_warning_not_a_verdict(make_home: Any, scripted: Any) -> None:
+    model = scripted(lambda body: Reply(content="Let me think", finish_reason="length"))
+    found = one(findings(make_home(model, sandbox="none")), "model")
+    assert found.status == WARN and "cut at the output cap" in found.detail
+
+
 def test_model_server_error_is_tried_once(make_home: Any, scripted: Any) -> None:
     model = scripted(lambda body: HttpError(503, "overloaded"))
     home = make_home(model, sandbox="none", llm_max_attempts=6)

@@ -78,6 +78,14 @@ def model(role: RoleConfig, names: str, timeout_s: float, redactor: Redactor) ->
         return _failure(role, what, exc, timeout_s, redactor)
     finally:
         client.http_client.close()
+    if not answer.tool_calls and answer.finish_reason == "length":
+        # a reasoning model may spend a small output cap thinking: no verdict on tools
+        return Finding(
+            WARN,
+            what,
+            "its answer was cut at the output cap before any tool call: tool calling unknown",
+            f"raise max_output_tokens of the role in {ROLES_FILE}, or run hero doctor again",
+        )
     if not answer.tool_calls:
         return Finding(
             FAIL,
