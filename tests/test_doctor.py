@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from hero.config import load_config
 from hero.doctor import FAIL, OK, WARN, Finding, PreflightFailed, preflight, run_all
 from hero.doctor.local import free_disk, git_version, rg_finding, sandbox, target_repository
 from hero.doctor.network import PROBE_TOOL
+from hero.locks import daemon_lock_path, is_held
 from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
 
 KEY = "sk-doctor-0123456789abcdefSECRET"
@@ -588,3 +590,38 @@ def test_a_remote_named_like_an_option_runs_nothing(
         found = one(findings(home, GITHUB_TOKEN=GH_TOKEN), "push remote")
     assert found.status == FAIL
     assert not marker.exists()
+
+
+def test_two_doctors_at_once_and_beside_a_running_watch(
+    make_home: Any, scripted: Any, tmp_path: Path
+) -> None:
+    """The doctor writes nothing and takes no lock: two at once, with `hero watch` holding
+    the home, all answer in full."""
+    model = scripted(probe_ok)
+    home = make_home(model, sandbox="none")
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "hero", "watch", "--home", str(home)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        lock = daemon_lock_path(home)
+        deadline = time.monotonic() + 120  # a "did not hang" bound, not a speed check
+        while not (lock.exists() and is_held(lock)):
+            assert watch.poll() is None, watch.stderr.read() if watch.stderr else ""
+            assert time.monotonic() < deadline, "hero watch never took the home"
+            time.sleep(0.05)
+        argv = [sys.executable, "-m", "hero", "doctor", "--home", str(home)]
+        doctors = [
+            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)
+        ]
+        outs = [d.communicate(timeout=300)[0] for d in doctors]
+    finally:
+        watch.terminate()
+        watch.wait(timeout=60)
+    assert watch.returncode == 0
+    for doctor, out in zip(doctors, outs, strict=True):
+        assert doctor.returncode == 0, out
+        assert out.rstrip().endswith("all checks passed")
+    assert list((home / "inbox").iterdir()) == []
