@@ -19,7 +19,8 @@ It answers the endpoints hero uses, with GitHub's JSON shapes (the fields hero r
 - ``GET /repos/{o}/{r}/pulls`` (``state``, ``head=owner:branch``, ``base``, pages) and
   ``POST`` (422 when an open one has the same head and base), ``GET .../pulls/{n}``.
 
-Every 200 answer to a GET has an ``ETag`` (a hash of its body), and a request whose
+With ``scopes`` set, every answer says them in ``X-OAuth-Scopes``, as for a classic
+token. Every 200 answer to a GET has an ``ETag`` (a hash of its body), and a request whose
 ``If-None-Match`` holds it gets a 304 without a body, which costs no rate limit. Every
 answer has the ``x-ratelimit-*`` headers. With ``token`` set, a request without
 ``Authorization: Bearer <token>`` gets a 401.
@@ -138,6 +139,9 @@ class FakeGitHub:
         enforced: use ``rate_limit_next`` for a limit)."""
         self.rate_limit_reset = int(time.time()) + 3600
         """Reported in ``x-ratelimit-reset`` (epoch seconds)."""
+        self.scopes: str | None = None
+        """Sent as ``X-OAuth-Scopes`` with every answer, as GitHub does for a classic token
+        (e.g. ``"repo, read:org"``); None sends no such header, as for a fine-grained one."""
         self._repos: dict[str, _Repo] = {}
         self._faults: deque[_Fault] = deque()
         self._ids = itertools.count(1000)
@@ -808,6 +812,8 @@ class _Handler(BaseHTTPRequestHandler):
         content = b"" if answer.payload is None else json.dumps(answer.payload).encode()
         self.send_response(answer.status)
         merged = {**rate_headers, **(answer.headers or {})}
+        if self.server.fake.scopes is not None:  # "" too: a classic token with no scope
+            merged["X-OAuth-Scopes"] = self.server.fake.scopes
         for name, value in merged.items():
             self.send_header(name, value)
         if answer.status != 304:

@@ -21,8 +21,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.cli", "hero.__main__"),  # 1  entry point: assembles the commands, maps errors to exits
     ("hero.commands.*",),  # 2  one module per command: its arguments, what it prints, its exit
     # 3  what the commands share and the services only a command calls: running one story,
+    #    the pre-flight checks (`hero doctor`, and `hero watch` and `hero worker` at start),
     #    the demo's home and model, `hero init`'s scaffold, drafting and writing a plan
-    ("hero.app", "hero.demo", "hero.scaffold", "hero.settings_doc", "hero.planning"),
+    (
+        "hero.app",
+        "hero.demo",
+        "hero.scaffold",
+        "hero.settings_doc",
+        "hero.planning",
+        "hero.doctor.*",
+    ),
     ("hero.views.*",),  # 4  what `hero status` / `hero logs` show
     # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
     #    processes, which run the pipeline)

@@ -15,6 +15,7 @@ from hero.config import (
     Provider,
     RoleConfig,
     WorkerLimits,
+    is_placeholder,
     load_config,
     resolve_home,
 )
@@ -136,13 +137,19 @@ def test_full_valid_home(tmp_path: Path) -> None:
         input_usd_per_mtok=0.25,
         output_usd_per_mtok=2.0,
     )
-    assert cfg.role("worker") == RoleConfig("worker", openai, "gpt-5", "high", ENV_SECRET)
-    assert cfg.role("planner") == RoleConfig("planner", openai, "gpt-5-mini", "medium", ENV_SECRET)
+    source = "$HERO_TEST_OPENAI_KEY"
+    assert cfg.role("worker") == RoleConfig(
+        "worker", openai, "gpt-5", "high", ENV_SECRET, key_source=source
+    )
+    assert cfg.role("planner") == RoleConfig(
+        "planner", openai, "gpt-5-mini", "medium", ENV_SECRET, key_source=source
+    )
     reviewer = cfg.role("reviewer")
     assert reviewer.provider.name == "local"
     assert reviewer.model == "qwen2.5-coder:14b"
     assert reviewer.reasoning_effort is None
     assert reviewer.api_key is None
+    assert reviewer.key_source == ""
     assert set(cfg.roles) == {"worker", "reviewer", "planner"}
     assert cfg.secrets == (ENV_SECRET,)
     assert cfg.key_env_names == ("HERO_TEST_OPENAI_KEY",)
@@ -204,6 +211,62 @@ def test_missing_env_key_names_provider_file_and_api_key_env(tmp_path: Path) -> 
     assert err.key == "api_key_env"
     assert "HERO_TEST_OPENAI_KEY is not set" in err.message
     assert "config.local.yaml has no keys.openai" in err.message
+
+
+@pytest.mark.parametrize(
+    "placeholder",
+    ["sk-your-key-here", "<your key>", "your-api-key", "changeme", "sk-...", "sk-xxxxxxxx"],
+)
+def test_env_key_wins_over_a_placeholder_in_the_local_file(
+    tmp_path: Path, placeholder: str
+) -> None:
+    """A value copied from an example is no key: the variable's key is used, and the
+    notice says so once, without the value."""
+    home = make_home(tmp_path, local=f"keys:\n  openai: '{placeholder}'\n")
+    cfg = load_config(home, env=KEY_ENV)
+    assert cfg.role("worker").api_key == ENV_SECRET
+    assert cfg.role("worker").key_source == "$HERO_TEST_OPENAI_KEY"
+    assert len(cfg.notices) == 1  # said once, however many roles use the provider
+    assert "keys.openai: holds a placeholder, not a key; ignored" in cfg.notices[0]
+    assert placeholder not in cfg.notices[0]
+    assert placeholder not in cfg.secrets
+
+
+def test_placeholder_without_env_key_says_the_file_holds_only_a_placeholder(
+    tmp_path: Path,
+) -> None:
+    home = make_home(tmp_path, local="keys:\n  openai: sk-your-key-here\n")
+    err = config_error(home, env={})
+    assert err.key == "api_key_env"
+    assert "HERO_TEST_OPENAI_KEY is not set" in err.message
+    assert "config.local.yaml holds only a placeholder in keys.openai" in err.message
+
+
+def test_a_real_key_in_the_local_file_still_wins_and_its_source_is_named(
+    tmp_path: Path,
+) -> None:
+    home = make_home(tmp_path, local=f"keys:\n  openai: {SECRET}\n")
+    cfg = load_config(home, env=KEY_ENV)
+    assert cfg.role("worker").key_source == "config.local.yaml: keys.openai"
+    assert cfg.notices == ()
+
+
+def test_placeholder_github_token_and_engine_key_are_unset(tmp_path: Path) -> None:
+    home = make_home(
+        tmp_path,
+        local="github_token: ghp_your-token-here\nengine_key: your-64-hex-characters-here\n",
+    )
+    cfg = load_config(home, env=KEY_ENV)
+    assert cfg.github_token is None
+    assert cfg.engine.key == ""
+    assert [n.split(":")[1].strip() for n in cfg.notices] == ["github_token", "engine_key"]
+    cfg = load_config(home, env={**KEY_ENV, "GITHUB_TOKEN": "ghp_real0123456789"})
+    assert cfg.github_token == "ghp_real0123456789"
+
+
+def test_keys_that_are_not_placeholders() -> None:
+    for real in (SECRET, ENV_SECRET, "sk-proj-aK8s_3jdk-2kdjQ", "ghp_0123456789abcdefABCDEF"):
+        assert not is_placeholder(real), real
 
 
 def test_missing_key_only_matters_for_requested_roles(tmp_path: Path) -> None:

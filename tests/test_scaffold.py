@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from hero.config import ConfigError, load_config
-from hero.scaffold import init_home
+from hero.scaffold import init_home, local_example
 
 FILES = (
     "config/providers/openai.yaml",
@@ -67,8 +67,7 @@ def test_generated_provider_files(tmp_path: Path) -> None:
         assert provider["send_reasoning"] is False
     assert local["output_tokens_param"] == "max_tokens"
     example = yaml.safe_load((tmp_path / "config.local.yaml.example").read_text(encoding="utf-8"))
-    assert set(example) == {"keys"}
-    assert "openai" in example["keys"]
+    assert example == {"keys": None}  # every value commented out: a copy sets no key
 
 
 def test_roles_file_documents_every_knob_with_its_default(tmp_path: Path) -> None:
@@ -190,12 +189,37 @@ def test_generated_openai_provider_loads_with_a_key(tmp_path: Path) -> None:
         ),
         encoding="utf-8",
     )
-    (home / "config.local.yaml").write_text(
-        (home / "config.local.yaml.example").read_text(encoding="utf-8"), encoding="utf-8"
-    )
-    worker = load_config(home, env={}).role("worker")
+    example = (home / "config.local.yaml.example").read_text(encoding="utf-8")
+    (home / "config.local.yaml").write_text(example, encoding="utf-8")
+    # The copied example sets no key: the environment's is used, as the README says.
+    worker = load_config(home, env={"OPENAI_API_KEY": "sk-from-env"}).role("worker")
     assert worker.provider.name == "openai"
-    assert worker.api_key == "sk-your-key-here"
+    assert worker.api_key == "sk-from-env"
+    assert worker.key_source == "$OPENAI_API_KEY"
+    # The example's commented line, uncommented as it is, is a placeholder: still the env's.
+    (home / "config.local.yaml").write_text(
+        example.replace("  # openai: sk-...", "  openai: sk-..."), encoding="utf-8"
+    )
+    config = load_config(home, env={"OPENAI_API_KEY": "sk-from-env"})
+    assert config.role("worker").api_key == "sk-from-env"
+    assert config.notices == (
+        "config.local.yaml: keys.openai: holds a placeholder, not a key; ignored (the "
+        "provider's api_key_env is used). Put the real value there, or remove the line",
+    )
+
+
+def test_example_local_file_holds_no_value_that_looks_like_a_secret() -> None:
+    """Only comments show a key's shape: every value in it is unset (the repository's own
+    copy is the one hero init writes)."""
+    import re
+
+    text = local_example()
+    assert yaml.safe_load(text) == {"keys": None}
+    for line in text.splitlines():
+        if not line.lstrip().startswith("#"):
+            assert not re.search(r"sk-|ghp_|your-|password", line, re.IGNORECASE), line
+    repo_root = Path(__file__).resolve().parent.parent
+    assert (repo_root / "config.local.yaml.example").read_text(encoding="utf-8") == text
 
 
 def test_placeholder_target_repo_fails_clearly(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from hero import __version__
 from hero.commands import (
     CommandLineError,
     demo,
+    doctor,
     github,
     home_option,
     init,
@@ -33,7 +34,7 @@ from hero.commands import (
 from hero.errors import EXIT_OK, EXIT_USAGE, HeroError, Interrupted
 
 #: In the order ``hero --help`` lists them.
-COMMANDS = (run, init, demo, status, logs, watch, plan, run_plan, retry, github, worker)
+COMMANDS = (run, init, demo, doctor, status, logs, watch, plan, run_plan, retry, github, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -78,6 +78,14 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_RE = re.compile(r"^https?://[^\s/]+")
 _SENSITIVE_HEADER_RE = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
+#: A value copied from an example instead of a secret: ``<...>``, ``your-...``, ``changeme``,
+#: ``replace-me``, ``placeholder``, or a prefix with only ``...``/``xxx``/``***`` after it.
+_PLACEHOLDER_RE = re.compile(
+    r"^<.*>$|(?:^|[^a-z])your[-_ ]|change[-_ ]?me|replace[-_ ]?me|placeholder"
+    r"|^(?:[a-z]+[-_])*(?:\.{3,}|x{3,}|\*{3,})$",
+    re.IGNORECASE,
+)
+
 R = TypeVar("R")
 
 
@@ -327,6 +335,9 @@ class RoleConfig:
     max_output_tokens: int | None = None
     """The cap on one answer's tokens, sent as the provider's output_tokens_param; None:
     not sent (and roles.yaml's output_reserve_default is kept free for the answer)."""
+    key_source: str = ""
+    """Where ``api_key`` came from, never the key: ``config.local.yaml: keys.<provider>``
+    or ``$VARIABLE``; "" when no key is sent. A refused key's error names it."""
 
     @property
     def context_window(self) -> int | None:
@@ -887,11 +898,23 @@ class Config:
         example="default_verify:\n  - ruff check .\n  - python -m pytest -q",
         section=_ROUNDS,
     )
+    min_free_disk_mb: int = knob(
+        "min_free_disk_mb",
+        1024,
+        "Free space, in MiB, the hero home's file system must have: `hero doctor` fails "
+        "below it, and `hero watch` and `hero worker` do not start.",
+        note="Worktrees, traces and checks' output fill it; 0 = not checked.",
+        minimum=0,
+        section=_ROUNDS,
+    )
     worker_limits: WorkerLimits = WorkerLimits()
     llm: LlmSettings = LlmSettings()
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
     secrets: tuple[str, ...] = field(default=(), repr=False)
     key_env_names: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
+    """What loading set aside without failing (a placeholder where a key goes), one line
+    each for the command to say once; never a secret."""
     safety: Safety = Safety()
     budgets: Budgets = Budgets()
     context: ContextSettings = ContextSettings()
@@ -1107,9 +1130,10 @@ def _load(
     # Local keys first, so that any later error can be scrubbed of them.
     local = _read_mapping(home, LOCAL_FILE, secret=True) if (home / LOCAL_FILE).exists() else {}
     _check_keys(local, LOCAL_KEYS, LOCAL_FILE, "key")
-    local_keys = _local_keys(local)
+    notices: list[str] = []
+    local_keys = _local_keys(local, notices)
     secrets.extend(v for v in local_keys.values() if v)
-    github_token = (env.get("GITHUB_TOKEN") or "").strip() or _local_github_token(local)
+    github_token = (env.get("GITHUB_TOKEN") or "").strip() or _local_github_token(local, notices)
     if github_token:
         secrets.append(github_token)
     providers = _read_providers(home)  # read early too: their keys are scrubbed
@@ -1147,7 +1171,7 @@ def _load(
     role_blocks = {name: _role_block(data, name) for name in ROLE_NAMES}
 
     github = _github(data.get("github"), github_token, env)
-    engine = _engine(values, local, env, secrets)
+    engine = _engine(values, local, env, secrets, notices)
 
     loaded: dict[str, RoleConfig] = {}
     for name in wanted:
@@ -1166,6 +1190,7 @@ def _load(
         # normalised once, here: a key with a blank around it is the same key
         secrets=tuple(dict.fromkeys(s.strip() for s in secrets if s and s.strip())),
         key_env_names=key_env_names,
+        notices=tuple(dict.fromkeys(notices)),
         safety=_record(Safety, values, limits=_record(Limits, values)),
         budgets=_record(Budgets, values),
         context=_record(ContextSettings, values),
@@ -1195,7 +1220,11 @@ def _record(cls: type[R], values: Mapping[str, Any], **more: Any) -> R:
 
 
 def _engine(
-    values: Mapping[str, Any], local: Mapping[Any, Any], env: Mapping[str, str], secrets: list[str]
+    values: Mapping[str, Any],
+    local: Mapping[Any, Any],
+    env: Mapping[str, str],
+    secrets: list[str],
+    notices: list[str],
 ) -> EngineSettings:
     """The engine settings; the URLs' passwords join ``secrets``."""
     settings = _record(EngineSettings, values)
@@ -1224,7 +1253,7 @@ def _engine(
     broker = urls["broker_url"]
     state = urls["state_url"] or (broker if broker.startswith(("redis://", "rediss://")) else "")
     secrets.extend(_url_credentials(settings.target_remote))
-    engine_key = _engine_key(local, env)
+    engine_key = _engine_key(local, env, notices)
     if engine_key:
         secrets.append(engine_key)
     settings = replace(settings, broker_url=broker, state_url=state, key=engine_key)
@@ -1267,13 +1296,17 @@ def _engine(
     return settings
 
 
-def _engine_key(local: Mapping[Any, Any], env: Mapping[str, str]) -> str:
+def _engine_key(local: Mapping[Any, Any], env: Mapping[str, str], notices: list[str]) -> str:
     """engine_key: env HERO_ENGINE_KEY, else config.local.yaml's; never roles.yaml's."""
     value = local.get("engine_key")
     if value is not None and not isinstance(value, str):
         raise ConfigError(
             LOCAL_FILE, "engine_key", f"expected a string (quote it); found {type_name(value)}"
         )
+    if value and is_placeholder(value):
+        if not (env.get("HERO_ENGINE_KEY") or "").strip():
+            notices.append(_placeholder_notice("engine_key", "as if no key were set"))
+        value = None
     key = (env.get("HERO_ENGINE_KEY") or "").strip() or (value or "").strip()
     if key and len(key) < ENGINE_KEY_MIN_CHARS:
         raise ConfigError(
@@ -1384,8 +1417,9 @@ def _api_url_from(block_url: str | None, env: Mapping[str, str]) -> str:
     return chosen.rstrip("/")
 
 
-def _local_github_token(local: Mapping[Any, Any]) -> str | None:
-    """config.local.yaml's ``github_token`` (None when the file or the key is absent)."""
+def _local_github_token(local: Mapping[Any, Any], notices: list[str]) -> str | None:
+    """config.local.yaml's ``github_token`` (None when the file or the key is absent, or
+    it holds a placeholder)."""
     value = local.get("github_token")
     if value is None:
         return None
@@ -1395,6 +1429,9 @@ def _local_github_token(local: Mapping[Any, Any]) -> str | None:
             "github_token",
             f"expected the GitHub token as a string (quote it); found {type_name(value)}",
         )
+    if value.strip() and is_placeholder(value):
+        notices.append(_placeholder_notice("github_token", "as if no token were set"))
+        return None
     return value.strip() or None
 
 
@@ -1489,37 +1526,61 @@ def _resolve_role(
             f"expected a provider with a file {PROVIDERS_DIR}/{provider_name}.yaml; "
             f"that file does not exist (available providers: {available})",
         )
+    key, source = _api_key(provider, local_keys, env)
     return RoleConfig(
         role=name,
         provider=provider,
         model=block["model"] or provider.default_model,
         reasoning_effort=block["reasoning_effort"] or provider.default_reasoning_effort,
-        api_key=_api_key(provider, local_keys, env),
+        api_key=key,
         max_output_tokens=block["max_output_tokens"],
+        key_source=source,
     )
 
 
 def _api_key(
     provider: Provider, local_keys: Mapping[str, str], env: Mapping[str, str]
-) -> str | None:
+) -> tuple[str | None, str]:
+    """The provider's key and where it came from (see RoleConfig.key_source)."""
     local = local_keys.get(provider.name)
     if local:
-        return local
+        return local, f"{LOCAL_FILE}: keys.{provider.name}"
     if provider.api_key_env is None:
-        return None
+        return None, ""
     value = env.get(provider.api_key_env)
     if value:
-        return value
+        return value, f"${provider.api_key_env}"
+    has = (
+        f"holds only a placeholder in keys.{provider.name}"
+        if provider.name in local_keys
+        else f"has no keys.{provider.name}"
+    )
     raise ConfigError(
         f"{PROVIDERS_DIR}/{provider.name}.yaml",
         "api_key_env",
-        f"environment variable {provider.api_key_env} is not set and {LOCAL_FILE} has no "
-        f"keys.{provider.name}; set one of them (or remove api_key_env for a keyless endpoint)",
+        f"environment variable {provider.api_key_env} is not set and {LOCAL_FILE} {has}; "
+        "set one of them (or remove api_key_env for a keyless endpoint)",
     )
 
 
-def _local_keys(local: Mapping[Any, Any]) -> dict[str, str]:
-    """config.local.yaml's ``keys``: provider name -> API key."""
+def is_placeholder(value: str) -> bool:
+    """Whether a secret's value is clearly a stand-in copied from an example, not a key:
+    ``sk-your-key-here``, ``<your key>``, ``changeme``, ``sk-...``, ``xxxx``. A real key is
+    random, so none of these shapes is mistaken for one."""
+    return bool(_PLACEHOLDER_RE.search(value.strip()))
+
+
+def _placeholder_notice(key: str, instead: str) -> str:
+    """What loading says about a placeholder it set aside (never its value)."""
+    return (
+        f"{LOCAL_FILE}: {key}: holds a placeholder, not a key; ignored ({instead}). Put the "
+        "real value there, or remove the line"
+    )
+
+
+def _local_keys(local: Mapping[Any, Any], notices: list[str]) -> dict[str, str]:
+    """config.local.yaml's ``keys``: provider name -> API key. A placeholder is "" (so the
+    provider's api_key_env is used, as if the line were not there) and noticed."""
     keys = local.get("keys")
     if keys is None:
         return {}
@@ -1547,7 +1608,12 @@ def _local_keys(local: Mapping[Any, Any]) -> dict[str, str]:
                 f"keys.{name}",
                 f"expected the API key as a string (quote it); found {type_name(value)}",
             )
-        if value.strip():
+        if value.strip() and is_placeholder(value):
+            out[name] = ""  # as if absent, but a missing key's error can say why
+            notices.append(
+                _placeholder_notice(f"keys.{name}", "the provider's api_key_env is used")
+            )
+        elif value.strip():
             out[name] = value.strip()
     return out
 

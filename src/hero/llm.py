@@ -310,6 +310,9 @@ class LlmClient:
             detail = f"body {self._excerpt(body.encode())}"
         elif body is not None:
             detail = json.dumps(body)[:300]
+        if getattr(exc, "status_code", None) in (401, 403):  # say which key, never its value
+            source = self.role.key_source
+            what += f" with the key from {source}" if source else " with no key sent"
         return f"{self._where()}: {what}: {detail or exc}"
 
     def _retry_after(self, exc: Any) -> float | None:

@@ -143,15 +143,19 @@ The model must support tool calling (function calling).""",
 
 #: What config.local.yaml.example shows for each key of config.local_settings(); a key whose
 #: example is commented out is shown commented.
+#: Every value is commented out and shows only the shape: a copied example leaves every
+#: key unset, so the environment's (OPENAI_API_KEY, GITHUB_TOKEN, ...) is used. (A
+#: placeholder left in is ignored too, see config.is_placeholder.)
 LOCAL_EXAMPLES = {
-    "keys": "keys:\n  openai: sk-your-key-here\n  # local: only if your local server wants a key",
-    "github_token": "# github_token: ghp_your-token-here",
-    "broker_url": "# broker_url: redis://:your-password@10.0.0.1:6379/0",
-    "state_url": "# state_url: redis://:your-password@10.0.0.1:6379/1",
-    "engine_key": "# engine_key: your-64-hex-characters-here",
+    "keys": "keys:\n  # openai: sk-...   # or OPENAI_API_KEY in the environment\n"
+    "  # local: only if your local server wants a key",
+    "github_token": "# github_token: ghp_...",
+    "broker_url": "# broker_url: redis://:PASSWORD@10.0.0.1:6379/0",
+    "state_url": "# state_url: redis://:PASSWORD@10.0.0.1:6379/1",
+    "engine_key": "# engine_key: <64 hex characters>",
 }
 LOCAL_HEADER = """\
-Copy this file to config.local.yaml and fill in your keys.
+Copy this file to config.local.yaml and fill in your keys (uncomment a line to set it).
 config.local.yaml is git-ignored: never commit API keys.
 
 The environment wins over this file where a setting names a variable."""

@@ -17,9 +17,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from hero.errors import UsageError
+
+if TYPE_CHECKING:
+    from hero.config import Config
 
 #: What ``add_parser`` is given: the top parser's ``add_subparsers()``.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -84,3 +87,10 @@ def reader_gone() -> None:
     """stdout's reader has gone (``hero status | head``), and that is fine: point stdout at
     /dev/null so the interpreter's final flush does not complain."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def say_notices(config: Config) -> None:
+    """Say once what loading the configuration set aside (a placeholder where a key goes),
+    so that a key taken from elsewhere is no surprise."""
+    for notice in config.notices:
+        say(f"warning: {notice}")

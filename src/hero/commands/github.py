@@ -17,6 +17,7 @@ from hero.commands import (
     home,
     home_option,
     json_logs,
+    say_notices,
 )
 from hero.errors import EXIT_FAILED, EXIT_OK, ConfigurationError
 
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.github.settings import require_token, settings_for
 
     config = load_config(home(args), roles=())
+    say_notices(config)
     settings = settings_for(config, repo=args.repo, label=args.label, interval_s=args.interval)
     require_token(settings)
     log = configure(json=json_logs(args), secrets=config.secrets)

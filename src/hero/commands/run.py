@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.commands import Subparsers, home, home_option, say
+from hero.commands import Subparsers, home, home_option, say, say_notices
 from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if not story_path.exists():  # a directory or a FIFO: the story's reader says what it is
         raise UsageError(f"{story_path}: no such story file")
     config = load_config(home(args), roles=("worker", "reviewer"))
+    say_notices(config)
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()

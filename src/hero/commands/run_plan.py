@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from hero.commands import Subparsers, home, home_option, say
+from hero.commands import Subparsers, home, home_option, say, say_notices
 from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 
@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         raise UsageError(f"plan name: {problem}")
     config = load_config(home(args), roles=("worker", "reviewer"))
+    say_notices(config)
     require_extra(config.engine)
     check_plan(config, name)
     show = args.verbose or sys.stderr.isatty()

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import argparse
 
-from hero.commands import Subparsers, add_log_format, home, home_option, json_logs
+from hero.commands import (
+    Subparsers,
+    add_log_format,
+    home,
+    home_option,
+    json_logs,
+    say,
+    say_notices,
+)
 from hero.errors import EXIT_OK
 
 
@@ -36,9 +44,12 @@ def run(args: argparse.Namespace) -> int:
     from hero.config import load_config
     from hero.daemon import watch
     from hero.daemon.logsetup import configure
+    from hero.doctor import preflight
 
     config = load_config(home(args), roles=("worker", "reviewer"))
+    say_notices(config)
     watch.check(config)
+    preflight(config, say, repository=True)  # what would fail every story stops it here
     log = configure(json=json_logs(args), secrets=config.secrets)
     watch.run(config, log, exit_when_idle=args.exit_when_idle)
     return EXIT_OK

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hero import __version__
-from hero.commands import Subparsers, home, home_option
+from hero.commands import Subparsers, home, home_option, say, say_notices
 from hero.errors import EXIT_OK, ConfigurationError, UsageError
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.engine.app import missing
 
     config = load_config(home(args), roles=("worker", "reviewer"))
+    say_notices(config)
     engine = config.engine
     if not engine.remote:
         raise ConfigurationError(
@@ -60,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(problem)
     if args.concurrency < 1:
         raise UsageError("--concurrency: expected 1 or more")
+    from hero.doctor import preflight
+
+    # Its clone of target_remote is made as it starts: the repository is not checked here.
+    preflight(config, say, repository=False)
     from hero.engine.worker import run_worker
 
     queue = args.queues or engine.queue

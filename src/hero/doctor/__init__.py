@@ -1,0 +1,137 @@
+"""Pre-flight checks: what would make stories fail, found before any story runs.
+
+``hero doctor`` runs them all and prints a line each (:class:`Finding`); ``hero watch`` and
+``hero worker`` run the cheap ones (:func:`cheap_checks`) at start (:func:`preflight`) and
+stop when one fails, since then every story they took would fail the same way.
+
+The checks, in order: the configuration loads; git is new enough; the target repository
+and its base ref; the sandbox works when it is on; ripgrep; free disk in the home. Then,
+unless ``quick``, the ones that talk to something else: each configured role's model
+answers one tiny request with a tool call; the push remote answers ``git ls-remote``; the
+GitHub token can reach the repository with the scopes hero needs; Redis answers a PING.
+Each of those is one attempt with a short timeout (never the story's retry policy): a
+doctor that hangs for minutes on a dead endpoint is no help.
+
+``finding`` holds what a check found, ``local`` the checks that ask no one, ``network``
+those that ask something else. Nothing here prints: the command prints the findings. No finding holds a secret: the
+details are passed through the configuration's redactor, and a key is named by where it
+came from (``RoleConfig.key_source``), never by value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+from hero.config import ROLE_NAMES, ROLES_FILE, Config, ConfigError, load_config
+from hero.doctor.finding import CONFIGURATION, FAIL, OK, WARN, Finding
+from hero.doctor.local import free_disk, git_version, ripgrep, sandbox, target_repository
+from hero.doctor.network import (
+    MODEL_TIMEOUT_S,
+    github_token,
+    models,
+    push_remotes,
+    redis_servers,
+)
+from hero.errors import HeroError
+
+__all__ = [
+    "CONFIGURATION",
+    "FAIL",
+    "MODEL_TIMEOUT_S",
+    "OK",
+    "WARN",
+    "Finding",
+    "PreflightFailed",
+    "cheap_checks",
+    "preflight",
+    "run_all",
+]
+
+
+class PreflightFailed(HeroError):
+    """A cheap check failed at the start of `hero watch` or `hero worker`: every story
+    would fail the same way, so none is taken."""
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def run_all(
+    home: Path,
+    *,
+    quick: bool = False,
+    model_timeout_s: float = MODEL_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Finding]:
+    """Every check for the home, one finding at a time (so the command prints each as it
+    comes: a model request may take a while). ``quick``: none of those that send anything
+    over the network (the models, the remote, GitHub, Redis)."""
+    env = os.environ if env is None else env
+    config, found = load(home, env)
+    yield from found
+    if config is None:  # what needs no configuration is still worth knowing
+        yield git_version()
+        yield ripgrep()
+        return
+    for notice in config.notices:
+        yield Finding(WARN, CONFIGURATION, notice)
+    yield from cheap_checks(config, repository=True)
+    if quick:
+        return
+    yield from models(config, model_timeout_s)
+    yield from push_remotes(config)
+    if config.github is not None:
+        yield github_token(config, env)
+    if config.engine.remote:
+        yield from redis_servers(config)
+
+
+def cheap_checks(config: Config, *, repository: bool) -> Iterator[Finding]:
+    """The checks that cost nothing and ask no one: git, the target repository and its base
+    ref (``repository``: a worker's clone is made when it starts, so not there), the
+    sandbox, ripgrep, free disk in the home."""
+    yield git_version()
+    if repository:
+        yield target_repository(config)
+    yield sandbox(config)
+    yield ripgrep()
+    yield free_disk(config.home, config.min_free_disk_mb)
+
+
+def preflight(config: Config, warn: Callable[[str], None], *, repository: bool) -> None:
+    """The cheap checks at the start of a service: each warning said through ``warn``, and
+    PreflightFailed naming every failure (with its fix) when one failed."""
+    failures: list[Finding] = []
+    for finding in cheap_checks(config, repository=repository):
+        if finding.status == WARN:
+            warn(finding.line())
+        elif finding.status == FAIL:
+            failures.append(finding)
+    if failures:
+        lines = "; ".join(f.line() for f in failures)
+        raise PreflightFailed(f"pre-flight check failed, no story taken: {lines}")
+
+
+# ----------------------------------------------------------------------------- the checks
+
+
+def load(home: Path, env: Mapping[str, str]) -> tuple[Config | None, list[Finding]]:
+    """The home's configuration with every role it configures, and its findings. A planner
+    block that is there and wrong fails on its own line, and the worker's and reviewer's
+    configuration is still checked."""
+    fix = "fix what it names, then run again"
+    try:
+        config = load_config(home, roles=("worker", "reviewer"), env=env)
+    except ConfigError as exc:
+        return None, [Finding(FAIL, CONFIGURATION, str(exc), fix)]
+    found: list[Finding] = []
+    try:
+        config = load_config(home, roles=ROLE_NAMES, env=env)
+    except ConfigError as exc:  # the planner is optional: not configured is fine
+        if not (exc.key == "planner" and exc.message.startswith("role not configured")):
+            found.append(Finding(FAIL, CONFIGURATION, str(exc), fix))
+    roles = ", ".join(config.roles)
+    found.insert(0, Finding(OK, CONFIGURATION, f"{ROLES_FILE} loads; roles {roles}"))
+    return config, found
