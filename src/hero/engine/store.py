@@ -14,6 +14,8 @@ Keys, for a prefix ``P`` (``engine_queue``) and a story key ``K`` (``<id>``, ``<
   appended to.
 - ``P:story:K``: the story file as the worker has it (with the feedback hero appends).
 - ``P:log:K``: the progress lines, in order.
+- ``P:wip:K``: the worker's last snapshot of the story's worktree (a commit on the remote's
+  ``refs/hero/wip/<branch>``, see hero.engine.wip), for the next worker of the round.
 - ``P:done:K``: the dispatch whose run ended, and how.
 - ``P:dispatch:K``: the dispatch the coordinator sent last.
 - ``P:mirrored:K``: the dispatch whose ending the coordinator has mirrored (its worker
@@ -205,6 +207,9 @@ class Store:
         sealed = self._sealer.wrap("log", story, dispatch, line[:MAX_LOG_CHARS])
         self._checked(story, owner, self.key("log", story), "push", sealed)
 
+    def put_wip(self, story: str, owner: str, dispatch: str, mark: str) -> None:
+        self._put(story, owner, dispatch, "wip", mark)
+
     def _put(self, story: str, owner: str, dispatch: str, kind: str, value: str) -> None:
         sealed = self._sealer.wrap(kind, story, dispatch, value)
         self._checked(story, owner, self.key(kind, story), "set", sealed)
@@ -273,6 +278,11 @@ class Store:
     def story_text(self, story: str) -> Sealed | None:
         """The story file a worker last published, its seal checked."""
         return self._sealed("story", story, MAX_STORY_BYTES)
+
+    def wip(self, story: str) -> Sealed | None:
+        """The last snapshot's mark a worker published, its seal checked; what it says is
+        the reader's check (hero.engine.wip.WipMark.parse)."""
+        return self._sealed("wip", story, 4096)
 
     def _sealed(self, kind: str, story: str, limit: int) -> Sealed | None:
         text = self.text(kind, story, limit)
@@ -381,6 +391,7 @@ class Store:
         self.redis.delete(
             self.key("state", story),
             self.key("story", story),
+            self.key("wip", story),
             self.key("log", story),
             self.key("files", story),
             self.key("seals", story),

@@ -1,0 +1,167 @@
+"""End to end: failover with the Celery engine keeps the work in progress, and the
+coordinator outlives its workers. Real redis-server, real ``hero worker`` and ``hero
+watch`` processes, a real bare remote (see engine_support); the scripted model answers
+every machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from conftest import git
+from engine_support import Cluster, Policy, branch_sha, story_of, wait_for, wait_pid_file
+from helpers import backlog, is_review, verdict, worker_round
+
+from hero.engine.wip import RESTORED
+from hero.scripted_model import call, text
+
+
+def long_once(pid_file: str, flag: Path) -> str:
+    """Sleep in a background child (its pid in ``pid_file``) until killed, unless ``flag``
+    exists: the worker that takes the story over runs on at once."""
+    return (
+        f"test -f {flag} || "
+        f"{{ sleep 60 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; wait; }}"
+    )
+
+
+def wip_mark(cluster: Cluster, key: str) -> dict[str, Any] | None:
+    """The snapshot's mark the story's worker last published (below its seal's line)."""
+    value = cluster.redis.client().get(f"hero:wip:{key}")
+    return json.loads(value.partition("\n")[2]) if value else None
+
+
+def test_a_worker_killed_between_a_write_and_its_commit_loses_no_round(
+    cluster: Cluster, scripted, write_story, remote: Path, tmp_path: Path
+) -> None:
+    """Round 2 writes a file, then (a turn later, while a command runs) the worker dies
+    before the commit. The next worker puts the file back, so the commit the resumed
+    conversation asks for works and the story passes in round 2, as a run never killed
+    does."""
+    killed = tmp_path / "killed"
+    round2 = [
+        call("write_file", path="k3-wip.txt", content="kept across machines\n"),
+        call("bash", command=long_once("child.pid", killed)),
+        call("bash", command="git add k3-wip.txt && git commit -q -m k3-wip"),
+        text("Round 2 done."),
+    ]
+    base = Policy(plans={"k3": {2: round2}})
+
+    def model_answer(body: dict[str, Any]):
+        if is_review(body) and story_of(body) == "k3":
+            # the reviewer sees the diff: round 2 passes only with the file committed
+            shown = json.dumps(body)
+            if "Verifier summary (round 1)" in shown:
+                return verdict("CHANGES_REQUESTED", "Add k3-wip.txt.")
+            return verdict("APPROVED" if "kept across machines" in shown else "CHANGES_REQUESTED")
+        return base(body)
+
+    model = scripted(model_answer)
+    home = cluster.home(model)
+    backlog(write_story(home, "k3", verify=["test -f k3-r1.txt"], max_retries=3))
+    workers = [cluster.start_worker() for _ in range(2)]
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    procs = (coordinator, *workers)
+
+    victim = wait_for(
+        lambda: next((w for w in workers if (w.worktree("k3") / "child.pid").is_file()), None),
+        "the long command running on a worker",
+        procs=procs,
+    )
+    wait_pid_file(victim.worktree("k3") / "child.pid")
+    # the snapshot of the turn that wrote the file is on the remote, its mark in Redis
+    mark = wait_for(
+        lambda: (m := wip_mark(cluster, "k3")) and m["round"] == 2 and m["sha"] and m,
+        "round 2's snapshot published",
+        procs=procs,
+    )
+    assert git(remote, "rev-parse", "refs/hero/wip/hero/k3").strip() == mark["sha"]
+    shown = git(remote, "show", f"{mark['sha']}:k3-wip.txt")
+    assert shown == "kept across machines\n"
+    (heir,) = [w for w in workers if w is not victim]
+
+    killed.touch()
+    victim.kill9()
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+
+    state = coordinator.state("k3")
+    assert state is not None and state["status"] == "passed", cluster.outputs()
+    assert [r["round"] for r in state["rounds"]] == [1, 2], cluster.outputs()  # as unkilled
+    assert state["runs"] == 2 and heir.ran("k3")
+    tip = branch_sha(remote, "hero/k3")
+    assert tip == state["head_sha"]
+    # the worker's own commit of the file it wrote before the kill
+    subjects = git(remote, "log", "--format=%s", f"main..{tip}").splitlines()
+    assert "k3-wip" in subjects, subjects
+    assert git(remote, "show", f"{tip}:k3-wip.txt") == "kept across machines\n"
+    # the resumed conversation was told the truth: the worktree was put back
+    resumed = [
+        r.body
+        for r in list(model.requests)
+        if not is_review(r.body) and story_of(r.body) == "k3" and worker_round(r.body) == 2
+    ]
+    notes = [m["content"] for b in resumed for m in b["messages"] if m["role"] == "user"]
+    assert any(RESTORED in n for n in notes), notes
+    # the story passed: its snapshot is gone from the remote
+    wait_for(lambda: not git(remote, "for-each-ref", "refs/hero/wip/"), "the snapshot dropped")
+    assert "the uncommitted work put back" in coordinator.output()
+
+
+def hogs(n: int) -> list[subprocess.Popen[bytes]]:
+    """``n`` CPU hogs (``yes``), for a test that must hold on a loaded machine."""
+    return [
+        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(n)
+    ]
+
+
+def test_the_coordinator_outlives_a_worker_killed_under_load(
+    cluster: Cluster, scripted, write_story, tmp_path: Path
+) -> None:
+    """Six stories, two workers, one killed with SIGKILL mid-run, on a machine kept busy:
+    the coordinator runs every story to its end and exits only when idle, 0."""
+    gate_file = tmp_path / "go"
+
+    def slow(sid: str) -> str:  # each story waits, in its first command, for the test
+        return f"while ! test -f {gate_file}; do sleep 0.1; done; echo {sid} > {sid}-r1.txt"
+
+    plans = {
+        f"h{n}": {
+            1: [
+                call("bash", command=slow(f"h{n}")),
+                call("bash", command=f"git add -A && git commit -q -m h{n}-r1"),
+                text(f"Round 1 of h{n} done."),
+            ]
+        }
+        for n in range(1, 7)
+    }
+    model = scripted(Policy(plans=plans))
+    home = cluster.home(model, max_parallel=4)
+    ids = [f"h{n}" for n in range(1, 7)]
+    for sid in ids:
+        backlog(write_story(home, sid, verify=[f"test -f {sid}-r1.txt"], max_retries=3))
+    load = hogs(4)
+    try:
+        workers = [cluster.start_worker(concurrency=2) for _ in range(2)]
+        coordinator = cluster.start_coordinator("--exit-when-idle")
+        procs = (coordinator, *workers)
+        victim = wait_for(
+            lambda: next((w for w in workers if any(w.ran(s) for s in ids)), None),
+            "a story running on a worker",
+            procs=procs,
+        )
+        victim.kill9()
+        gate_file.touch()
+        code = coordinator.wait_exit(timeout=600)
+    finally:
+        for hog in load:
+            hog.kill()
+            hog.wait()
+    log = coordinator.output()
+    assert code == 0, f"the coordinator exited {code}:\n{log[-20000:]}\n{cluster.outputs()}"
+    for sid in ids:
+        state = coordinator.state(sid)
+        assert state is not None and state["status"] == "passed", (sid, state, log[-20000:])
