@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from conftest import git
-from engine_support import Cluster, Policy, branch_sha, story_of, wait_for, wait_pid_file
+from engine_support import (
+    ENGINE_KEY,
+    Cluster,
+    Policy,
+    branch_sha,
+    story_of,
+    wait_for,
+    wait_pid_file,
+)
 from helpers import backlog, is_review, verdict, worker_round
 
 from hero.engine.wip import RESTORED
@@ -108,6 +116,55 @@ def test_a_worker_killed_between_a_write_and_its_commit_loses_no_round(
     # the story passed: its snapshot is gone from the remote
     wait_for(lambda: not git(remote, "for-each-ref", "refs/hero/wip/"), "the snapshot dropped")
     assert "the uncommitted work put back" in coordinator.output()
+
+
+def test_work_holding_a_secret_is_not_published_and_the_resumed_round_is_told(
+    cluster: Cluster, scripted, write_story, remote: Path, tmp_path: Path
+) -> None:
+    """The worker writes a file holding a secret hero knows (the engine key), then dies
+    before committing it: no snapshot of it leaves the machine, and the worker that
+    resumes the round is told its uncommitted work was not kept, and why."""
+    killed = tmp_path / "killed"
+    plan = [
+        call("write_file", path="leak.txt", content=f"key: {ENGINE_KEY}\n"),
+        call("bash", command=long_once("child.pid", killed)),
+        call("bash", command="git add leak.txt; git status --short > seen.txt; true"),
+        text("Round 1 done."),
+    ]
+    model = scripted(Policy(plans={"k4": {1: plan}}))
+    home = cluster.home(model)
+    backlog(write_story(home, "k4", verify=["true"], allow_empty=True, max_retries=1))
+    workers = [cluster.start_worker() for _ in range(2)]
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    procs = (coordinator, *workers)
+    victim = wait_for(
+        lambda: next((w for w in workers if (w.worktree("k4") / "child.pid").is_file()), None),
+        "the long command running on a worker",
+        procs=procs,
+    )
+    mark = wait_for(
+        lambda: (m := wip_mark(cluster, "k4")) and m["refused"] and m,
+        "the refused snapshot's mark",
+        procs=procs,
+    )
+    assert mark["sha"] == "" and "leak.txt" in mark["refused"]
+    assert ENGINE_KEY not in mark["refused"]
+    killed.touch()
+    victim.kill9()
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+    # nothing of it on the remote, under any ref
+    for ref in git(remote, "for-each-ref", "--format=%(refname)").split():
+        shown = subprocess.run(
+            ["git", "grep", "-q", ENGINE_KEY, ref], cwd=remote, capture_output=True
+        )
+        assert shown.returncode == 1, ref
+    resumed = [
+        r.body for r in list(model.requests) if not is_review(r.body) and story_of(r.body) == "k4"
+    ]
+    notes = [m["content"] for b in resumed for m in b["messages"] if m["role"] == "user"]
+    told = [n for n in notes if "hero did not keep a snapshot of them" in n]
+    assert told and "leak.txt held a secret value" in told[0], notes
+    assert ENGINE_KEY not in told[0]
 
 
 def hogs(n: int) -> list[subprocess.Popen[bytes]]:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from hero.engine.store import Store
 from hero.engine.trust import Untrusted
 from hero.git.ops import GitError, git, is_oid, push_env
-from hero.git.wip import WipRefused
+from hero.git.wip import Snapshot, WipRefused
 from hero.redact import Redactor
 
 if TYPE_CHECKING:
@@ -128,7 +128,8 @@ class WipKeeper:
         self.redactor = redactor
         self.ref = f"{WIP_REFS}{branch}"
         self._lock = threading.Lock()
-        self._made: WipMark | None = None  # the last snapshot taken
+        self._taken: Snapshot | None = None  # the last snapshot taken (the agent's thread)
+        self._made: WipMark | None = None  # its mark
         self._published: WipMark | None = None  # the last one published
         self._problem = ""
 
@@ -138,11 +139,13 @@ class WipKeeper:
         """Snapshot the worktree as the turn left it (nothing of the worker runs now)."""
         state = run.state
         try:
-            tip, sha = run.workspace.snapshot(self.ref)
+            taken = run.workspace.snapshot(self.ref, self._taken)
+            self._taken = taken
+            tip, sha = taken.tip, taken.sha
             refused = ""
         except WipRefused as exc:
             tip, sha = run.workspace.repo.branch_sha(self.branch) or "", ""
-            refused = f"hero did not keep them: {exc}"
+            refused = f"hero did not keep a snapshot of them: {exc}"
         except Exception as exc:  # noqa: BLE001 - a snapshot never ends a story; the next
             # turn tries again, and the mark published stays that of the last one taken
             self._say(f"could not snapshot the worktree: {type(exc).__name__}: {exc}")

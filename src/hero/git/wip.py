@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from hero.errors import HeroError
@@ -27,6 +28,16 @@ from hero.redact import Redactor
 WIP_MESSAGE = "hero: work in progress, not a commit of the story"
 #: The scratch index a snapshot is built in, in the story's git directory.
 SCRATCH_INDEX = "hero-wip-index"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A worktree's snapshot: the tip it is on, its tree, its commit ("" when the tree is
+    the tip's: nothing uncommitted)."""
+
+    tip: str
+    tree: str
+    sha: str
 
 
 class WipRefused(HeroError):
