@@ -167,6 +167,32 @@ def test_work_holding_a_secret_is_not_published_and_the_resumed_round_is_told(
     assert ENGINE_KEY not in told[0]
 
 
+def test_a_task_taken_by_a_worker_that_died_before_its_lease_is_sent_again(
+    cluster: Cluster, scripted, write_story
+) -> None:
+    """Celery acknowledges a task as a worker starts it, and hero's lease comes a moment
+    later: a worker killed in between leaves the story's pending mark with no lease and
+    its task in no queue. The coordinator finds it gone from the broker and sends it
+    again, rather than wait for ever. (The task is taken off the queue here by hand, as
+    such a worker would have.)"""
+    model = scripted(Policy())
+    home = cluster.home(model)
+    backlog(write_story(home, "d1", verify=["test -f d1-r1.txt"]))
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    first = coordinator.wait_event("sent")
+    broker = cluster.redis.client()
+    taken = wait_for(lambda: broker.lpop("hero:kombu:hero"), "the task in the queue")
+    assert first["dispatch"] in taken
+    assert broker.get("hero:pending:d1") == first["dispatch"]  # the mark left behind
+    again = coordinator.wait_event("sent again", timeout=120)
+    assert again["story"] == "d1"
+    worker = cluster.start_worker()
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+    state = coordinator.state("d1")
+    assert state is not None and state["status"] == "passed", cluster.outputs()
+    assert [r["round"] for r in state["rounds"]] == [1] and worker.ran("d1")
+
+
 def hogs(n: int) -> list[subprocess.Popen[bytes]]:
     """``n`` CPU hogs (``yes``), for a test that must hold on a loaded machine."""
     return [

@@ -34,6 +34,7 @@ from typing import Any
 
 from hero import __version__
 from hero.config import Config
+from hero.engine.app import broker_keys
 from hero.engine.seal import Seal
 from hero.engine.store import Store
 from hero.engine.trust import (
@@ -95,6 +96,11 @@ class RemoteRun:
         self._file_macs: dict[str, tuple[int, Any]] = {}  # name -> (length, its HMAC so far)
         self._refused: set[tuple[str, str]] = set()  # (where, why) said in the log
         self._hiccups = 0  # unforeseen failures in a row while watching (see _hiccup)
+        # a pending mark without a lease (see _dropped): since when, last looked, found gone
+        self._broker_keys = broker_keys(config.engine)
+        self._unleased_since: float | None = None
+        self._looked_at = 0.0
+        self._gone = False
         self._hiccups_said: set[str] = set()
         #: one send at a time across the coordinator's stories: a Celery app is not
         #: thread-safe (its producer pool and channels), and stories lost together (a
@@ -202,9 +208,9 @@ class RemoteRun:
                 "hero.run_story",
                 args=[task],
                 queue=self.config.engine.queue,
-                task_id=f"{key.replace('/', '.')}-{self.dispatch}",
+                task_id=self._task_id(self.dispatch),
             )
-        self._lost_since = None
+        self._lost_since = self._unleased_since = None
         self.log.info("sent", dispatch=self.dispatch, queue=self.config.engine.queue)
 
     def task(self) -> dict[str, Any]:
@@ -252,9 +258,36 @@ class RemoteRun:
         """Nobody runs the story and no queue holds it (read in this order: a worker takes
         the lease before it clears the pending mark)."""
         store, key = self.store, self.key
-        if store.pending(key) is not None:
+        pending = store.pending(key)
+        if pending is None:
+            self._unleased_since = None
+            return store.holder(key) is None
+        if store.holder(key) is not None:
+            self._unleased_since = None
             return False
-        return store.holder(key) is None
+        return self._dropped(pending)
+
+    def _dropped(self, pending: str) -> bool:
+        """A pending mark and no lease: the story waits in the broker's queue, or a worker
+        took its task (Celery acknowledges a task as a worker starts it) and died before it
+        took the lease (a ``kill -9`` in between): then no queue holds it, no worker will
+        ever clear the mark, and without this the story would wait for ever. The broker is
+        looked at only once the mark has been there a lease without a lease taken, then
+        once a lease."""
+        if self._broker_keys is None or not DISPATCH_RE.fullmatch(pending):
+            return False
+        now, every = time.monotonic(), self.config.engine.lease_s
+        if self._unleased_since is None:
+            self._unleased_since, self._looked_at, self._gone = now, 0.0, False
+            return False
+        if now - self._unleased_since >= every and now - self._looked_at >= every:
+            self._looked_at = now
+            queues, unacked = self._broker_keys
+            self._gone = not self.store.in_broker(queues, unacked, self._task_id(pending))
+        return self._gone
+
+    def _task_id(self, dispatch: str) -> str:
+        return f"{self.key.replace('/', '.')}-{dispatch}"
 
     def _wait_for_broker(self, exc: BaseException) -> None:
         self.log.warning("broker unreachable", error=" ".join(str(exc).split())[:200])

@@ -119,6 +119,21 @@ REFUSAL_TTL_S = 24 * 3600
 _HEADER_BYTES = 256
 #: The longest progress line (sealed) or file name read.
 _ITEM_BYTES = 4 * MAX_LOG_CHARS + _HEADER_BYTES
+#: KEYS: the broker's queue lists, then its hash of messages taken but not acknowledged;
+#: ARGV: a task id. 1 when a message of the task is in one of them (searched in Redis: a
+#: story's payload can be large).
+_QUEUED = """
+local needle = ARGV[1]
+for i = 1, #KEYS - 1 do
+  for _, v in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
+    if string.find(v, needle, 1, true) then return 1 end
+  end
+end
+for _, v in ipairs(redis.call('HVALS', KEYS[#KEYS])) do
+  if string.find(v, needle, 1, true) then return 1 end
+end
+return 0
+"""
 #: Progress lines read in one look.
 LOG_LINES_PER_LOOK = 1000
 
@@ -143,6 +158,7 @@ class Store:
         self._release = self.redis.register_script(_RELEASE)
         self._write = self.redis.register_script(_WRITE)
         self._bounded = self.redis.register_script(_BOUNDED)
+        self._queued = self.redis.register_script(_QUEUED)
         self.seal = seal
 
     def sealed_with(self, seal: Seal) -> Store:
@@ -366,6 +382,18 @@ class Store:
             if "WRONGTYPE" not in str(exc):
                 raise
             raise Untrusted(f"{key}: not of the type hero writes there") from None
+
+    def in_broker(self, queues: list[str], unacked: str, task_id: str) -> bool:
+        """Whether the task is waiting in one of the broker's ``queues`` or taken and not
+        yet acknowledged (``unacked``): keys of Celery's, on this Redis (see
+        hero.engine.app.broker_keys)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in queues:
+            pipe.llen(key)
+        pipe.hlen(unacked)
+        if not any(pipe.execute()):  # nothing anywhere: the common case, cheaply
+            return False
+        return bool(self._queued(keys=[*queues, unacked], args=[task_id]))
 
     def mark_mirrored(self, story: str, dispatch: str) -> None:
         """The coordinator has the ending of ``dispatch``: its worker may let go (see
