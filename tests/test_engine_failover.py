@@ -21,7 +21,7 @@ from engine_support import (
     wait_for,
     wait_pid_file,
 )
-from helpers import backlog, is_review, verdict, worker_round
+from helpers import backlog, commit_once, is_review, verdict, worker_round
 
 from hero.engine.wip import RESTORED
 from hero.scripted_model import call, text
@@ -116,6 +116,52 @@ def test_a_worker_killed_between_a_write_and_its_commit_loses_no_round(
     # the story passed: its snapshot is gone from the remote
     wait_for(lambda: not git(remote, "for-each-ref", "refs/hero/wip/"), "the snapshot dropped")
     assert "the uncommitted work put back" in coordinator.output()
+
+
+def test_a_worker_stopped_mid_turn_hands_over_its_commits_and_its_uncommitted_work(
+    cluster: Cluster, scripted, write_story, remote: Path, tmp_path: Path
+) -> None:
+    """SIGTERM, mid-turn, after a commit and a write: the stop brings the commit onto the
+    branch (its tip moves), and the work left is snapshotted again on that tip, so the
+    next worker has both and the round passes."""
+    killed = tmp_path / "killed"
+    round2 = [
+        call("bash", command=commit_once("k5-a")),
+        call("write_file", path="k5-b.txt", content="uncommitted at the stop\n"),
+        call("bash", command=long_once("child.pid", killed)),
+        call("bash", command="git add k5-b.txt && git commit -q -m k5-b"),
+        text("Round 2 done."),
+    ]
+    base = Policy(plans={"k5": {2: round2}})
+
+    def model_answer(body: dict[str, Any]):
+        if is_review(body) and story_of(body) == "k5":
+            shown = json.dumps(body)
+            if "Verifier summary (round 1)" in shown:
+                return verdict("CHANGES_REQUESTED", "More.")
+            return verdict("APPROVED" if "uncommitted at the stop" in shown else "REJECTED")
+        return base(body)
+
+    model = scripted(model_answer)
+    home = cluster.home(model)
+    backlog(write_story(home, "k5", verify=["test -f k5-r1.txt"], max_retries=3))
+    workers = [cluster.start_worker() for _ in range(2)]
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    procs = (coordinator, *workers)
+    victim = wait_for(
+        lambda: next((w for w in workers if (w.worktree("k5") / "child.pid").is_file()), None),
+        "the long command running on a worker",
+        procs=procs,
+    )
+    wait_pid_file(victim.worktree("k5") / "child.pid")
+    killed.touch()
+    victim.stop()  # SIGTERM: the worker stops its stories, recorded as interrupted
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+    state = coordinator.state("k5")
+    assert state is not None and state["status"] == "passed", cluster.outputs()
+    assert [r["round"] for r in state["rounds"]] == [1, 2], cluster.outputs()
+    subjects = git(remote, "log", "--format=%s", f"main..{state['head_sha']}").splitlines()
+    assert "k5-a" in subjects and "k5-b" in subjects, subjects
 
 
 def test_work_holding_a_secret_is_not_published_and_the_resumed_round_is_told(

@@ -590,6 +590,9 @@ class _Run:
         try:
             return run.run()
         except (Interrupted, KeyboardInterrupt):
+            # stopped mid-turn: the round's commits were brought back (the tip moved), so
+            # the work left is snapshotted again, on the new tip, for the next worker
+            self.wip.take(run)
             return load_state(self.home, self.ref)
         finally:
             self._publishing_on.set()
