@@ -80,7 +80,6 @@ def test_roles_file_documents_every_knob_with_its_default(tmp_path: Path) -> Non
     expected = {
         "target_base_ref": None,
         "max_retries": 3,
-        "max_parallel": 2,
         "verify_timeout_ms": 120000,
         "default_verify": [],
         "worker_max_turns": 100,
@@ -105,6 +104,10 @@ def test_roles_file_documents_every_knob_with_its_default(tmp_path: Path) -> Non
         index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}: "))
         assert lines[index - 1].startswith("#"), key
     assert "# worker:\n#   provider: openai" in text  # commented alternative
+    # shown, commented out: the Celery steps append them (README.md, docs/celery.md), and
+    # a key given twice is refused
+    assert "max_parallel" not in data and "\n# max_parallel: 2\n" in text
+    assert "engine" not in data and "\n# engine: local\n" in text
 
 
 def test_rerun_creates_and_overwrites_nothing(tmp_path: Path) -> None:

@@ -685,6 +685,7 @@ class EngineSettings:
                 "celery": "on `hero worker` processes, sent through Celery (see hero.engine)",
             },
         ),
+        written=False,  # shown commented out: the Celery steps set it (docs/celery.md)
         section=_ENGINE,
     )
     broker_url: str = knob(
@@ -851,9 +852,9 @@ class Config:
         metadata=declare(
             "target_repo",
             "The git repository hero works on: absolute, or relative to this hero home.",
-            note="Each story gets its own branch and worktree (in worktrees/) made from it. A "
-            "`hero worker` home (engine: celery) may name none: its clone of target_remote, "
-            "<home>/worker/repo, stands in.",
+            note="Each story gets its own branch and worktree (in worktrees/) made from it. "
+            "`hero worker` (engine: celery) does not read it: its clone of target_remote "
+            "stands in, so a worker's home may keep the placeholder or name none.",
             required="expected the path of the git repository hero works on (absolute, or "
             "relative to the hero home)",
             custom=True,
@@ -880,6 +881,9 @@ class Config:
         "max_parallel",
         2,
         "Stories worked on at the same time, each in its own worktree.",
+        note="With engine: celery, stories in flight across all workers: the sum of their "
+        "--concurrency.",
+        written=False,  # shown commented out: the Celery steps add it (docs/celery.md)
         section=_ROUNDS,
     )
     verify_timeout_ms: int = knob(
@@ -1080,10 +1084,13 @@ def load_config(
     roles: Iterable[str] = ("worker", "reviewer"),
     *,
     env: Mapping[str, str] | None = None,
+    worker: bool = False,
 ) -> Config:
     """Load and validate the home's configuration, resolving only the roles in ``roles``.
 
     ``env`` (default ``os.environ``) is where ``api_key_env`` variables are looked up.
+    ``worker``: the home of a ``hero worker``, whose ``target_repo`` is not read (its clone
+    of target_remote stands in: a home ``hero init`` made, its placeholder left, serves).
     """
     wanted = tuple(dict.fromkeys(roles))
     for name in wanted:
@@ -1092,7 +1099,7 @@ def load_config(
     env = os.environ if env is None else env
     secrets: list[str] = []
     try:
-        return _load(Path(home), wanted, env, secrets)
+        return _load(Path(home), wanted, env, secrets, worker=worker)
     except ConfigError as exc:
         # Defence in depth: no message may carry a key, whatever path produced it.
         key, message = exc.key, exc.message
@@ -1106,7 +1113,12 @@ def load_config(
 
 
 def _load(
-    home: Path, wanted: tuple[str, ...], env: Mapping[str, str], secrets: list[str]
+    home: Path,
+    wanted: tuple[str, ...],
+    env: Mapping[str, str],
+    secrets: list[str],
+    *,
+    worker: bool = False,
 ) -> Config:
     home = home.expanduser().resolve()
     if not home.is_dir():
@@ -1155,7 +1167,8 @@ def _load(
                 f"({s.env}) instead, so that roles.yaml holds no secret",
             )
 
-    target_repo = _target_repo(home, data)
+    # a worker's stories run in its clone of target_remote, whatever target_repo says
+    target_repo = home / "worker" / "repo" if worker else _target_repo(home, data)
     values = read_all(
         (s for s in roles_settings() if not (s.custom or s.secret)), data, _error_in(ROLES_FILE)
     )

@@ -127,6 +127,13 @@ class StoryRun:
         #: called after each save of the record (the Celery engine publishes it then, so
         #: that a step is done, for any other machine, before the next one starts)
         self.on_save: Callable[[], None] | None = None
+        #: called after each worker turn, between two of its commands (the Celery engine
+        #: snapshots the worktree then: hero.engine.wip)
+        self.on_turn_end: Callable[[], None] | None = None
+        #: called before a round stopped mid-conversation goes on (``n``): may put work
+        #: back into the worktree; returns what the restart note says of the worktree
+        #: ("": the default, the worktree as the stop left it)
+        self.on_resume: Callable[[int], str] | None = None
         self._frozen = False
 
     # -- the loop ----------------------------------------------------------------------
@@ -243,6 +250,8 @@ class StoryRun:
             )
             if unreplayable:
                 trace.resume_failed(unreplayable)
+            if replayed is not None and not replayed.done and self.on_resume is not None:
+                replayed.worktree = self.on_resume(n)  # before the guard: its start is the tip
             guard = self.workspace.git.watch(self.state.built_on)
             if replayed is not None and replayed.done:
                 result = AgentResult.from_replay(replayed)
@@ -338,6 +347,8 @@ class StoryRun:
         """Save the record (its usage) now and then during a long worker turn: a run killed
         with SIGKILL then leaves its spend on record for the budgets, give or take the
         last ``USAGE_SAVE_S`` seconds of it."""
+        if self.on_turn_end is not None:
+            self.on_turn_end()
         if time.monotonic() - self._saved_at >= USAGE_SAVE_S:
             self._save()
         check_cancelled(self.home, self.ref)  # before the next model call

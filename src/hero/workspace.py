@@ -25,6 +25,14 @@ from hero.git.guard import push_refusals
 from hero.git.ops import GitError, TargetRepo, clear_stale_locks, commit_all, confined, git
 from hero.git.phases import StoryGit
 from hero.git.storyrepo import BringBackRefused, StoryRepo
+from hero.git.wip import (
+    Snapshot,
+    check_secrets,
+    commit_snapshot,
+    restore,
+    tree_of,
+    worktree_tree,
+)
 from hero.github.defang import commit_message_rule
 from hero.redact import Redactor
 from hero.runner import RUN_MARKER, child_env, kill_marked
@@ -52,6 +60,7 @@ class Workspace:
         self.story = story
         self.config = config
         self.repo = repo
+        self.redactor = redactor
         self.say = say
         self.ref = story.ref
         self.key = self.ref.key
@@ -220,6 +229,36 @@ class Workspace:
         for line in tidied:
             self.say(f"{self.key}: {line}")
         return tidied, [f"a change outside the story's scope: {line}" for line in undone.failures()]
+
+    # -- work in progress (see hero.git.wip) -------------------------------------------
+
+    def snapshot(self, ref: str, last: Snapshot | None = None) -> Snapshot:
+        """A commit of the worktree on the story branch's tip as hero last brought it back,
+        kept in the target's ``ref`` (none when the worktree is the tip's; ``last`` again
+        when nothing changed since it). Between two commands of the worker's; WipRefused
+        when a changed file holds a secret value, GitError when git fails."""
+        tip = self.repo.branch_sha(self.branch) or ""
+        if not tip or not self.story_repo.exists():
+            raise GitError(f"{self.branch} has no checkout to snapshot in {self.path}")
+        self.story_repo.make_safe()
+        with self._own_git():
+            tree = worktree_tree(self.path, self.story_repo.gitdir)
+            if last is not None and (last.tip, last.tree) == (tip, tree):
+                return last
+            if tree == tree_of(self.path, tip):
+                return Snapshot(tip, tree, "")
+            check_secrets(self.path, tip, tree, self.base_sha, self.redactor)
+            sha = commit_snapshot(self.path, tree, tip, self.repo.identity_env())
+        with self.repo.locked():
+            self.story_repo.keep_commit(sha, ref)
+        return Snapshot(tip, tree, sha)
+
+    def restore(self, sha: str) -> None:
+        """The worktree made snapshot ``sha``'s tree (the branch's tip must be its parent),
+        the changes uncommitted; before the worker's turn."""
+        self.story_repo.make_safe()
+        with self._own_git():
+            restore(self.path, sha)
 
     # -- the worker's turn ------------------------------------------------------------
 

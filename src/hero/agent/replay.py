@@ -32,6 +32,11 @@ LOST_RUNNING = (
     "finished, and what it did, is unknown. Check the worktree before running it again.]"
 )
 LOST_NOT_RUN = "[hero: this call was not run: hero was stopped before it started.]"
+#: What the restart note says of the worktree of a round that goes on where it stopped.
+WORKTREE_AS_LEFT = (
+    "The worktree is as the stop left it, and hero may have committed work left "
+    "uncommitted: check it (git status, git log, the files you were changing) before going on."
+)
 
 
 class Unreplayable(HeroError):
@@ -63,6 +68,9 @@ class Replayed:
     #: both are known for: the resumed round scales its estimates as the live one did
     calibration: tuple[int, int] | None = None
     final: str | None = None  # the worker's last answer, when it had given it
+    #: what the restart note says of the worktree, when the run that goes on knows better
+    #: than WORKTREE_AS_LEFT (the round goes on on another machine: hero.engine.wip)
+    worktree: str = ""
 
     @property
     def done(self) -> bool:
@@ -290,7 +298,6 @@ def restart_note(replayed: Replayed) -> str:
         what = "Your last request got no answer; go on from here."
     return (
         "hero was restarted (a crash, a reboot or a stop) in the middle of this round, and "
-        f"this conversation goes on where it stopped. {what} The worktree is as the stop "
-        "left it, and hero may have committed work left uncommitted: check it (git status, "
-        "git log, the files you were changing) before going on. Do not start over."
+        f"this conversation goes on where it stopped. {what} "
+        f"{replayed.worktree or WORKTREE_AS_LEFT} Do not start over."
     )

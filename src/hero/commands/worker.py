@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.config import load_config
     from hero.engine.app import missing
 
-    config = load_config(home(args), roles=("worker", "reviewer"))
+    config = load_config(home(args), roles=("worker", "reviewer"), worker=True)
     say_notices(config)
     engine = config.engine
     if not engine.remote:

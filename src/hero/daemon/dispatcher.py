@@ -109,7 +109,8 @@ class Dispatcher:
         self._digests_lock = threading.Lock()
         self._said: dict[Path, str] = {}  # what was last logged of a story kept waiting
         self._plans_lock = threading.Lock()  # one thread finishes a plan at a time
-        self._engine: tuple[Any, Any] | None = None  # (store, celery app) with engine: celery
+        #: (store, celery app, the lock its sends take) with engine: celery
+        self._engine: tuple[Any, Any, threading.Lock] | None = None
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -436,9 +437,10 @@ class Dispatcher:
             from hero.engine.store import Store
 
             engine = self.config.engine
-            self._engine = (Store(engine.state_url, engine.queue, engine.lease_s), make_app(engine))
-        store, app = self._engine
-        return RemoteRun(story, path, self.config, store, app, self.repo, log, cancel)
+            store = Store(engine.state_url, engine.queue, engine.lease_s)
+            self._engine = (store, make_app(engine), threading.Lock())
+        store, app, send_lock = self._engine
+        return RemoteRun(story, path, self.config, store, app, self.repo, log, cancel, send_lock)
 
     def _run_one(self, story_id: str) -> None:
         running = self._running[story_id]

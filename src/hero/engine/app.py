@@ -98,6 +98,24 @@ def kombu_prefix(queue: str) -> str:
     return f"{queue}:kombu:"
 
 
+#: kombu's Redis transport: a queue of priority p > 0 is the list ``<queue>\x06\x16<p>``.
+_PRIORITY_STEPS = (3, 6, 9)
+_PRIORITY_SEP = "\x06\x16"
+
+
+def broker_keys(engine: EngineSettings) -> tuple[list[str], str] | None:
+    """The Redis keys where a story's task waits (the queue's lists, one per priority) and
+    where it is while taken but not acknowledged (kombu's ``unacked`` hash), when the
+    broker is the Redis that holds hero's own keys; None otherwise (they cannot be read)."""
+    if not engine.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    if engine.state_url != engine.broker_url:
+        return None
+    prefix = kombu_prefix(engine.queue)
+    queue = f"{prefix}{engine.queue}"
+    return [queue, *(f"{queue}{_PRIORITY_SEP}{p}" for p in _PRIORITY_STEPS)], f"{prefix}unacked"
+
+
 def _unchecked_tls(url: str) -> bool:
     """A ``rediss://`` URL that does not say how to check the server (kombu would not)."""
     from urllib.parse import parse_qs, urlsplit

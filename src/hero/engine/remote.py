@@ -34,6 +34,7 @@ from typing import Any
 
 from hero import __version__
 from hero.config import Config
+from hero.engine.app import broker_keys
 from hero.engine.seal import Seal
 from hero.engine.store import Store
 from hero.engine.trust import (
@@ -48,11 +49,15 @@ from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, git
 from hero.locks import story_lock
 from hero.pipeline import done_path_for, move_story_file
+from hero.redact import Redactor
+from hero.run_start import write_error_log
 from hero.state import TERMINAL, RunState, StateError, Status, load_state, save_state
 from hero.story import Story
 
 #: How often the coordinator looks at a running story in Redis.
 POLL_S = 0.2
+#: The longest wait before it looks again after a failure it did not foresee.
+HICCUP_MAX_S = 30.0
 
 
 class RemoteRun:
@@ -68,6 +73,7 @@ class RemoteRun:
         repo: TargetRepo,
         log: Any,
         cancel: threading.Event,
+        send_lock: threading.Lock | None = None,
     ) -> None:
         self.story = story
         self.path = path  # the story file in this home's inbox
@@ -89,6 +95,17 @@ class RemoteRun:
         self._sent: set[str] = set()  # every dispatch of the story this run made or followed
         self._file_macs: dict[str, tuple[int, Any]] = {}  # name -> (length, its HMAC so far)
         self._refused: set[tuple[str, str]] = set()  # (where, why) said in the log
+        self._hiccups = 0  # unforeseen failures in a row while watching (see _hiccup)
+        # a pending mark without a lease (see _dropped): since when, last looked, found gone
+        self._broker_keys = broker_keys(config.engine)
+        self._unleased_since: float | None = None
+        self._looked_at = 0.0
+        self._gone = False
+        self._hiccups_said: set[str] = set()
+        #: one send at a time across the coordinator's stories: a Celery app is not
+        #: thread-safe (its producer pool and channels), and stories lost together (a
+        #: dead worker's) are sent again in the same instant
+        self.send_lock = send_lock or threading.Lock()
 
     # -- the StoryRun interface ------------------------------------------------------------
 
@@ -131,10 +148,15 @@ class RemoteRun:
                     self._lost_since = None
             except Untrusted as exc:  # a key of hero's planted with another type
                 self._refuse("a key", "redis", str(exc))
-            except Exception as exc:
-                if not _broker_error(exc):
-                    raise
-                self._wait_for_broker(exc)
+            except (Interrupted, StateError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the story runs on: keep watching it
+                if _broker_error(exc):
+                    self._wait_for_broker(exc)
+                else:
+                    self._hiccup(exc)
+            else:
+                self._hiccups = 0
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -161,12 +183,15 @@ class RemoteRun:
                     return
                 self._send()
                 return
-            except Exception as exc:
-                if not _broker_error(exc):
-                    raise
+            except (Interrupted, StateError):
+                raise
+            except Exception as exc:  # see _wait: look again, never give up
                 if self.cancel.is_set():
                     raise Interrupted("the coordinator stopped") from exc
-                self._wait_for_broker(exc)
+                if _broker_error(exc):
+                    self._wait_for_broker(exc)
+                else:
+                    self._hiccup(exc)
 
     def _send(self) -> None:
         """Send the story (a new dispatch), with what this home knows of it."""
@@ -177,13 +202,15 @@ class RemoteRun:
         store.redis.delete(store.key("done", key), store.key("log", key))
         self._log_index = 0
         store.mark_pending(key, self.dispatch)
-        self.app.send_task(
-            "hero.run_story",
-            args=[self.task()],
-            queue=self.config.engine.queue,
-            task_id=f"{key.replace('/', '.')}-{self.dispatch}",
-        )
-        self._lost_since = None
+        task = self.task()
+        with self.send_lock:
+            self.app.send_task(
+                "hero.run_story",
+                args=[task],
+                queue=self.config.engine.queue,
+                task_id=self._task_id(self.dispatch),
+            )
+        self._lost_since = self._unleased_since = None
         self.log.info("sent", dispatch=self.dispatch, queue=self.config.engine.queue)
 
     def task(self) -> dict[str, Any]:
@@ -231,13 +258,59 @@ class RemoteRun:
         """Nobody runs the story and no queue holds it (read in this order: a worker takes
         the lease before it clears the pending mark)."""
         store, key = self.store, self.key
-        if store.pending(key) is not None:
+        pending = store.pending(key)
+        if pending is None:
+            self._unleased_since = None
+            return store.holder(key) is None
+        if store.holder(key) is not None:
+            self._unleased_since = None
             return False
-        return store.holder(key) is None
+        return self._dropped(pending)
+
+    def _dropped(self, pending: str) -> bool:
+        """A pending mark and no lease: the story waits in the broker's queue, or a worker
+        took its task (Celery acknowledges a task as a worker starts it) and died before it
+        took the lease (a ``kill -9`` in between): then no queue holds it, no worker will
+        ever clear the mark, and without this the story would wait for ever. The broker is
+        looked at only once the mark has been there a lease without a lease taken, then
+        once a lease."""
+        if self._broker_keys is None or not DISPATCH_RE.fullmatch(pending):
+            return False
+        now, every = time.monotonic(), self.config.engine.lease_s
+        if self._unleased_since is None:
+            self._unleased_since, self._looked_at, self._gone = now, 0.0, False
+            return False
+        if now - self._unleased_since >= every and now - self._looked_at >= every:
+            self._looked_at = now
+            queues, unacked = self._broker_keys
+            self._gone = not self.store.in_broker(queues, unacked, self._task_id(pending))
+        return self._gone
+
+    def _task_id(self, dispatch: str) -> str:
+        return f"{self.key.replace('/', '.')}-{dispatch}"
 
     def _wait_for_broker(self, exc: BaseException) -> None:
         self.log.warning("broker unreachable", error=" ".join(str(exc).split())[:200])
         self.cancel.wait(1.0)
+
+    def _hiccup(self, exc: BaseException) -> None:
+        """An exception hero did not foresee while it watched the story (a bug, or a
+        client library failing in a way it does not name as a broker error). The story
+        runs on, on its worker, whatever happens here: giving up would end it in this home
+        (the dispatcher refuses its file, and ``--exit-when-idle`` exits) while a worker
+        still runs it. So: its traceback to ``runs/<id>/error.log`` and the log, once per
+        kind, then look again, less often each time (at most every HICCUP_MAX_S)."""
+        said = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        if said not in self._hiccups_said:
+            self._hiccups_said.add(said)
+            write_error_log(self.ref.run_dir(self.home), Redactor(self.config.secrets))
+            self.log.warning(
+                "watching failed; looking again",
+                error=said,
+                log=f"runs/{self.ref.rel}/error.log",
+            )
+        self._hiccups += 1
+        self.cancel.wait(min(HICCUP_MAX_S, POLL_S * 2**self._hiccups))
 
     # -- mirroring ----------------------------------------------------------------------------
 
@@ -436,13 +509,29 @@ class RemoteRun:
             self.log.warning("branch not fetched", branch=branch, error=str(exc)[:300])
 
 
+#: The client libraries between hero and the broker.
+BROKER_CLIENTS = ("kombu", "amqp", "celery", "redis", "vine")
+
+
 def _broker_error(exc: BaseException) -> bool:
-    """Whether ``exc`` says Redis or the broker is away (then wait and look again)."""
+    """Whether ``exc`` says Redis or the broker is away, or came from inside the broker's
+    client libraries (then wait and look again). Those also fail with Python's own
+    exceptions (an AttributeError, a KeyError from a connection torn down under another
+    thread): where it was raised says whose it is, not its type."""
     import redis.exceptions
 
     if isinstance(exc, ConnectionError | TimeoutError | redis.exceptions.RedisError):
         return True
-    return type(exc).__module__.split(".")[0] in ("kombu", "amqp", "celery")
+    if type(exc).__module__.split(".")[0] in BROKER_CLIENTS:
+        return True
+    innermost = None
+    tb = exc.__traceback__
+    while tb is not None:
+        innermost, tb = tb.tb_frame, tb.tb_next
+    if innermost is None:
+        return False
+    module = str(innermost.f_globals.get("__name__", ""))
+    return module.split(".")[0] in BROKER_CLIENTS
 
 
 def _current_branch(repo: TargetRepo) -> str:

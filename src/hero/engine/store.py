@@ -14,6 +14,8 @@ Keys, for a prefix ``P`` (``engine_queue``) and a story key ``K`` (``<id>``, ``<
   appended to.
 - ``P:story:K``: the story file as the worker has it (with the feedback hero appends).
 - ``P:log:K``: the progress lines, in order.
+- ``P:wip:K``: the worker's last snapshot of the story's worktree (a commit on the remote's
+  ``refs/hero/wip/<branch>``, see hero.engine.wip), for the next worker of the round.
 - ``P:done:K``: the dispatch whose run ended, and how.
 - ``P:dispatch:K``: the dispatch the coordinator sent last.
 - ``P:mirrored:K``: the dispatch whose ending the coordinator has mirrored (its worker
@@ -117,6 +119,21 @@ REFUSAL_TTL_S = 24 * 3600
 _HEADER_BYTES = 256
 #: The longest progress line (sealed) or file name read.
 _ITEM_BYTES = 4 * MAX_LOG_CHARS + _HEADER_BYTES
+#: KEYS: the broker's queue lists, then its hash of messages taken but not acknowledged;
+#: ARGV: a task id. 1 when a message of the task is in one of them (searched in Redis: a
+#: story's payload can be large).
+_QUEUED = """
+local needle = ARGV[1]
+for i = 1, #KEYS - 1 do
+  for _, v in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
+    if string.find(v, needle, 1, true) then return 1 end
+  end
+end
+for _, v in ipairs(redis.call('HVALS', KEYS[#KEYS])) do
+  if string.find(v, needle, 1, true) then return 1 end
+end
+return 0
+"""
 #: Progress lines read in one look.
 LOG_LINES_PER_LOOK = 1000
 
@@ -141,6 +158,7 @@ class Store:
         self._release = self.redis.register_script(_RELEASE)
         self._write = self.redis.register_script(_WRITE)
         self._bounded = self.redis.register_script(_BOUNDED)
+        self._queued = self.redis.register_script(_QUEUED)
         self.seal = seal
 
     def sealed_with(self, seal: Seal) -> Store:
@@ -204,6 +222,9 @@ class Store:
     def push_log(self, story: str, owner: str, dispatch: str, line: str) -> None:
         sealed = self._sealer.wrap("log", story, dispatch, line[:MAX_LOG_CHARS])
         self._checked(story, owner, self.key("log", story), "push", sealed)
+
+    def put_wip(self, story: str, owner: str, dispatch: str, mark: str) -> None:
+        self._put(story, owner, dispatch, "wip", mark)
 
     def _put(self, story: str, owner: str, dispatch: str, kind: str, value: str) -> None:
         sealed = self._sealer.wrap(kind, story, dispatch, value)
@@ -273,6 +294,11 @@ class Store:
     def story_text(self, story: str) -> Sealed | None:
         """The story file a worker last published, its seal checked."""
         return self._sealed("story", story, MAX_STORY_BYTES)
+
+    def wip(self, story: str) -> Sealed | None:
+        """The last snapshot's mark a worker published, its seal checked; what it says is
+        the reader's check (hero.engine.wip.WipMark.parse)."""
+        return self._sealed("wip", story, 4096)
 
     def _sealed(self, kind: str, story: str, limit: int) -> Sealed | None:
         text = self.text(kind, story, limit)
@@ -357,6 +383,18 @@ class Store:
                 raise
             raise Untrusted(f"{key}: not of the type hero writes there") from None
 
+    def in_broker(self, queues: list[str], unacked: str, task_id: str) -> bool:
+        """Whether the task is waiting in one of the broker's ``queues`` or taken and not
+        yet acknowledged (``unacked``): keys of Celery's, on this Redis (see
+        hero.engine.app.broker_keys)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in queues:
+            pipe.llen(key)
+        pipe.hlen(unacked)
+        if not any(pipe.execute()):  # nothing anywhere: the common case, cheaply
+            return False
+        return bool(self._queued(keys=[*queues, unacked], args=[task_id]))
+
     def mark_mirrored(self, story: str, dispatch: str) -> None:
         """The coordinator has the ending of ``dispatch``: its worker may let go (see
         hero.engine.worker._Run._until_mirrored)."""
@@ -381,6 +419,7 @@ class Store:
         self.redis.delete(
             self.key("state", story),
             self.key("story", story),
+            self.key("wip", story),
             self.key("log", story),
             self.key("files", story),
             self.key("seals", story),

@@ -56,6 +56,7 @@ from hero.engine.trust import (
     story_ref,
     task_of,
 )
+from hero.engine.wip import WipKeeper
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, git, push_env
@@ -204,6 +205,17 @@ class _Run:
         self._laid_out = False
         self._last_state = ""  # the record as last published
         self.redactor = Redactor(fleet.config.secrets)  # errors may quote a remote's URL
+        #: the worktree's uncommitted work, kept on the remote after each turn
+        self.wip = WipKeeper(
+            fleet.store,
+            self.key,
+            self.ref.branch,
+            owner,
+            self.dispatch,
+            fleet.repo_path,
+            fleet.repo_lock,
+            self.redactor,
+        )
 
     def go(self) -> dict[str, str]:
         store, key = self.store, self.key
@@ -253,6 +265,8 @@ class _Run:
             status = self._record_error(f"could not push {self.ref.branch} to target_remote: {exc}")
         if self.lost.is_set():  # another worker has the story now: its ending is its own
             return {"key": key, "status": "lost"}
+        if status in _ENDED:  # no round of it will go on: its snapshot is of no use
+            self.wip.drop()
         self._done(status)
         return {"key": key, "status": status}
 
@@ -567,6 +581,8 @@ class _Run:
         reviewer = LlmClient(config.role("reviewer"), config.llm, cancel=self.cancel)
         run = StoryRun(story, config, worker, reviewer, repo, progress, self.cancel)
         run.on_save = self._saved
+        run.on_turn_end = lambda: self.wip.take(run)
+        run.on_resume = lambda n: self.wip.restore(run, n)
         publisher = threading.Thread(
             target=self._publishing, name=f"publish-{self.key}", daemon=True
         )
@@ -574,6 +590,9 @@ class _Run:
         try:
             return run.run()
         except (Interrupted, KeyboardInterrupt):
+            # stopped mid-turn: the round's commits were brought back (the tip moved), so
+            # the work left is snapshotted again, on the new tip, for the next worker
+            self.wip.take(run)
             return load_state(self.home, self.ref)
         finally:
             self._publishing_on.set()
@@ -665,6 +684,7 @@ class _Run:
                 tip = self._branch_tip()
                 if tip and tip != self._pushed_head:
                     self._push(tip)
+            self.wip.publish(self._pushed_head)  # the worktree's snapshot, on the tip pushed
             if text and text != self._state_text:
                 state = RunState.from_dict(json.loads(text))
                 tip = self._branch_tip()

@@ -404,7 +404,7 @@ def leftovers(worktree: Path, base: str, secrets: Redactor | None = None) -> Lef
             candidates.append(rec[2:])
     conflicted += [p for p in candidates if _new_markers(worktree, p, base)]
     leaks = (
-        tuple(secrets.redact(p) for p in candidates if _new_secret(worktree, p, base, secrets))
+        tuple(secrets.redact(p) for p in candidates if new_secret(worktree, p, base, secrets))
         if secrets
         else ()
     )
@@ -429,7 +429,7 @@ def _new_markers(worktree: Path, path: str, base: str) -> bool:
     return not has_conflict_markers(at_base)
 
 
-def _new_secret(worktree: Path, path: str, base: str, secrets: Redactor) -> bool:
+def new_secret(worktree: Path, path: str, base: str, secrets: Redactor) -> bool:
     """The file at ``path`` (a symlink: its target, which is what git commits) holds a secret
     that its version at ``base`` did not hold (a repository that had it there already leaks
     nothing new). A FIFO or a device is not opened."""

@@ -616,6 +616,13 @@ class StoryRepo:
         self._fetch(sha, f"refs/heads/{as_name or branch}")
         return sha
 
+    def keep_commit(self, sha: str, ref: str) -> None:
+        """A commit of this repository (a work-in-progress snapshot, see hero.git.wip) into
+        the target's ``ref``, each object checked. Call it with the target locked, between
+        commands."""
+        self.make_safe()
+        self._fetch(sha, ref)
+
     def _fetch(self, sha: str, ref: str) -> None:
         """hero's own fetch of ``sha`` from this repository into the target's ``ref``, each
         object checked; a refused fetch leaves no temporary pack behind in the target."""
