@@ -124,6 +124,7 @@ LOCAL_EXAMPLES = {
     "broker_url": "# broker_url: redis://:your-password@10.0.0.1:6379/0",
     "state_url": "# state_url: redis://:your-password@10.0.0.1:6379/1",
     "engine_key": "# engine_key: your-64-hex-characters-here",
+    "notify_webhook": "# notify_webhook: https://hooks.example.com/services/your-token-here",
 }
 LOCAL_HEADER = """\
 Copy this file to config.local.yaml and fill in your keys.
