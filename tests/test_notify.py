@@ -9,6 +9,7 @@ with a configuration loaded from a real home.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -25,7 +26,16 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers import commit_once, is_review, step_of, task_text, verdict, watch_command, worker_round
+from helpers import (
+    Hero,
+    commit_once,
+    is_review,
+    step_of,
+    task_text,
+    verdict,
+    watch_command,
+    worker_round,
+)
 
 from hero.config import ConfigError, load_config
 from hero.notify import BREAKER_OPEN, EVENT_VERSION, STORY_END, Notifier, shown_url
@@ -156,7 +166,7 @@ def handler(give_up: set[str]) -> Callable[[dict[str, Any]], Reply]:
                 return verdict("CHANGES_REQUESTED", "Not yet.")
             return verdict("APPROVED", "Good.")
         n = worker_round(body)
-        plan = [call("bash", command=commit_once(f"{sid}-r{n}")), text("Done.")]
+        plan = [call("bash", command=commit_once(sid)), text(f"Round {n} done.")]
         return plan[min(step_of(body), 1)]
 
     return answer
@@ -257,7 +267,10 @@ def test_watch_sends_one_event_per_story_end_to_the_command_and_the_webhook(
     assert API_KEY not in everything and HOOK_TOKEN not in everything
     assert "[redacted]" in by_key["s1"]["title"]
     env = (tmp_path / "events.jsonl.env").read_text()
-    assert "HERO_" not in env and API_KEY not in env
+    # hero's variables stay with hero; only the marker its leftovers are ended by is set
+    names = [line.split("=", 1)[0] for line in env.splitlines() if "=" in line]
+    assert [n for n in names if n.startswith("HERO_")] == ["HERO_RUN_MARKER"]
+    assert API_KEY not in env and "MY_TOKEN" not in names
     notified = log_events(daemon.err, "notified")
     assert len(notified) == 4, daemon.output()  # two stories, two targets each
 
@@ -307,6 +320,32 @@ def test_a_refused_webhook_and_a_failing_command_are_logged_and_the_daemon_carri
     assert HOOK_TOKEN not in daemon.output()
     assert "no way" in (home / "runs" / "notify.log").read_text()
     assert json.loads((home / "runs" / "state" / "s1.json").read_text())["status"] == "passed"
+
+
+def test_run_plan_sends_each_story_s_end_a_skip_too(
+    scripted, make_home, receiver, tmp_path: Path
+) -> None:
+    from test_e2e_plan import write_plan
+
+    model = scripted(handler(give_up={"a"}))
+    home = make_home(model, max_retries=1)
+    hook = receiver()
+    add_settings(home, notify_webhook=hook.url)
+    write_plan(home, "p", {"a": [], "b": ["a"], "c": []})
+
+    done = subprocess.run(
+        [sys.executable, "-m", "hero", "run-plan", "p", "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    got = {e["key"]: (e["status"], e["plan"]) for e in hook.posts}
+    assert len(hook.posts) == 3, hook.posts
+    assert got == {"p/a": ("gave_up", "p"), "p/b": ("skipped", "p"), "p/c": ("passed", "p")}
+    skipped = next(e for e in hook.posts if e["key"] == "p/b")
+    assert "a" in skipped["error"] and skipped["duration_s"] is None
 
 
 # --------------------------------------------------------------------------- hero run
@@ -414,12 +453,13 @@ def ended(status: Status = Status.PASSED, **more: Any) -> RunState:
 def test_breaker_opened_is_sent_unless_left_out_of_notify_events(home_of, receiver) -> None:
     hook = receiver()
     info = {"provider": "openai", "kind": "outage", "reason": "5 failures", "retry_at": 1.5e9}
+    more = {"since": datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC), "event": "forged"}
     notifier = Notifier(load_config(home_of(notify_webhook=hook.url)), Lines())
 
-    notifier.breaker_opened(info)
+    notifier.breaker_opened({**info, **more})
     notifier.close(RUN_TIMEOUT_S)
 
-    assert len(hook.posts) == 1
+    assert len(hook.posts) == 1 and hook.posts[0]["since"] == "2026-01-02 00:00:00+00:00"
     assert {k: hook.posts[0][k] for k in ("event", "version", *info)} == {
         "event": BREAKER_OPEN,
         "version": EVENT_VERSION,
@@ -454,6 +494,43 @@ def test_a_command_that_outlives_its_timeout_is_ended_and_logged(home_of, tmp_pa
     ]
     pid = int(pid_file.read_text())
     assert wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 20)
+
+
+def test_what_a_command_leaves_running_is_ended_with_it(home_of, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    home = home_of(notify_command=f"setsid sleep 300 > /dev/null 2>&1 & echo $! > {pid_file}")
+    log = Lines()
+    notifier = Notifier(load_config(home), log)
+
+    notifier.story_ended(ended())
+    notifier.close(RUN_TIMEOUT_S)
+
+    assert log.named("notified")
+    pid = int(pid_file.read_text())
+    assert wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 20)
+
+
+def test_kill_9_of_hero_run_mid_alert_leaves_no_command_behind(
+    scripted, make_home, write_story, tmp_path: Path
+) -> None:
+    """hero dies while its alert command runs: the command still ends within its timeout."""
+    model = scripted(handler(give_up=set()))
+    home = make_home(model)
+    pid_file = tmp_path / "pid"
+    add_settings(
+        home,
+        notify_command=f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; sleep 300",
+        notify_timeout_s=2,
+    )
+    story = write_story(home, "s1")
+    hero = Hero(home, story, tmp_path, "run")
+
+    pid = hero.wait_for_file(pid_file)
+    hero.proc.kill()
+    hero.proc.wait()
+
+    assert wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), RUN_TIMEOUT_S)
+    assert json.loads((home / "runs" / "state" / "s1.json").read_text())["status"] == "passed"
 
 
 def _zombie(pid: int) -> bool:

@@ -807,8 +807,8 @@ class NotifySettings:
         "name as its last argument.",
         note="A string runs in sh (the name is $1); a list is the program and its arguments, "
         "run as they are. It runs in the hero home with the safe environment of the Worker's "
-        "commands (no HERO_* variable, no key; pass_env adds names), within notify_timeout_s; "
-        "its output goes to runs/notify.log.",
+        "commands (no key; pass_env adds names), within notify_timeout_s; its output goes to "
+        "runs/notify.log, and what it leaves running is ended.",
         type_doc="string or list of strings",
         shown="none",
         custom=True,

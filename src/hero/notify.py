@@ -14,9 +14,11 @@ not exit before its one alert is sent.
 
 What is sent is hostile-proof in both directions: the event has every secret hero knows
 redacted (``config.secrets``) and its long strings cut; the command runs with the safe
-environment of the Worker's commands (``runner.child_env``: no key, no HERO_* variable) and
-reads the event from a file, never from its argument list; the webhook URL is never shown
-beyond its scheme and host (its path or query may be the token).
+environment of the Worker's commands (``runner.child_env``: no key, no HERO_* variable but
+the marker its leftovers are ended by) and reads the event from a file, never from its
+argument list (what it leaves running is ended, even after a ``kill -9`` of hero: coreutils'
+``timeout`` holds it); the webhook URL is never shown beyond its scheme and host (its path or
+query may be the token).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import tempfile
 import threading
 import time
@@ -39,7 +42,7 @@ from hero import __version__
 from hero.config import Config, NotifySettings
 from hero.names import StoryRef
 from hero.redact import Redactor
-from hero.runner import child_env, run_process, truncate_middle
+from hero.runner import RUN_MARKER, child_env, kill_marked, run_process, truncate_middle
 from hero.state import TERMINAL, RunState, StateError, Status, load_state
 
 #: The shape of the events' JSON; raised only when a field changes meaning or goes away
@@ -118,10 +121,10 @@ def story_end_event(
 def breaker_open_event(info: Mapping[str, Any], home: Path) -> dict[str, Any]:
     """The event of a provider's circuit breaker opening, version 1: ``provider``, ``kind``,
     ``reason``, ``retry_at`` and whatever else the breaker says (plain values only)."""
-    plain = {
-        str(k): v
+    plain = {  # a value JSON has no type for (a datetime, say) is sent as its text
+        str(k): v if isinstance(v, str | int | float | bool | type(None)) else str(v)
         for k, v in info.items()
-        if isinstance(v, str | int | float | bool | type(None)) and k not in ("event", "version")
+        if k not in ("event", "version", "time", "home")
     }
     return {
         "event": BREAKER_OPEN,
@@ -178,6 +181,7 @@ class Notifier:
             secret_values=config.secrets,
         )
         self._file_lock = threading.Lock()
+        self._sent = 0  # commands run (only the command's thread counts them)
         self._closed = False
         self._channels: list[_Channel] = []
         if self.settings.command:
@@ -277,15 +281,21 @@ class Notifier:
         else:
             argv = [*command, name]
         timeout = self.settings.timeout_s
+        # coreutils' timeout ends the command's group even when hero is killed (-9) meanwhile
+        backstop = shutil.which("timeout")
+        wrapped = [backstop, "-s", "KILL", f"{timeout + 2:g}", *argv] if backstop else argv
+        self._sent += 1
+        # what escapes the group (setsid, a daemon) carries the marker, and is ended with it
+        marker = f"{self.home}/runs/notify/{os.getpid()}-{self._sent}"
         try:
             with tempfile.TemporaryFile() as stdin:
                 stdin.write(body)
                 stdin.seek(0)
                 result = run_process(
-                    argv,
+                    wrapped,
                     self.home,
                     timeout_s=timeout,
-                    env=self._env,
+                    env={**self._env, RUN_MARKER: marker},
                     max_output=MAX_OUTPUT_BYTES,
                     stdin=stdin,
                 )
@@ -294,6 +304,8 @@ class Notifier:
             self._record(name, what, error, "")
             self.log.warning("notify failed", notify_event=name, target="command", error=error)
             return
+        finally:
+            kill_marked(marker)
         outcome = (
             f"timed out after {timeout:g} s" if result.timed_out else f"exit {result.exit_code}"
         )
