@@ -565,6 +565,29 @@ def test_what_a_worker_wrote_reaches_the_command_only_as_json_on_stdin(
     assert log.named("notified") == [{"notify_event": STORY_END, "target": "command"}]
 
 
+def test_a_crashed_story_is_sent_as_an_error_from_its_record(home_of, tmp_path: Path) -> None:
+    """The dispatcher's last resort (a run that raised): the record as saved, as an error."""
+    from hero.names import StoryRef
+    from hero.state import save_state
+
+    out = tmp_path / "got.jsonl"
+    home = home_of(notify_command=f"{{ cat; echo; }} >> {out}")
+    save_state(home, RunState(id="s1", status=Status.RUNNING, title="Saved", branch="hero/s1"))
+    notifier = Notifier(load_config(home), Lines())
+
+    notifier.story_recorded(StoryRef("", "s1"), error="story 's1' crashed: KeyError: 'x'")
+    notifier.story_recorded(StoryRef("", "gone"), error="story 'gone' crashed: OSError")
+    notifier.story_recorded(StoryRef("", "s1"))  # still running by its record: not an end
+    notifier.close(RUN_TIMEOUT_S)
+
+    got = events_in(out)
+    assert [(e["key"], e["status"], e["title"], e["branch"]) for e in got] == [
+        ("s1", "error", "Saved", "hero/s1"),
+        ("gone", "error", "", None),
+    ]
+    assert got[0]["error"] == "story 's1' crashed: KeyError: 'x'"
+
+
 def test_a_full_queue_drops_events_with_a_line_instead_of_growing(
     home_of, receiver, monkeypatch
 ) -> None:
