@@ -200,12 +200,14 @@ class Notifier:
     def story_ended(self, state: RunState, *, duration_s: float | None = None) -> None:
         """A story's run returned: sent when it has ended (passed, gave_up, error, ...),
         not when it was only interrupted (it resumes)."""
-        if state.status in TERMINAL:
+        if self.enabled and state.status in TERMINAL:
             self.send(story_end_event(state, self.home, duration_s=duration_s))
 
     def story_recorded(self, ref: StoryRef, *, error: str = "") -> None:
         """A story ended without its run returning a record (skipped under a failed
         dependency; crashed, ``error`` saying how): its run record as saved, sent."""
+        if not self.enabled:
+            return
         try:
             state = load_state(self.home, ref)
         except StateError:

@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
         say("interrupted; run the same command again to resume")
         return EXIT_INTERRUPTED
     duration = time.monotonic() - started
-    _notify(config, state, duration)
     result = summarize(state, config.home, duration)
-    print(json.dumps(result, indent=2) if args.json else _summary_line(result))
+    print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
+    _notify(config, state, duration)
     return EXIT_OK if state.status == Status.PASSED else EXIT_FAILED
 
 
@@ -88,7 +88,10 @@ def _notify(config: Config, state: RunState, duration_s: float) -> None:
     notifier = Notifier(config, StderrLog())
     if notifier.enabled:
         notifier.story_ended(state, duration_s=duration_s)
-        notifier.close(config.notify.timeout_s + 5.0)
+        try:
+            notifier.close(config.notify.timeout_s + 5.0)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the story's result stands, unsent
+            say("interrupted; the alert may not have been sent")
 
 
 def _summary_line(result: dict[str, Any]) -> str:
