@@ -120,7 +120,7 @@ def story_end_event(
 
 def breaker_open_event(info: Mapping[str, Any], home: Path) -> dict[str, Any]:
     """The event of a provider's circuit breaker opening, version 1: ``provider``, ``kind``,
-    ``reason``, ``retry_at`` and whatever else the breaker says (plain values only)."""
+    ``reason``, ``retry_at`` and whatever else the breaker says."""
     plain = {  # a value JSON has no type for (a datetime, say) is sent as its text
         str(k): v if isinstance(v, str | int | float | bool | type(None)) else str(v)
         for k, v in info.items()
@@ -228,7 +228,7 @@ class Notifier:
         if not self.enabled or name not in self.settings.events or self._closed:
             return
         try:
-            body = json.dumps(self._clean(event), ensure_ascii=False).encode("utf-8")
+            body = json.dumps(self._clean(event), ensure_ascii=False, allow_nan=False).encode()
         except (TypeError, ValueError) as exc:  # a value JSON cannot hold: a bug, said once
             self.log.warning("notify failed", notify_event=name, error=f"not JSON: {exc}")
             return
