@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.plans.*",),
     ("hero.agent.*",),  # 9  the tool-calling loop and its tools
     (  # 10 the outside world: model, git, GitHub (its client, intake, report-back and
-        #    watcher), processes, traces, prompts, locks
+        #    watcher), processes, traces, prompts, locks, alerts
         "hero.llm",
         "hero.git.*",
         "hero.github.*",
@@ -55,6 +55,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.locks",
         "hero.budget",
         "hero.cancel",
+        "hero.notify",
     ),
     (
         "hero.config",

@@ -52,6 +52,8 @@ MAX_CONFIG_BYTES = 1 << 20
 #: refuse ``max_tokens``).
 OUTPUT_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
 ENGINES = ("local", "celery")
+#: What hero sends alerts on (``notify_events``): a story's end, a provider's breaker opening.
+NOTIFY_EVENTS = ("story_end", "breaker_open")
 SANDBOX_MODES = ("auto", "bwrap", "none")
 #: Files the worker never writes, whatever the story's scope; roles.yaml's
 #: ``protected_files`` adds to them.
@@ -170,6 +172,34 @@ def _associations(names: tuple[str, ...]) -> tuple[str, ...]:
     return upper
 
 
+def _webhook_url(url: str) -> str:
+    """An alert webhook: http(s) with a host. The URL is never echoed: it may hold a token."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        parts, host = None, None
+    scheme = parts.scheme if parts is not None else ""
+    if parts is None or scheme not in ("http", "https") or not host:
+        shown = f"a URL of scheme {scheme!r}" if scheme else "no http(s) URL"
+        raise ValueProblem(f"expected an http:// or https:// URL with a host; found {shown}")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise ValueProblem("expected a URL without spaces or control characters")
+    return url
+
+
+def _notify_events(names: tuple[str, ...]) -> tuple[str, ...]:
+    for name in names:
+        if name not in NOTIFY_EVENTS:
+            raise ValueProblem(
+                f"expected events from {', '.join(NOTIFY_EVENTS)}"
+                f"{did_you_mean(name, NOTIFY_EVENTS)}; found {describe(name)}"
+            )
+    return tuple(dict.fromkeys(names))
+
+
 def _choices(
     names: tuple[str, ...], docs: Mapping[str, str] | None = None
 ) -> tuple[tuple[str, str], ...]:
@@ -232,9 +262,19 @@ ROLES_SECTIONS = (
         "on any number of machines through Celery and Redis (celery). The settings below the "
         "first matter with celery only.",
     ),
+    Section(
+        "alerts",
+        "A command, a webhook or both that hero calls when a story ends (passed, gave_up, "
+        "error, budget_exceeded, skipped) and when a model provider's circuit breaker opens: "
+        "the event as one JSON object (docs/watch.md#alerts shows its fields), on the "
+        "command's stdin and as the webhook's POST body. One attempt each, in the background, "
+        "within notify_timeout_s; a failure is logged in one line and never stops a story or "
+        "the daemon. No secret hero knows is ever sent.",
+    ),
 )
 _TARGET, _ROUNDS, _SANDBOX, _LIMITS, _POLICY = (s.title for s in ROLES_SECTIONS[:5])
-_BUDGETS, _GITHUB, _WORKER, _REQUESTS, _CONTEXT, _ENGINE = (s.title for s in ROLES_SECTIONS[5:])
+_BUDGETS, _GITHUB, _WORKER, _REQUESTS, _CONTEXT, _ENGINE = (s.title for s in ROLES_SECTIONS[5:11])
+_ALERTS = ROLES_SECTIONS[11].title
 
 
 @dataclass(frozen=True)
@@ -768,6 +808,64 @@ class EngineSettings:
 
 
 @dataclass(frozen=True)
+class NotifySettings:
+    """Alerts (roles.yaml's notify_* keys): what hero runs or calls on an event (see
+    hero.notify, which sends them)."""
+
+    command: str | tuple[str, ...] = knob(
+        "notify_command",
+        (),
+        "A command run on each event, with the event's JSON on its stdin and the event's "
+        "name as its last argument.",
+        note="A string runs in sh (the name is $1); a list is the program and its arguments, "
+        "run as they are. It runs in the hero home with the safe environment of the Worker's "
+        "commands (no key; pass_env adds names), within notify_timeout_s; its output goes to "
+        "runs/notify.log, and what it leaves running is ended.",
+        type_doc="string or list of strings",
+        shown="none",
+        custom=True,
+        written=False,
+        example="[notify-send, hero]",
+        section=_ALERTS,
+    )
+    webhook: str = knob(
+        "notify_webhook",
+        "",
+        "A URL the event's JSON is POSTed to (Content-Type: application/json).",
+        note="One attempt per event, no redirects followed. A URL that carries a token (in "
+        "its path or query, like a chat webhook's) belongs in config.local.yaml: from there "
+        "the whole URL is a secret, and hero only ever shows its scheme and host; "
+        "config/roles.yaml refuses one with a password (https://user:password@host).",
+        check=_webhook_url,
+        local=True,
+        written=False,
+        example="https://hooks.example.com/hero",
+        shown="none",
+        repr=False,
+        section=_ALERTS,
+    )
+    events: tuple[str, ...] = knob(
+        "notify_events",
+        NOTIFY_EVENTS,
+        "The events that are sent: story_end, breaker_open.",
+        check=_notify_events,
+        section=_ALERTS,
+    )
+    timeout_s: float = knob(
+        "notify_timeout_s",
+        10.0,
+        "How long the command may run, and how long the webhook is waited for, in seconds.",
+        maximum=600,
+        section=_ALERTS,
+    )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is sent at all."""
+        return bool(self.command or self.webhook) and bool(self.events)
+
+
+@dataclass(frozen=True)
 class GitHubLabels:
     """The labels hero puts on an issue while and after its story runs."""
 
@@ -923,6 +1021,7 @@ class Config:
     budgets: Budgets = Budgets()
     context: ContextSettings = ContextSettings()
     engine: EngineSettings = EngineSettings()
+    notify: NotifySettings = NotifySettings()
     github: GitHubSettings | None = knob(
         "github",
         None,
@@ -988,6 +1087,7 @@ def roles_settings() -> tuple[Setting, ...]:
         *settings_of(Budgets),
         *settings_of(ContextSettings),
         *settings_of(EngineSettings),
+        *settings_of(NotifySettings),
     )
     order = {section.title: n for n, section in enumerate(ROLES_SECTIONS)}
     return tuple(sorted(found, key=lambda s: order[s.section]))
@@ -1185,6 +1285,7 @@ def _load(
 
     github = _github(data.get("github"), github_token, env)
     engine = _engine(values, local, env, secrets, notices)
+    notify = _notify(data, values, local, secrets)
 
     loaded: dict[str, RoleConfig] = {}
     for name in wanted:
@@ -1208,6 +1309,7 @@ def _load(
         budgets=_record(Budgets, values),
         context=_record(ContextSettings, values),
         engine=engine,
+        notify=notify,
         github=github,
         github_token=github_token,
         github_api_url=github.api_url if github is not None else _api_url_from(None, env),
@@ -1307,6 +1409,68 @@ def _engine(
             if problem:
                 raise ConfigError(ROLES_FILE, name, problem)
     return settings
+
+
+def _notify(
+    data: Mapping[Any, Any], values: Mapping[str, Any], local: Mapping[Any, Any], secrets: list[str]
+) -> NotifySettings:
+    """The alert settings. notify_webhook: config.local.yaml's wins, and is a secret whole
+    (a chat webhook's token is its path); roles.yaml's may not hold a password."""
+    command = _notify_command(data.get("notify_command"))
+    webhook = values["notify_webhook"]
+    if webhook and _url_password(webhook):
+        raise ConfigError(
+            ROLES_FILE,
+            "notify_webhook",
+            f"holds a password; put the URL in {LOCAL_FILE} (`notify_webhook: ...`) instead, "
+            "so that roles.yaml holds no secret",
+        )
+    in_local = local.get("notify_webhook")
+    if in_local is not None:
+        if not isinstance(in_local, str) or not in_local.strip():
+            raise ConfigError(
+                LOCAL_FILE,
+                "notify_webhook",
+                f"expected a URL string (quote it); found {type_name(in_local)}",
+            )
+        try:
+            webhook = _webhook_url(in_local.strip())
+        except ValueProblem as exc:
+            raise ConfigError(LOCAL_FILE, "notify_webhook", exc.message) from None
+        secrets.append(webhook)
+    secrets.extend(_url_credentials(webhook))
+    return replace(_record(NotifySettings, values), command=command, webhook=webhook)
+
+
+def _notify_command(value: Any) -> str | tuple[str, ...]:
+    """notify_command: a non-empty string (run by sh) or a non-empty list of strings whose
+    first names the program; absent: ()."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        if not value.strip():
+            raise ConfigError(
+                ROLES_FILE, "notify_command", "expected a command; found an empty string"
+            )
+        if "\0" in value:
+            raise ConfigError(ROLES_FILE, "notify_command", "expected a command without NUL")
+        return value
+    if not isinstance(value, list) or not value:
+        raise ConfigError(
+            ROLES_FILE,
+            "notify_command",
+            "expected a command as a string (run by sh) or a non-empty list of strings "
+            f"(the program and its arguments); found {describe(value)}",
+        )
+    for i, word in enumerate(value, 1):
+        if not isinstance(word, str) or "\0" in word or (i == 1 and not word.strip()):
+            raise ConfigError(
+                ROLES_FILE,
+                "notify_command",
+                f"expected a list of strings, the first naming the program; item {i} is "
+                f"{describe(word)}",
+            )
+    return tuple(value)
 
 
 def _engine_key(local: Mapping[Any, Any], env: Mapping[str, str], notices: list[str]) -> str:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from hero.limits import Confinement, Limits, confine
 
@@ -686,8 +686,12 @@ def run_process(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     max_output: int | None = None,
+    stdin: IO[bytes] | None = None,
 ) -> ProcessResult:
     """Run ``argv`` (no shell) in ``cwd`` in its own process group; see the module docstring.
+
+    ``stdin``: a file it reads as its standard input (a file, not a pipe hero writes: a
+    program that never reads it cannot block hero); /dev/null when None.
 
     All of stdout and stderr is kept (callers parse it), up to ``max_output`` bytes of each:
     past that the middle is left out (``ProcessResult.cut_bytes`` says how much of stdout),
@@ -699,7 +703,7 @@ def run_process(
         list(argv),
         cwd=str(cwd),
         env=None if env is None else dict(env),
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if stdin is None else stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,

@@ -153,6 +153,7 @@ LOCAL_EXAMPLES = {
     "broker_url": "# broker_url: redis://:PASSWORD@10.0.0.1:6379/0",
     "state_url": "# state_url: redis://:PASSWORD@10.0.0.1:6379/1",
     "engine_key": "# engine_key: <64 hex characters>",
+    "notify_webhook": "# notify_webhook: https://hooks.example.com/services/...",
 }
 LOCAL_HEADER = """\
 Copy this file to config.local.yaml and fill in your keys (uncomment a line to set it).

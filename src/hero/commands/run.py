@@ -20,6 +20,7 @@ from hero.commands import Subparsers, home, home_option, say, say_notices
 from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
+    from hero.config import Config
     from hero.state import RunState
 
 
@@ -55,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Interrupted):
         say("interrupted; run the same command again to resume")
         return EXIT_INTERRUPTED
-    result = summarize(state, config.home, time.monotonic() - started)
-    print(json.dumps(result, indent=2) if args.json else _summary_line(result))
+    duration = time.monotonic() - started
+    result = summarize(state, config.home, duration)
+    print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
+    _notify(config, state, duration)
     return EXIT_OK if state.status == Status.PASSED else EXIT_FAILED
 
 
@@ -76,6 +79,20 @@ def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
         "state": str(state.ref.state_path(home)),
         "story": state.story_path,
     }
+
+
+def _notify(config: Config, state: RunState, duration_s: float) -> None:
+    """Tell notify_command / notify_webhook that the story ended, and wait for them (each
+    within notify_timeout_s: they run side by side) so that the process outlives them."""
+    from hero.notify import Notifier, StderrLog
+
+    notifier = Notifier(config, StderrLog())
+    if notifier.enabled:
+        notifier.story_ended(state, duration_s=duration_s)
+        try:
+            notifier.close(config.notify.timeout_s + 5.0)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the story's result stands, unsent
+            say("interrupted; the alert may not have been sent")
 
 
 def _summary_line(result: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ from hero.locks import DaemonLock as DaemonLock  # re-exported: `hero watch` and
 from hero.locks import DaemonRunning as DaemonRunning
 from hero.locks import StoryBusy
 from hero.names import StoryRef
+from hero.notify import Notifier
 from hero.pipeline import StoryRun, finish_done_move
 from hero.plans.finish import finish_plan, mark_skipped
 from hero.plans.gate import Gate, Rule
@@ -46,6 +47,9 @@ from hero.story import MAX_STORY_BYTES, Story, StoryError, parse_story
 
 #: Seconds a clean stop waits for running stories before recording them as interrupted.
 STOP_GRACE_S = 6.0
+#: Seconds a stop waits, after the stories, for alerts still being sent (a clean stop
+#: ends within 10 s, whatever a webhook does).
+NOTIFY_WAIT_S = 2.0
 #: Seconds between rescans of the inbox, a safety net under the event stream.
 RESCAN_S = 10.0
 #: At start-up nothing is launched while backlog files still settle (so the whole backlog
@@ -82,6 +86,7 @@ class Dispatcher:
         log: Any,
         settle_s: float = 1.0,
         only_plan: str | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config = config
         self.home = config.home
@@ -111,6 +116,8 @@ class Dispatcher:
         self._plans_lock = threading.Lock()  # one thread finishes a plan at a time
         #: (store, celery app, the lock its sends take) with engine: celery
         self._engine: tuple[Any, Any, threading.Lock] | None = None
+        # a story's end, told to notify_command / notify_webhook (hero.notify), off this thread
+        self.notifier = notifier if notifier is not None else Notifier(config, log)
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -147,6 +154,10 @@ class Dispatcher:
         finally:
             stop_watching()
             self._stop_running()
+            # A signal: a short wait. Out of work (run-plan, --exit-when-idle): the alerts of
+            # the last stories are sent before the process exits.
+            stopped = self._stopping.is_set()
+            self.notifier.close(NOTIFY_WAIT_S if stopped else self.config.notify.timeout_s + 5)
 
     def stop(self) -> None:
         """Take no new stories; interrupt the running ones (from a signal handler too)."""
@@ -386,6 +397,7 @@ class Dispatcher:
             if mark_skipped(self.home, entry.story, entry.path, decision.reason):
                 self.log.warning("skipped", story=key, reason=decision.reason)
                 self._remember_digest(entry.story.ref)
+                self.notifier.story_recorded(entry.story.ref)
         elif self._said.get(entry.path) != decision.reason:
             if decision.gate == Gate.UNKNOWN:
                 event = "dependency cycle" if decision.cycle else "unknown dependency"
@@ -450,6 +462,7 @@ class Dispatcher:
             log.info(
                 "finished", status=state.status, rounds=len(state.rounds), error=state.error or None
             )
+            self.notifier.story_ended(state, duration_s=time.monotonic() - running.started)
             if state.status == Status.PASSED:
                 self._finish_plan(running.story.plan)
         except (Interrupted, KeyboardInterrupt):
@@ -463,11 +476,9 @@ class Dispatcher:
             # (a bug, or its state could not even be saved). Not run again until an edit.
             log_file = running.story.ref.run_dir(self.home) / "error.log"
             where = _write_traceback(log_file)
-            self._refuse(
-                running.path,
-                signature(running.path),
-                f"story '{story_id}' crashed: {type(exc).__name__}: {_one_line(exc)}{where}",
-            )
+            reason = f"story '{story_id}' crashed: {type(exc).__name__}: {_one_line(exc)}{where}"
+            self._refuse(running.path, signature(running.path), reason)
+            self.notifier.story_recorded(running.story.ref, error=reason)
         finally:
             self._remember_digest(running.story.ref)  # before its file is looked at again
             with self._lock:
