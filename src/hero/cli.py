@@ -15,6 +15,7 @@ import sys
 from hero import __version__
 from hero.commands import (
     CommandLineError,
+    clean,
     demo,
     github,
     home_option,
@@ -31,7 +32,7 @@ from hero.commands import (
 from hero.errors import EXIT_USAGE, HeroError, Interrupted
 
 #: In the order ``hero --help`` lists them.
-COMMANDS = (run, init, demo, status, logs, watch, plan, run_plan, retry, github, worker)
+COMMANDS = (run, init, demo, status, logs, watch, plan, run_plan, retry, clean, github, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,6 +60,7 @@ from hero.errors import Interrupted
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, git, push_env
 from hero.git.storyrepo import StoryRepo
+from hero.housekeeping import Housekeeper, Rules
 from hero.redact import Redactor
 from hero.state import RunState, Status, load_state, save_state
 from hero.story import parse_story
@@ -95,6 +96,7 @@ class Fleet:
     lock: threading.Lock = field(default_factory=threading.Lock)
     repo_lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
+    housekeeping: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def repo_path(self) -> Path:
@@ -154,6 +156,30 @@ def run_story_task(fleet: Fleet, body: object, task_id: str = "") -> dict[str, s
     finally:
         run.stop_keeping()
         store.release(key, owner)
+        housekeep(fleet)
+
+
+def housekeep(fleet: Fleet) -> None:
+    """After each story: the housekeeping settings applied to this worker's home (see
+    hero.housekeeping), one at a time; never raises. A story's repository here holds
+    nothing to keep: its branch was pushed, and each run lays it out anew from the
+    remote."""
+    if not fleet.repo_path.is_dir() or not fleet.housekeeping.acquire(blocking=False):
+        return
+    try:
+        config = replace(fleet.config, home=fleet.home, target_repo=fleet.repo_path)
+        keeper = Housekeeper(config, TargetRepo(fleet.repo_path), keep_work=False)
+        outcome = keeper.run(Rules.automatic(config.housekeeping))
+        if outcome.removed:
+            LOG.info(
+                "housekeeping: removed %d item(s), %d bytes freed",
+                len(outcome.removed),
+                outcome.freed,
+            )
+    except Exception as exc:  # noqa: BLE001 - housekeeping must not stop the worker
+        LOG.error("housekeeping failed: %s: %s", type(exc).__name__, exc)
+    finally:
+        fleet.housekeeping.release()
 
 
 def refuse_task(fleet: Fleet, body: object, task_id: str, reason: str) -> dict[str, str]:
