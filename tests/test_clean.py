@@ -445,3 +445,43 @@ def test_the_automatic_policy_removes_by_age_and_logs_and_keeps_the_young(
     assert (home / "runs" / "mid" / "round-1.jsonl").is_file()
     assert (home / "worktrees" / "new").is_dir()
     assert json.loads((home / "runs" / "state" / "old.json").read_text())["status"] == "passed"
+
+
+def test_a_passed_github_storys_repository_goes_once_its_pull_request_is_merged(
+    scripted, make_home, target_repo: Path
+) -> None:
+    from fakegithub import FakeGitHub
+
+    from hero.config import load_config
+    from hero.git.ops import TargetRepo
+    from hero.github.api import GitHub, Retry
+    from hero.github.merged import merged_ids, merged_sweep
+    from hero.housekeeping import Housekeeper, Rules
+
+    home = make_home(scripted([]))
+    now = time.time()
+    for sid in ("gh-7", "gh-8", "gh-9"):
+        write_record(home, target_repo, sid, Status.PASSED, finished_at=now)
+    repo = "octo/app"
+    with FakeGitHub(token="t0ken") as fake:
+        fake.add_repo(repo, default_branch="main")
+        merged = fake.add_pull(repo, head="hero/gh-7")
+        fake.add_pull(repo, head="hero/gh-8")  # open, not merged
+        closed = fake.add_pull(repo, head="hero/gh-9", state="closed")  # closed unmerged
+        fake.merge_pull(repo, merged["number"])
+        gh = GitHub(fake.api_url, "t0ken", repo, retry=Retry(max_attempts=1), sleep=lambda _s: None)
+        merged_sweep(home, gh, Log())
+        assert closed["number"] and merged_ids(home) == {"gh-7"}
+        merged_sweep(home, gh, Log())  # known: not asked again
+    config = load_config(home, roles=())
+    outcome = Housekeeper(config, TargetRepo(target_repo)).run(Rules.automatic(config.housekeeping))
+    assert [(r.key, r.what, r.why) for r in outcome.removed] == [
+        ("gh-7", "repository", "its pull request is merged")
+    ]
+    assert (home / "worktrees" / "gh-8").is_dir() and (home / "worktrees" / "gh-9").is_dir()
+    off = Rules.automatic(config.housekeeping)
+    assert (
+        not Housekeeper(config, TargetRepo(target_repo))
+        .run(Rules(repos_after_s=off.repos_after_s))
+        .removed
+    )

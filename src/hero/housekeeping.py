@@ -39,6 +39,7 @@ from pathlib import Path
 from hero.config import Config, Housekeeping
 from hero.git.guard import is_ancestor
 from hero.git.ops import GitError, TargetRepo, git
+from hero.github.merged import merged_ids
 from hero.locks import StoryBusy, story_lock
 from hero.names import StoryRef
 from hero.redact import Redactor
@@ -79,8 +80,9 @@ class Rules:
     (a passed story's, merged or not)."""
     only: frozenset[str] = frozenset()
     """Story keys to look at; empty: every story."""
-    merged_pulls: frozenset[str] = frozenset()
-    """Keys of passed stories whose pull request is merged: their repository goes now."""
+    after_pr_merged: bool = False
+    """A passed gh-story's repository goes once its pull request is known merged (see
+    hero.github.merged), whatever its age."""
 
     @classmethod
     def automatic(cls, settings: Housekeeping) -> Rules:
@@ -97,6 +99,7 @@ class Rules:
             max_worktrees_bytes=mb(settings.max_worktrees_mb),
             min_free_bytes=mb(settings.min_free_mb),
             logs_after_s=days(settings.logs_after_days),
+            after_pr_merged=settings.after_pr_merged,
         )
 
 
@@ -145,6 +148,7 @@ class Housekeeper:
         self.say: Say = say or (lambda _msg: None)
         self.now = now
         self.worktrees = self.home / "worktrees"
+        self._merged: frozenset[str] = frozenset()  # gh-stories whose pull request is merged
 
     # -- what there is ------------------------------------------------------------------
 
@@ -170,6 +174,7 @@ class Housekeeper:
         outcome = Outcome(dry_run=dry_run)
         states = [s for s in self.records(outcome) if not rules.only or s.ref.key in rules.only]
         pressure = _Pressure(self.worktrees, rules)
+        self._merged = merged_ids(self.home) if rules.after_pr_merged else frozenset()
         for state in states:
             ref = state.ref
             plan = self._plan(state, rules, pressure)
@@ -211,7 +216,7 @@ class Housekeeper:
         worktree = ref.worktree(self.home)
         if os.path.lexists(worktree):
             why = ""
-            if ref.key in rules.merged_pulls:
+            if state.status == Status.PASSED and ref.key in self._merged:
                 why = "its pull request is merged"
             elif rules.repos_after_s is not None and age >= rules.repos_after_s:
                 why = f"finished {_age(age)} ago ({state.status})"
