@@ -125,7 +125,7 @@ def test_a_story_whose_lock_another_process_holds_is_left_alone(
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         assert clean(home, "--logs-older-than", "0") == 0
         out = capsys.readouterr().out
-        assert "e1: runs right now (its lock is held): untouched" in out
+        assert "e1: another hero process holds its lock (a run, or another clean): untouched" in out
         assert (home / "worktrees" / "e1" / "build" / "out.bin").is_file()
         assert (home / "runs" / "e1" / "round-1.jsonl").is_file()
     finally:
@@ -226,6 +226,46 @@ def test_a_plan_folder_swapped_for_a_link_is_not_cleaned_through(
     assert clean(home) == 0
     assert "p/s1: not cleaned:" in capsys.readouterr().out
     assert (elsewhere / "s1" / "data.txt").read_text() == "keep me"
+
+
+KILLED_MIDWAY = """
+import sys, time
+import hero.housekeeping as hk
+from hero.cli import main
+
+def stuck(path, *args, **kwargs):  # the removal has begun: the test kills us here
+    print("removing", flush=True)
+    time.sleep(600)
+
+hk.shutil.rmtree = stuck
+main(["clean", "--home", sys.argv[1]])
+"""
+
+
+def test_a_clean_killed_midway_leaves_no_half_repository(
+    scripted, make_home, target_repo: Path
+) -> None:
+    """kill -9 in the middle of a removal: the story's path is already empty (the folder
+    was moved aside in one step), and the next clean removes what was moved aside."""
+    home = make_home(scripted([]))
+    write_record(home, target_repo, "e1", Status.PASSED)
+    proc = subprocess.Popen(
+        [PY, "-c", KILLED_MIDWAY, str(home)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "removing"
+    finally:
+        proc.kill()
+        proc.wait(TIMEOUT_S)
+    assert not os.path.lexists(home / "worktrees" / "e1")
+    trash = home / "worktrees" / ".trash"
+    [moved] = list(trash.iterdir())
+    assert (moved / "build" / "out.bin").is_file()
+    assert clean(home) == 0
+    assert list(trash.iterdir()) == []
 
 
 # --------------------------------------------------------------------------- real runs

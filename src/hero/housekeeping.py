@@ -57,6 +57,9 @@ _NOTHING_LEFT = frozenset({Status.PASSED, Status.SKIPPED})
 #: hero's own folders in ``runs/``: a loose story of such an id has no run logs there to
 #: remove (its ``runs/<id>`` is hero's folder).
 _HERO_RUNS = frozenset({"state", "locks", "plans", "rejected", "github"})
+#: The folder of worktrees/ a repository is moved to before it is removed: no story id
+#: starts with a dot.
+TRASH = ".trash"
 _DAY_S = 86400.0
 _MB = 1 << 20
 
@@ -148,6 +151,8 @@ class Housekeeper:
         self.say: Say = say or (lambda _msg: None)
         self.now = now
         self.worktrees = self.home / "worktrees"
+        #: where a repository is moved before it is removed (see remove_tree)
+        self.trash = self.worktrees / TRASH
         self._merged: frozenset[str] = frozenset()  # gh-stories whose pull request is merged
 
     # -- what there is ------------------------------------------------------------------
@@ -173,6 +178,8 @@ class Housekeeper:
         outcome lists what would go); the longest finished first."""
         outcome = Outcome(dry_run=dry_run)
         states = [s for s in self.records(outcome) if not rules.only or s.ref.key in rules.only]
+        if not dry_run:
+            self._empty_trash(outcome)
         pressure = _Pressure(self.worktrees, rules)
         self._merged = merged_ids(self.home) if rules.after_pr_merged else frozenset()
         for state in states:
@@ -201,10 +208,27 @@ class Housekeeper:
                             if what == "repository":
                                 pressure.freed += done.bytes
             except StoryBusy:
-                outcome.kept.append((ref.key, "runs right now (its lock is held): untouched"))
+                outcome.kept.append(
+                    (
+                        ref.key,
+                        "another hero process holds its lock (a run, or another clean): untouched",
+                    )
+                )
             except (GitError, OSError, StateError) as exc:
                 outcome.kept.append((ref.key, f"not cleaned: {exc}"))
         return outcome
+
+    def _empty_trash(self, outcome: Outcome) -> None:
+        """What a clean that was killed midway left in the trash goes first."""
+        try:
+            entries = os.listdir(self.trash)
+        except OSError:
+            return
+        for name in entries:
+            try:
+                remove_tree(self.trash / name, self.trash)
+            except OSError as exc:
+                outcome.kept.append((TRASH, f"not emptied: {exc}"))
 
     def _plan(
         self, state: RunState, rules: Rules, pressure: _Pressure
@@ -289,7 +313,7 @@ class Housekeeper:
         else:
             inside = self.home / "runs"
         size = _size(path)
-        remove_tree(path, inside)
+        remove_tree(path, inside, trash=self.trash if what == "repository" else None)
         self.say(f"{ref.key}: removed its {what} {path} ({human_bytes(size)}): {why}")
         return Removal(ref.key, what, str(path), size, why)
 
@@ -409,10 +433,14 @@ def _size(path: Path) -> int:
     return total
 
 
-def remove_tree(path: Path, inside: Path) -> None:
+def remove_tree(path: Path, inside: Path, *, trash: Path | None = None) -> None:
     """Remove ``path`` (a file, a link, a tree) that lies in ``inside``, no link followed:
     a link is removed as a link, wherever it points. OSError if ``path``'s folder is not
-    in ``inside`` once links are resolved (a home whose worktrees/ was swapped for a link)."""
+    in ``inside`` once links are resolved (a plan's folder swapped for a link).
+
+    With ``trash``, a folder is first renamed into it, in one step: a clean killed midway
+    leaves a folder in the trash (emptied by the next one), never half a repository at the
+    story's path, which a retried story's run would take for its work and commit."""
     parent = os.path.realpath(path.parent)
     root = os.path.realpath(inside)
     if parent != root and not parent.startswith(root + os.sep):
@@ -424,11 +452,26 @@ def remove_tree(path: Path, inside: Path) -> None:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(path)
         return
+    if trash is not None:
+        path = _to_trash(path, trash)
     try:
         shutil.rmtree(path)
     except OSError:
         _make_ours(path)  # a folder a worker made read-only or unreadable
         shutil.rmtree(path)
+
+
+def _to_trash(path: Path, trash: Path) -> Path:
+    """``path`` renamed into ``trash`` (made if need be, never through a link)."""
+    try:
+        trash.mkdir(exist_ok=True)
+    except FileExistsError:
+        pass
+    if not stat.S_ISDIR(os.lstat(trash).st_mode):
+        raise OSError(f"{trash} is not a folder: nothing moved into it")
+    moved = trash / f"{path.name}-{os.getpid()}-{time.monotonic_ns()}"
+    os.rename(path, moved)
+    return moved
 
 
 def _make_ours(path: Path) -> None:
