@@ -525,3 +525,23 @@ def test_a_passed_github_storys_repository_goes_once_its_pull_request_is_merged(
         .run(Rules(repos_after_s=off.repos_after_s))
         .removed
     )
+
+
+def test_a_celery_worker_housekeeps_its_own_home_after_each_story(
+    scripted, make_home, target_repo: Path, tmp_path: Path
+) -> None:
+    """``hero worker``'s hook: its home's finished story repositories go by its settings
+    (its copies are laid out anew from the remote each time: nothing is kept first)."""
+    from hero.config import load_config
+    from hero.engine.worker import Fleet, housekeep
+
+    home = make_home(scripted([]), housekeeping_after_days=0)
+    workdir = tmp_path / "workdir"
+    git(tmp_path, "clone", "-q", str(target_repo), str(workdir / "repo"))
+    write_record(workdir / "home", workdir / "repo", "e1", Status.ERROR)
+    write_record(workdir / "home", workdir / "repo", "i1", Status.INTERRUPTED)
+    config = load_config(home, roles=())
+    fleet = Fleet(config, workdir, store=None, name="w1", seal=None)  # type: ignore[arg-type]
+    housekeep(fleet)
+    assert not (workdir / "home" / "worktrees" / "e1").exists()
+    assert (workdir / "home" / "worktrees" / "i1" / "build" / "out.bin").is_file()
