@@ -201,6 +201,8 @@ class Housekeeper:
                         status = now.status if now is not None else "gone"
                         outcome.kept.append((ref.key, f"no longer finished ({status})"))
                         continue
+                    if now.updated_at != state.updated_at:  # it ran again meanwhile
+                        plan = self._plan(now, rules, pressure)
                     for what, where, why in plan:
                         done = self._remove(now, rules, (what, where, why), outcome)
                         if done is not None:
@@ -273,7 +275,7 @@ class Housekeeper:
         if policy == "passed":
             return "the story passed"
         base = state.base_ref
-        if not base:
+        if not base or base.startswith("-"):  # not a ref, nor ever an option to git
             return ""
         found = git(
             self.repo.path, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}", check=False
