@@ -545,3 +545,43 @@ def test_a_celery_worker_housekeeps_its_own_home_after_each_story(
     housekeep(fleet)
     assert not (workdir / "home" / "worktrees" / "e1").exists()
     assert (workdir / "home" / "worktrees" / "i1" / "build" / "out.bin").is_file()
+
+
+def test_a_story_running_beside_the_clean_in_a_real_process_is_untouched(
+    scripted, make_home, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hero run` in a child process, its worker's turn held open by the model: a clean
+    (with every rule at its widest) leaves its repository, logs and branch alone."""
+    turn_started = threading.Event()
+    release = threading.Event()
+
+    def handler(body: dict[str, Any]) -> Reply:
+        if is_review(body):
+            return APPROVE
+        if step_of(body) == 0:
+            turn_started.set()
+            release.wait(TIMEOUT_S)
+            return call("bash", command=commit_once("s1"))
+        return text("Done.")
+
+    home = make_home(scripted(handler))
+    story = write_story(home, "s1")
+    proc = subprocess.Popen(
+        [PY, "-m", "hero", "run", str(story), "--home", str(home)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert turn_started.wait(TIMEOUT_S)
+        tree = home / "worktrees" / "s1"
+        assert (tree / ".git").is_dir()
+        assert clean(home, "--logs-older-than", "0", "--branches", "passed") == 0
+        assert "s1" not in capsys.readouterr().out  # running: not even looked at
+        assert (tree / ".git").is_dir() and (home / "runs" / "s1").is_dir()
+        assert git(target_repo, "rev-parse", "--verify", "hero/s1").strip()
+    finally:
+        release.set()
+        assert proc.wait(TIMEOUT_S) == 0
+    state = load_state(home, "s1")
+    assert state is not None and state.status == Status.PASSED
