@@ -585,3 +585,26 @@ def test_a_story_running_beside_the_clean_in_a_real_process_is_untouched(
         assert proc.wait(TIMEOUT_S) == 0
     state = load_state(home, "s1")
     assert state is not None and state.status == Status.PASSED
+
+
+def test_two_cleans_at_once_remove_everything_once_without_an_error(
+    scripted, make_home, target_repo: Path
+) -> None:
+    home = make_home(scripted([]))
+    sids = [f"p{n}" for n in range(12)]
+    for sid in sids:
+        write_record(home, target_repo, sid, Status.PASSED)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [PY, "-m", "hero", "clean", "--home", str(home), "--logs-older-than", "0"]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in "ab"]
+    outs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    text_out = "\n".join(outs)
+    assert "not cleaned" not in text_out and "not emptied" not in text_out, text_out
+    for sid in sids:
+        assert not os.path.lexists(home / "worktrees" / sid)
+        assert not os.path.lexists(home / "runs" / sid)
+        assert load_state(home, sid) is not None
+        # each story removed by one of the two, or left to the other while it held the lock
+        assert text_out.count(f"{sid}: removed repository") == 1, text_out
+    assert list((home / "worktrees" / ".trash").iterdir()) == []

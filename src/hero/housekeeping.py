@@ -201,8 +201,8 @@ class Housekeeper:
                         status = now.status if now is not None else "gone"
                         outcome.kept.append((ref.key, f"no longer finished ({status})"))
                         continue
-                    if now.updated_at != state.updated_at:  # it ran again meanwhile
-                        plan = self._plan(now, rules, pressure)
+                    # again too: it may have run again, another clean may have been first
+                    plan = self._plan(now, rules, pressure)
                     for what, where, why in plan:
                         done = self._remove(now, rules, (what, where, why), outcome)
                         if done is not None:
@@ -221,12 +221,15 @@ class Housekeeper:
         return outcome
 
     def _empty_trash(self, outcome: Outcome) -> None:
-        """What a clean that was killed midway left in the trash goes first."""
+        """What a clean that was killed midway left in the trash goes first; not what
+        another live process (a clean beside this one) is removing right now."""
         try:
             entries = os.listdir(self.trash)
         except OSError:
             return
         for name in entries:
+            if _removing_elsewhere(name):
+                continue
             try:
                 remove_tree(self.trash / name, self.trash)
             except OSError as exc:
@@ -304,6 +307,8 @@ class Housekeeper:
         if what == "branch":
             return self._remove_branch(state, rules.branches, outcome)
         path = Path(where)
+        if not os.path.lexists(path):
+            return None
         if what == "repository":
             inside = self.worktrees
             kill_marked(ref.marker(self.home))  # nothing of the story may write there now
@@ -474,6 +479,23 @@ def _to_trash(path: Path, trash: Path) -> Path:
     moved = trash / f"{path.name}-{os.getpid()}-{time.monotonic_ns()}"
     os.rename(path, moved)
     return moved
+
+
+def _removing_elsewhere(name: str) -> bool:
+    """Whether the trash entry ``name`` (``<id>-<pid>-<n>``) is another live process's."""
+    parts = name.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def _make_ours(path: Path) -> None:
