@@ -82,10 +82,15 @@ def test_clean_never_touches_an_unfinished_story(
         assert (home / "worktrees" / sid / "build" / "out.bin").is_file(), sid
         assert (home / "runs" / sid / "round-1.jsonl").is_file(), sid
         assert sid not in out
+    assert "p1: removed repository" in out and "p1: removed logs" in out
     assert not (home / "worktrees" / "p1").exists()
     assert not (home / "runs" / "p1").exists()
     assert load_state(home, "p1") is not None  # the record stays: status and retry work
-    assert "p1: removed repository" in out and "p1: removed logs" in out
+    assert clean(home, "q1", "i1", "nope") == 0
+    out = capsys.readouterr().out
+    assert "q1: is queued: only a finished story is cleaned; untouched" in out
+    assert "i1: is interrupted" in out and "nope: no story 'nope'" in out
+    assert (home / "worktrees" / "q1" / "build" / "out.bin").is_file()
     assert main(["status", "--home", str(home)]) == 0
 
 

@@ -178,6 +178,8 @@ class Housekeeper:
         outcome lists what would go); the longest finished first."""
         outcome = Outcome(dry_run=dry_run)
         states = [s for s in self.records(outcome) if not rules.only or s.ref.key in rules.only]
+        for key in sorted(rules.only - {s.ref.key for s in states}):
+            outcome.kept.append((key, self._not_finished(key)))
         if not dry_run:
             self._empty_trash(outcome)
         pressure = _Pressure(self.worktrees, rules)
@@ -219,6 +221,16 @@ class Housekeeper:
             except (GitError, OSError, StateError) as exc:
                 outcome.kept.append((ref.key, f"not cleaned: {exc}"))
         return outcome
+
+    def _not_finished(self, key: str) -> str:
+        """Why a story named to be cleaned is not (it is not a finished story)."""
+        try:
+            state = load_state(self.home, key)
+        except StateError as exc:
+            return str(exc)
+        if state is None:
+            return f"no story '{key}' in {state_dir(self.home)}"
+        return f"is {state.status}: only a finished story is cleaned; untouched"
 
     def _empty_trash(self, outcome: Outcome) -> None:
         """What a clean that was killed midway left in the trash goes first; not what
