@@ -86,8 +86,9 @@ def test_clean_never_touches_an_unfinished_story(
     assert not (home / "worktrees" / "p1").exists()
     assert not (home / "runs" / "p1").exists()
     assert load_state(home, "p1") is not None  # the record stays: status and retry work
-    assert clean(home, "q1", "i1", "nope") == 0
+    assert clean(home, "q1", "i1", "nope", "p1") == 0
     out = capsys.readouterr().out
+    assert "p1: is passed: nothing of it left to clean" in out
     assert "q1: is queued: only a finished story is cleaned; untouched" in out
     assert "i1: is interrupted" in out and "nope: no story 'nope'" in out
     assert (home / "worktrees" / "q1" / "build" / "out.bin").is_file()

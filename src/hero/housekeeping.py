@@ -157,11 +157,19 @@ class Housekeeper:
 
     # -- what there is ------------------------------------------------------------------
 
-    def records(self, outcome: Outcome) -> list[RunState]:
+    def records(self, outcome: Outcome, *, branches: bool = False) -> list[RunState]:
         """Every finished story's record, the longest finished first; an unreadable
-        record is told in ``outcome.kept``."""
+        record is told in ``outcome.kept``. Without ``branches``, only the stories that
+        still have a repository or run logs (a home of many stories, most of them cleaned
+        up already, is not read whole after every story)."""
         found: list[RunState] = []
         for ref in _refs(state_dir(self.home)):
+            if not (
+                branches
+                or os.path.lexists(ref.worktree(self.home))
+                or os.path.lexists(ref.run_dir(self.home))
+            ):
+                continue
             try:
                 state = load_state(self.home, ref)
             except StateError as exc:
@@ -177,7 +185,8 @@ class Housekeeper:
         """Remove what ``rules`` say of finished stories (nothing, with ``dry_run``: the
         outcome lists what would go); the longest finished first."""
         outcome = Outcome(dry_run=dry_run)
-        states = [s for s in self.records(outcome) if not rules.only or s.ref.key in rules.only]
+        found = self.records(outcome, branches=rules.branches != "none")
+        states = [s for s in found if not rules.only or s.ref.key in rules.only]
         for key in sorted(rules.only - {s.ref.key for s in states}):
             outcome.kept.append((key, self._not_finished(key)))
         if not dry_run:
@@ -230,6 +239,8 @@ class Housekeeper:
             return str(exc)
         if state is None:
             return f"no story '{key}' in {state_dir(self.home)}"
+        if state.status in FINISHED:
+            return f"is {state.status}: nothing of it left to clean"
         return f"is {state.status}: only a finished story is cleaned; untouched"
 
     def _empty_trash(self, outcome: Outcome) -> None:
