@@ -548,6 +548,10 @@ def test_a_celery_worker_housekeeps_its_own_home_after_each_story(
     write_record(workdir / "home", workdir / "repo", "i1", Status.INTERRUPTED)
     config = load_config(home, roles=())
     fleet = Fleet(config, workdir, store=None, name="w1", seal=None)  # type: ignore[arg-type]
+    fleet.active = 1  # another story runs on this worker: not now
+    housekeep(fleet)
+    assert (workdir / "home" / "worktrees" / "e1").is_dir()
+    fleet.active = 0
     housekeep(fleet)
     assert not (workdir / "home" / "worktrees" / "e1").exists()
     assert (workdir / "home" / "worktrees" / "i1" / "build" / "out.bin").is_file()
