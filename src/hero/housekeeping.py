@@ -18,11 +18,14 @@ whose repository is gone. So, of a finished story, hero may remove:
   --branches``): of a passed story merged into its base, or of any passed story.
 
 Each story is handled under its locks (the home's and the repository's, non-blocking): a
-story that starts at the same moment either waits for nothing (it is refused with
-StoryBusy, as a second run would be, and the dispatcher takes it again) or holds the lock,
-and then nothing of it is removed. Its record is read again under the lock. Whatever a
-worker wrote in its repository (a link to the home, to ``/``) is removed as a link, never
-followed: ``shutil.rmtree`` works from directory descriptors and unlinks links.
+story that starts at the same moment either finds them held (it is refused with StoryBusy,
+as a second run would be, and the dispatcher takes it again at its next rescan) or holds
+them first, and then nothing of it is removed. Its record is read again under the locks,
+and what to remove worked out again (another clean may have been first). Whatever a worker
+wrote in its repository (a link to the home, to ``/``) is removed as a link, never
+followed: ``shutil.rmtree`` works from directory descriptors and unlinks links. A
+repository is moved into ``worktrees/.trash`` in one step before it is removed there, so
+that a clean killed midway never leaves half a repository at the story's path.
 """
 
 from __future__ import annotations
