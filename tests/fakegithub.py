@@ -304,6 +304,12 @@ class FakeGitHub:
             issue["pull_request"] = {"html_url": pull["html_url"]}
             return copy.deepcopy(pull)
 
+    def merge_pull(self, repo: str, number: int) -> None:
+        """Pull request ``number`` is merged: closed, ``merged`` and ``merged_at`` set."""
+        with self._lock:
+            pull = self._repo_or_key_error(repo).pulls[number]
+            pull.update(state="closed", merged=True, merged_at=_now_iso(), updated_at=_now_iso())
+
     # ------------------------------------------------------------------------- looking
 
     def issue(self, repo: str, number: int) -> dict[str, Any]:

@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     #    processes, which run the pipeline)
     ("hero.daemon.*", "hero.engine.*"),
     # 6  the round loop for one story; how a run starts; the story's repository and sandboxes
-    ("hero.pipeline", "hero.run_start", "hero.workspace"),
+    ("hero.pipeline", "hero.run_start", "hero.workspace", "hero.housekeeping"),
     ("hero.roles.*",),  # 7  worker, verifier, reviewer, planner: one job each
     # 8  plans: the manifest, the DAG, the dependency gate, finishing a plan (roles.planner
     #    checks its DAG; finishing merges branches through git, below)

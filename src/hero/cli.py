@@ -15,6 +15,7 @@ import sys
 from hero import __version__
 from hero.commands import (
     CommandLineError,
+    clean,
     demo,
     doctor,
     github,
@@ -34,7 +35,21 @@ from hero.commands import (
 from hero.errors import EXIT_OK, EXIT_USAGE, HeroError, Interrupted
 
 #: In the order ``hero --help`` lists them.
-COMMANDS = (run, init, demo, doctor, status, logs, watch, plan, run_plan, retry, github, worker)
+COMMANDS = (
+    run,
+    init,
+    demo,
+    doctor,
+    status,
+    logs,
+    watch,
+    plan,
+    run_plan,
+    retry,
+    clean,
+    github,
+    worker,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -244,6 +244,16 @@ ROLES_SECTIONS = (
         "token comes from GITHUB_TOKEN or `github_token:` in config.local.yaml, never from this "
         "file.",
     ),
+    Section(
+        "housekeeping",
+        "What `hero watch` and `hero worker` remove by themselves, after a story ends and "
+        "every housekeeping_interval_s: the repositories (worktrees/<id>) of finished stories "
+        "(passed, gave_up, error, skipped, budget_exceeded; never a queued, running or "
+        "interrupted one), and old run logs. A story's branch and its run record "
+        "(runs/state/<id>.json) are kept, so `hero status` and `hero retry` still work: a "
+        "retried story's repository is made again from its branch. `hero clean` does the same "
+        "on demand (and deletes branches when asked).",
+    ),
     Section("worker limits"),
     Section("model requests"),
     Section(
@@ -273,8 +283,9 @@ ROLES_SECTIONS = (
     ),
 )
 _TARGET, _ROUNDS, _SANDBOX, _LIMITS, _POLICY = (s.title for s in ROLES_SECTIONS[:5])
-_BUDGETS, _GITHUB, _WORKER, _REQUESTS, _CONTEXT, _ENGINE = (s.title for s in ROLES_SECTIONS[5:11])
-_ALERTS = ROLES_SECTIONS[11].title
+_BUDGETS, _GITHUB, _HOUSEKEEPING, _WORKER, _REQUESTS = (s.title for s in ROLES_SECTIONS[5:10])
+_CONTEXT, _ENGINE = (s.title for s in ROLES_SECTIONS[10:12])
+_ALERTS = ROLES_SECTIONS[12].title
 
 
 @dataclass(frozen=True)
@@ -634,6 +645,66 @@ class Budgets:
     def named(self) -> dict[str, float | None]:
         """The budgets under their names in config/roles.yaml; None: no limit."""
         return {budget.key: budget.limit for budget in self.each()}
+
+
+@dataclass(frozen=True)
+class Housekeeping:
+    """What the daemon and the workers remove by themselves (see hero.housekeeping); None:
+    that rule is off. Nothing of an unfinished story is ever removed."""
+
+    after_days: float | None = knob(
+        "housekeeping_after_days",
+        14.0,
+        "Days after a story finished when its repository (worktrees/<id>) is removed.",
+        note="0 removes it as soon as the story finishes; null keeps it (but for the two "
+        "limits below).",
+        minimum=0,
+        shown="14; null (never by age)",
+        section=_HOUSEKEEPING,
+    )
+    max_worktrees_mb: float | None = knob(
+        "housekeeping_max_worktrees_mb",
+        None,
+        "Megabytes worktrees/ may take: over it, the repositories of finished stories are "
+        "removed, the longest finished first, until it fits.",
+        note="Measured as disk use (like du) by walking worktrees/ at each look: on a large "
+        "tree, a longer housekeeping_interval_s.",
+        minimum=0,
+        shown="null (no limit)",
+        section=_HOUSEKEEPING,
+    )
+    min_free_mb: float | None = knob(
+        "housekeeping_min_free_mb",
+        1024.0,
+        "Megabytes to keep free on the disk of worktrees/: below it, the repositories of "
+        "finished stories are removed, the longest finished first, until there is.",
+        minimum=0,
+        shown="1024; null (no check)",
+        section=_HOUSEKEEPING,
+    )
+    logs_after_days: float | None = knob(
+        "housekeeping_logs_after_days",
+        30.0,
+        "Days after a story finished when its run logs (runs/<id>/: round traces, check "
+        "output) are removed; its run record is kept.",
+        minimum=0,
+        shown="30; null (kept)",
+        section=_HOUSEKEEPING,
+    )
+    after_pr_merged: bool = knob(
+        "housekeeping_after_pr_merged",
+        True,
+        "With the github block: a passed story's repository is removed once its pull "
+        "request is merged, whatever its age.",
+        section=_HOUSEKEEPING,
+    )
+    interval_s: float = knob(
+        "housekeeping_interval_s",
+        600.0,
+        "Seconds between two looks of `hero watch` at the rules above, besides one after "
+        "each story that ends.",
+        section=_HOUSEKEEPING,
+    )
 
 
 @dataclass(frozen=True)
@@ -1019,6 +1090,7 @@ class Config:
     each for the command to say once; never a secret."""
     safety: Safety = Safety()
     budgets: Budgets = Budgets()
+    housekeeping: Housekeeping = Housekeeping()
     context: ContextSettings = ContextSettings()
     engine: EngineSettings = EngineSettings()
     notify: NotifySettings = NotifySettings()
@@ -1085,6 +1157,7 @@ def roles_settings() -> tuple[Setting, ...]:
         *settings_of(Safety),
         *settings_of(Limits),
         *settings_of(Budgets),
+        *settings_of(Housekeeping),
         *settings_of(ContextSettings),
         *settings_of(EngineSettings),
         *settings_of(NotifySettings),
@@ -1307,6 +1380,7 @@ def _load(
         notices=tuple(dict.fromkeys(notices)),
         safety=_record(Safety, values, limits=_record(Limits, values)),
         budgets=_record(Budgets, values),
+        housekeeping=_record(Housekeeping, values),
         context=_record(ContextSettings, values),
         engine=engine,
         notify=notify,

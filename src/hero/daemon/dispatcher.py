@@ -30,6 +30,7 @@ from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watchi
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
 from hero.git.ops import TargetRepo
+from hero.housekeeping import Housekeeper, Rules
 from hero.llm import Model
 from hero.locks import DaemonLock as DaemonLock  # re-exported: `hero watch` and tests
 from hero.locks import DaemonRunning as DaemonRunning
@@ -118,6 +119,9 @@ class Dispatcher:
         self._engine: tuple[Any, Any, threading.Lock] | None = None
         # a story's end, told to notify_command / notify_webhook (hero.notify), off this thread
         self.notifier = notifier if notifier is not None else Notifier(config, log)
+        # one housekeeping at a time: after a story ends (in its thread) and on a timer
+        self._housekeeping = threading.Lock()
+        self._housekept_at = 0.0  # time.monotonic() of the last timed housekeeping
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -146,6 +150,11 @@ class Dispatcher:
                 if time.monotonic() - last_rescan >= RESCAN_S:
                     self.inbox.rescan()
                     last_rescan = time.monotonic()
+                if time.monotonic() - self._housekept_at >= self.config.housekeeping.interval_s:
+                    self._housekept_at = time.monotonic()
+                    threading.Thread(
+                        target=self._housekeep, args=(False,), name="housekeeping", daemon=True
+                    ).start()
                 timeout = RESCAN_S if next_due is None else max(0.0, min(next_due, RESCAN_S))
                 if hold_until is not None:
                     timeout = min(timeout, max(0.0, hold_until - now))
@@ -481,6 +490,8 @@ class Dispatcher:
             self.notifier.story_recorded(running.story.ref, error=reason)
         finally:
             self._remember_digest(running.story.ref)  # before its file is looked at again
+            # while the story still counts as running: an idle daemon has housekept
+            self._housekeep(True)
             with self._lock:
                 self._running.pop(story_id, None)
             self.inbox.forget(running.path)  # its file may have changed meanwhile
@@ -499,6 +510,25 @@ class Dispatcher:
                 r.run.force_interrupted()
                 kill_marked(r.story.ref.marker(self.home))
                 self.log.info("interrupted", story=r.story.ref.key, note="model call abandoned")
+
+    # -- housekeeping ------------------------------------------------------------------
+
+    def _housekeep(self, wait: bool) -> None:
+        """Apply the housekeeping settings (see hero.housekeeping); never raises. ``wait``:
+        after another housekeeping in progress, else skipped (the timer's)."""
+        if not self._housekeeping.acquire(blocking=wait):
+            return
+        try:
+            keeper = Housekeeper(self.config, self.repo, say=lambda msg: self.log.info(msg))
+            outcome = keeper.run(Rules.automatic(self.config.housekeeping))
+            if outcome.removed:
+                self.log.info(
+                    "housekeeping", removed=len(outcome.removed), freed_bytes=outcome.freed
+                )
+        except Exception as exc:  # noqa: BLE001 - housekeeping must not stop the daemon
+            self.log.error("housekeeping", error=f"{type(exc).__name__}: {_one_line(exc)}")
+        finally:
+            self._housekeeping.release()
 
     # -- plans -------------------------------------------------------------------------
 

@@ -61,6 +61,7 @@ from hero.errors import Interrupted
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, git, push_env
 from hero.git.storyrepo import StoryRepo
+from hero.housekeeping import Housekeeper, Rules
 from hero.redact import Redactor
 from hero.state import RunState, Status, load_state, save_state
 from hero.story import parse_story
@@ -96,6 +97,10 @@ class Fleet:
     lock: threading.Lock = field(default_factory=threading.Lock)
     repo_lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
+    # held while housekeeping runs, which only starts when no story runs here (``active``):
+    # it takes finished stories' locks, which a story sent again must find free
+    housekeeping: threading.Lock = field(default_factory=threading.Lock)
+    active: int = 0  # stories running on this worker now (under ``lock``)
 
     @property
     def repo_path(self) -> Path:
@@ -144,6 +149,9 @@ def run_story_task(fleet: Fleet, body: object, task_id: str = "") -> dict[str, s
     run = _Run(fleet, task, owner)
     keeper = threading.Thread(target=run.keep, name=f"lease-{key}", daemon=True)
     keeper.start()  # from the lease on: a slow clone or fetch must not let it lapse
+    with fleet.housekeeping:  # a housekeeping under way ends first
+        with fleet.lock:
+            fleet.active += 1
     try:
         return run.go()
     except Exception as exc:  # noqa: BLE001 - any failure ends the story once, recorded
@@ -155,6 +163,35 @@ def run_story_task(fleet: Fleet, body: object, task_id: str = "") -> dict[str, s
     finally:
         run.stop_keeping()
         store.release(key, owner)
+        with fleet.lock:
+            fleet.active -= 1
+        housekeep(fleet)
+
+
+def housekeep(fleet: Fleet) -> None:
+    """After the last story running here ends: the housekeeping settings applied to this
+    worker's home (see hero.housekeeping); never raises. A story's repository here holds
+    nothing to keep: its branch was pushed, and each run lays it out anew from the
+    remote."""
+    if not fleet.repo_path.is_dir() or not fleet.housekeeping.acquire(blocking=False):
+        return
+    try:
+        with fleet.lock:
+            if fleet.active:  # another story runs here: the last one to end housekeeps
+                return
+        config = replace(fleet.config, home=fleet.home, target_repo=fleet.repo_path)
+        keeper = Housekeeper(config, TargetRepo(fleet.repo_path), keep_work=False)
+        outcome = keeper.run(Rules.automatic(config.housekeeping))
+        if outcome.removed:
+            LOG.info(
+                "housekeeping: removed %d item(s), %d bytes freed",
+                len(outcome.removed),
+                outcome.freed,
+            )
+    except Exception as exc:  # noqa: BLE001 - housekeeping must not stop the worker
+        LOG.error("housekeeping failed: %s: %s", type(exc).__name__, exc)
+    finally:
+        fleet.housekeeping.release()
 
 
 def refuse_task(fleet: Fleet, body: object, task_id: str, reason: str) -> dict[str, str]:

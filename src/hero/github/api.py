@@ -191,6 +191,22 @@ class GitHub:
                 return pull
         return None
 
+    def merged_pull(self, head_branch: str) -> bool:
+        """Whether a pull request from ``head_branch`` of this repository has been merged
+        (closed with a ``merged_at``)."""
+        query: dict[str, str | int] = {
+            "state": "closed",
+            "head": f"{self._owner}:{head_branch}",
+            "per_page": PER_PAGE,
+        }
+        for pull in self._pages(f"{self._repo_path}/pulls", query):
+            head = pull.get("head")
+            if isinstance(head, dict) and head.get("ref") not in (None, head_branch):
+                continue
+            if pull.get("merged_at") or pull.get("merged") is True:
+                return True
+        return False
+
     def create_pull(self, *, title: str, body: str, head: str, base: str) -> dict[str, Any]:
         path = f"{self._repo_path}/pulls"
         payload = {"title": title, "body": body, "head": head, "base": base}

@@ -143,7 +143,20 @@ class Watcher:
             if written:
                 self.log.info("intake", written=[str(p.relative_to(self.home)) for p in written])
         self._report(gh)
+        if ok and self.config.housekeeping.after_pr_merged:
+            self._merged(gh)
         return ok
+
+    def _merged(self, gh: GitHub) -> None:
+        """Which passed stories' pull requests are merged, for housekeeping to act on."""
+        try:
+            from hero.github.merged import merged_sweep
+
+            merged_sweep(self.home, gh, self.log)
+        except Exception as exc:  # noqa: BLE001 - never stops the watcher; logged
+            self.log.warning(
+                "merged pulls not read", error=self.scrub(f"{type(exc).__name__}: {exc}")
+            )
 
     def _report(self, gh: GitHub) -> None:
         try:
