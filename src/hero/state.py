@@ -148,6 +148,11 @@ class RunState:
     plan: str = ""  # the plan the story belongs to; "" (and left out of the file) for none
     round_started_at: float = 0.0  # when the current round started; its time so far counts
     # towards max_story_wall_s and max_round_wall_s (see hero.budget)
+    # Why an ``interrupted`` story paused on its model's provider rather than on a stop:
+    # {provider, kind (transient | permanent), reason, error}; {} (and left out of the
+    # file) otherwise. The daemon's breakers (hero.breaker) read it, from a remote
+    # worker's published record too, and the next run clears it.
+    outage: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -155,6 +160,10 @@ class RunState:
         if not isinstance(self.rounds, list):
             raise TypeError(f"rounds: expected a list, found {type(self.rounds).__name__}")
         self.rounds = [r if isinstance(r, Round) else Round.from_dict(r) for r in self.rounds]
+        if not isinstance(self.outage, dict) or not all(
+            isinstance(v, str) for v in self.outage.values()
+        ):
+            raise TypeError("outage: expected an object of text values")
 
     def max_rounds(self, budget: int) -> int:
         """The round count at which this run stops: ``budget`` rounds after the offset."""
@@ -189,6 +198,8 @@ class RunState:
             del data["plan"]  # a loose story's record is as it always was
         if not self.round_started_at:
             del data["round_started_at"]  # as before budgets, until a round starts
+        if not self.outage:
+            del data["outage"]  # as before outages were told apart
         return data
 
     @classmethod
