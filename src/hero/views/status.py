@@ -354,7 +354,7 @@ def format_status(report: dict[str, Any]) -> str:
     else:
         lines = ["daemon: not running"]
     for breaker in report.get("breakers") or []:
-        lines.append(cut(breaker_line(breaker, time.time()), WIDTH))
+        lines.extend(cut(line, WIDTH) for line in breaker_lines(breaker, time.time()))
     lines.append("")
 
     stories = report.get("stories") or []
@@ -458,28 +458,26 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def breaker_line(breaker: dict[str, Any], now: float) -> str:
-    """One provider's breaker: ``model provider NAME: STATE ...``."""
+def breaker_lines(breaker: dict[str, Any], now: float) -> list[str]:
+    """One provider's breaker: ``model provider NAME: STATE ...``, then why it opened."""
     name, state = breaker.get("provider"), breaker.get("state")
-    reason = " ".join(str(breaker.get("reason") or "").split())
     head = f"model provider {name}: "
     if state == "closed":
-        return head + "ok"
+        return [head + "ok"]
     if state == "stopped":
-        return head + (
-            f"STOPPED, no story of it starts: {reason}; fix it, then restart `hero watch`"
-        )
-    if state == "half_open":
-        return head + f"one story ({breaker.get('probe')}) tries it again; down since: {reason}"
-    if state == "open":
+        head += "STOPPED, none of its stories starts; fix it, then restart `hero watch`"
+    elif state == "half_open":
+        head += f"one story ({breaker.get('probe')}) tries it again"
+    elif state == "open":
         at = breaker.get("retry_at")
-        when = (
-            f"next try in {format_duration(max(0.0, at - now))}"
-            if isinstance(at, int | float)
-            else "next try now"
-        )
-        return head + f"unavailable, its stories wait ({when}): {reason}"
-    return head + f"{state}: {reason}"
+        wait = max(0.0, at - now) if isinstance(at, int | float) else 0.0
+        head += f"unavailable, its stories wait; next try in {format_duration(wait)}"
+    else:
+        head += str(state)
+    why = " ".join(str(breaker.get("reason") or "").split())
+    if breaker.get("story"):
+        why += f" (story {breaker.get('story')})"
+    return [head, f"    why: {why}"] if why else [head]
 
 
 def budget_line(budgets: dict[str, Any]) -> str:
