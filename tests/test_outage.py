@@ -454,3 +454,40 @@ def test_kill_9_while_a_breaker_is_open_then_restart_recovers(
     assert not [line for line in again.output().splitlines() if '"status": "error"' in line]
     breaker = breaker_of(home)
     assert breaker is not None and breaker.state == CLOSED
+
+
+# --------------------------------------------------------------------------- the Celery engine
+
+
+def test_on_the_celery_engine_a_story_paused_on_its_worker_waits_for_the_breaker(
+    cluster: Any, scripted, write_story
+) -> None:
+    """The coordinator learns a remote story's outage from the record its worker published:
+    the story is not sent on to another worker (they share the provider) nor failed; it
+    waits for the breaker, and passes once the provider answers again."""
+    from engine_support import Policy as RemotePolicy
+
+    policy = RemotePolicy()
+    down = {"on": True}
+
+    def handler(body: dict[str, Any]) -> Any:
+        return HttpError(503, "overloaded") if down["on"] else policy(body)
+
+    model = scripted(handler)
+    home = cluster.home(model, outage_backoff_s=0.5, outage_backoff_max_s=1.0)
+    ids = drop_stories(home, write_story, 2)
+    cluster.start_worker(concurrency=2)
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    coordinator.wait_event("provider unavailable", timeout=ALL_DONE_S)
+    paused = coordinator.wait_event("paused")
+    assert (paused["provider"], paused["kind"]) == ("scripted", "transient")
+    down["on"] = False
+
+    assert coordinator.wait_exit(timeout=ALL_DONE_S) == 0, cluster.outputs()
+    for sid in ids:
+        state = coordinator.state(sid)
+        assert state is not None and state["status"] == "passed", (sid, state)
+        assert [r["round"] for r in state["rounds"]] == [1] and "outage" not in state
+    assert {e["status"] for e in coordinator.events("finished")} == {"passed"}
+    assert coordinator.events("provider back")
+    assert not coordinator.events("sent again")  # waited for the breaker, not resent

@@ -417,6 +417,9 @@ class RemoteRun:
             self.log.info("paused on its worker", provider=state.outage.get("provider", "")[:100])
             self._fetch_branch(state)
             self.store.forget(self.key)
+            # its next run is a new dispatch: the one that paused is not to be followed
+            # again (it would end at once, paused, without asking the model anything)
+            self.store.redis.delete(self.store.key("dispatch", self.key))
             return state
         if state.status not in TERMINAL:
             # stopped on its worker (a worker shutting down): send it on to another one
