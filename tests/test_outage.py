@@ -491,3 +491,26 @@ def test_on_the_celery_engine_a_story_paused_on_its_worker_waits_for_the_breaker
     assert {e["status"] for e in coordinator.events("finished")} == {"passed"}
     assert coordinator.events("provider back")
     assert not coordinator.events("sent again")  # waited for the breaker, not resent
+
+
+def test_only_the_probe_failing_reopens_a_half_open_breaker(tmp_path: Path) -> None:
+    clock = Clock()
+    b = breakers(tmp_path, clock, draw=lambda: 1)
+    b.trip("p", "transient", "HTTP 503", "a")
+    clock.now += 10
+    assert b.admit(["p"], "probe")
+    b.trip("p", "transient", "HTTP 503", "old")  # running since before it opened
+    assert b.snapshot()[0].state == HALF_OPEN
+    b.answered(["p"], "probe")
+    assert b.snapshot()[0].state == CLOSED
+
+
+def test_a_restart_drops_the_breakers_of_providers_no_role_uses(tmp_path: Path) -> None:
+    clock = Clock()
+    b = breakers(tmp_path, clock)
+    b.trip("gone", "transient", "HTTP 503", "a")
+    b.trip("kept", "transient", "HTTP 503", "a")
+    again = breakers(tmp_path, clock)
+    again.start(["kept"])
+    assert [x.provider for x in again.snapshot()] == ["kept"]
+    assert list(read_breakers(tmp_path / "runs" / "breakers.json")) == ["kept"]

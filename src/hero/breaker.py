@@ -132,16 +132,20 @@ class Breakers:
 
     # -- start-up ------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, providers: Iterable[str] | None = None) -> None:
         """Take up the breakers a previous daemon left (it may have been killed): an open
         one keeps its ``retry_at``; a half-open one tries again now (its probe died with
         that daemon); a stopped one is closed, the restart being how the user says it is
-        fixed. A file that cannot be read is said and started afresh."""
+        fixed. With ``providers``, the breakers of any other provider (one no role uses
+        any more) are dropped. A file that cannot be read is said and started afresh."""
         try:
             found = read_breakers(self.path)
         except ValueError as exc:
             self._say("breakers unreadable", path=str(self.path), reason=str(exc))
             found = {}
+        if providers is not None:
+            keep = set(providers)
+            found = {name: b for name, b in found.items() if name in keep}
         now = self._clock()
         with self._lock:
             self._breakers = found
@@ -228,8 +232,8 @@ class Breakers:
                 )
             elif b.state == STOPPED:
                 return
-            elif b.state == OPEN:
-                return  # another story that was running when it opened: same outage
+            elif b.state == OPEN or (b.state == HALF_OPEN and b.probe != story):
+                return  # a story that was running when it opened: the same outage
             else:
                 first = b.state == CLOSED
                 b.failures = b.failures + 1 if not first else 1

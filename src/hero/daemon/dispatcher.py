@@ -138,7 +138,7 @@ class Dispatcher:
     def serve(self, *, exit_when_idle: bool = False) -> None:
         """Run until ``stop()``; with ``exit_when_idle``, until the inbox holds nothing to run."""
         self._load_hero_digests()
-        self.breakers.start()
+        self.breakers.start(self.providers or None)
         stop_watching = start_watching(self.inbox)
         self.log.info(
             "watching", inbox=str(self.inbox.directory), max_parallel=self.config.max_parallel
@@ -395,6 +395,7 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - one story must not stop the daemon
                 with self._lock:
                     self._running.pop(entry.story.ref.key, None)
+                self.breakers.ended(self._providers(), entry.story.ref.key)  # if its probe
                 self._refuse_after_bug(entry.path, exc, "while starting it")
         return 0
 
@@ -490,7 +491,6 @@ class Dispatcher:
             else:
                 if _calls_of(state) > running.calls_before:
                     self.breakers.answered(self._providers(), story_id)
-                self.breakers.ended(self._providers(), story_id)
                 log.info(
                     "finished",
                     status=state.status,
@@ -500,7 +500,6 @@ class Dispatcher:
             if state.status == Status.PASSED:
                 self._finish_plan(running.story.plan)
         except (Interrupted, KeyboardInterrupt):
-            self.breakers.ended(self._providers(), story_id)
             log.info("interrupted")
         except StoryBusy as exc:
             log.warning("busy", reason=_one_line(exc))
@@ -517,6 +516,8 @@ class Dispatcher:
                 f"story '{story_id}' crashed: {type(exc).__name__}: {_one_line(exc)}{where}",
             )
         finally:
+            if not paused:  # a probe that ended otherwise, answered or not (busy, a bug)
+                self.breakers.ended(self._providers(), story_id)
             self._remember_digest(running.story.ref)  # before its file is looked at again
             with self._lock:
                 self._running.pop(story_id, None)
