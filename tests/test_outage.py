@@ -229,7 +229,15 @@ def test_breakers_persist_across_a_restart(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    [b"not json", b"[]", b'{"breakers": {"p": {"provider": "q"}}}', b'{"breakers": {"p": 1}}'],
+    [
+        b"not json",
+        b"[]",
+        b'{"breakers": {"p": {"provider": "q"}}}',
+        b'{"breakers": {"p": 1}}',
+        b'{"breakers": {"p": {"provider": "p", "state": "open", "retry_at": NaN}}}',
+        b'{"breakers": {"p": {"provider": "p", "state": "open", "failures": -1}}}',
+        b'{"breakers": {"p": {"provider": "p", "state": "ajar"}}}',
+    ],
 )
 def test_an_unreadable_breakers_file_is_said_and_started_afresh(
     tmp_path: Path, content: bytes
@@ -514,3 +522,44 @@ def test_a_restart_drops_the_breakers_of_providers_no_role_uses(tmp_path: Path) 
     again.start(["kept"])
     assert [x.provider for x in again.snapshot()] == ["kept"]
     assert list(read_breakers(tmp_path / "runs" / "breakers.json")) == ["kept"]
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (400, "This model's maximum context length is 8192 tokens"),
+        (400, "Input is too long for requested model."),
+        (400, "The response was filtered due to our content filter"),
+        (422, "Your request was rejected by our content management policy"),
+    ],
+)
+def test_a_refusal_of_one_storys_conversation_is_that_storys_error(
+    scripted: Callable[..., ScriptedModel], status: int, message: str
+) -> None:
+    """What the worker wrote (a huge tool result, text a filter refuses) must not stop
+    every story of the provider: only its own story ends in error."""
+    model = scripted([HttpError(status, message)])
+    with pytest.raises(LlmError) as info:
+        make_client(model.base_url).complete(MESSAGES)
+    assert not isinstance(info.value, ModelOutage) and message in str(info.value)
+
+
+def test_an_unsupported_parameter_refuses_every_request(
+    scripted: Callable[..., ScriptedModel],
+) -> None:
+    model = scripted(
+        [HttpError(400, "Unsupported parameter: 'max_tokens'; use 'max_completion_tokens'")]
+    )
+    with pytest.raises(ModelRefused):
+        make_client(model.base_url).complete(MESSAGES)
+
+
+def test_a_retry_at_far_ahead_holds_stories_back_no_longer_than_the_cap(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "runs" / "breakers.json"
+    path.parent.mkdir(parents=True)
+    far = {"provider": "p", "state": "open", "retry_at": clock.now + 1e9, "failures": 3}
+    path.write_text(json.dumps({"breakers": {"p": far}}))
+    b = breakers(tmp_path, clock)
+    b.start()
+    assert b.snapshot()[0].retry_at == clock.now + 40  # Backoff(10, 40)

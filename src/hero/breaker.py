@@ -28,6 +28,7 @@ Only the daemon, one per home, writes the file; anything else only reads it.
 from __future__ import annotations
 
 import json
+import math
 import random
 import threading
 import time
@@ -75,11 +76,16 @@ class Breaker:
             raise ValueError(f"breaker {breaker.provider!r}: a text field is not text")
         if breaker.state not in STATES:
             raise ValueError(f"breaker {breaker.provider!r}: unknown state {breaker.state!r}")
-        numbers = (breaker.opened_at, breaker.failures)
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
-            raise ValueError(f"breaker {breaker.provider!r}: opened_at or failures not a number")
-        if breaker.retry_at is not None and not isinstance(breaker.retry_at, int | float):
-            raise ValueError(f"breaker {breaker.provider!r}: retry_at not a number")
+        numbers = [breaker.opened_at, breaker.failures]
+        if breaker.retry_at is not None:
+            numbers.append(breaker.retry_at)
+        # JSON as Python reads it has NaN and Infinity: a wait that never ends, or never
+        # starts, is no breaker's
+        if not all(_finite(v) and v >= 0 for v in numbers):
+            raise ValueError(
+                f"breaker {breaker.provider!r}: opened_at, retry_at or failures is not a "
+                "finite number >= 0"
+            )
         return breaker
 
     def event(self) -> dict[str, Any]:
@@ -150,6 +156,10 @@ class Breakers:
         with self._lock:
             self._breakers = found
             for b in found.values():
+                # a clock that jumped back, or a hand edit, holds stories back no longer
+                # than the longest wait
+                if b.retry_at is not None:
+                    b.retry_at = min(b.retry_at, now + self.backoff.max_s)
                 if b.state == HALF_OPEN:
                     b.state, b.probe, b.retry_at = OPEN, "", now
                 elif b.state == STOPPED:
@@ -323,6 +333,10 @@ def read_breakers(path: Path) -> dict[str, Breaker]:
         return found
     except (ValueError, TypeError, RecursionError) as exc:
         raise ValueError(f"{path}: not a breakers file ({exc})") from exc
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _clock_time(at: float | None) -> str:

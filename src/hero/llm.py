@@ -36,6 +36,14 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 
 #: is not retried refuses every request alike (a key, a model name, the provider's
 #: settings) and is a ModelRefused, which stops the provider's queue (hero.breaker).
 STORY_STATUS = frozenset({413})
+#: A 400 or 422 that refuses what one story's conversation holds (too long for the window,
+#: refused by a content filter), not hero's requests as such: the story's own error. What
+#: the worker writes must not be able to stop every story of the provider.
+_STORY_REFUSAL = re.compile(
+    r"context[ _-]?length|context[ _-]?window|maximum context|too many tokens|too long|"
+    r"content[ _-]?(?:filter|policy|management)|safety system",
+    re.IGNORECASE,
+)
 
 
 class LlmError(HeroError):
@@ -208,7 +216,9 @@ class LlmClient:
         oa = self._openai
         if isinstance(exc, oa.APIStatusError):
             status = exc.status_code
-            if status in STORY_STATUS:
+            if status in STORY_STATUS or (
+                status in (400, 422) and _STORY_REFUSAL.search(_error_words(exc))
+            ):
                 raise LlmError(self._describe(exc, f"HTTP {status}")) from exc
             if status not in RETRYABLE_STATUS:
                 raise ModelRefused(
@@ -404,6 +414,16 @@ _SECRET_LIKE = re.compile(
     re.IGNORECASE,
 )
 _JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def _error_words(exc: Any) -> str:
+    """The code, type and message of an error answer's body, for telling a refusal of one
+    story's request from one of every request ("" when the body says nothing)."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        return " ".join(str(err.get(k) or "") for k in ("code", "type", "message"))[:2000]
+    return str(err or "")[:2000]
 
 
 def _kind(value: object) -> str:
