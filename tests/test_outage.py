@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -341,16 +342,20 @@ def events_between(daemon: Daemon, first: str, last: str) -> list[dict[str, Any]
 def test_watch_waits_out_an_outage_and_every_story_passes(
     scripted, make_home, write_story, procs: Procs
 ) -> None:
-    policy = Policy()
+    # the first two stories wait inside their first model call, so that none can end
+    # while the endpoint goes away (and no slot frees up for a story the breaker let by)
+    gates = {"s1": threading.Event(), "s2": threading.Event()}
+    policy = Policy(gates=gates)
     model = scripted(policy)
     port = model.port
     home = outage_home(make_home, model)
     ids = drop_stories(home, write_story, 6)
     daemon = procs.start(home)
 
-    # stories are under way (model calls answered), then the endpoint goes away
-    assert wait_for(lambda: len(model.requests) >= 3, ALL_DONE_S), daemon.output()
-    model.stop()
+    assert wait_for(lambda: len(model.requests) >= 2, ALL_DONE_S), daemon.output()
+    model.stop()  # their connections are cut, and new ones refused
+    for gate in gates.values():
+        gate.set()
     daemon.wait_event("provider unavailable", timeout=ALL_DONE_S)
     # ... and stays away over a failed probe, its wait doubled
     assert wait_for(lambda: (b := breaker_of(home)) and b.failures >= 2, ALL_DONE_S), (
@@ -365,6 +370,7 @@ def test_watch_waits_out_an_outage_and_every_story_passes(
         state = record(home, sid)
         assert state is not None
         assert len(state["rounds"]) == 1 and "outage" not in state  # resumed, not re-run
+    daemon.wait_event("finished", count=len(ids))  # logged just after the record is saved
     finished = daemon.events("finished")
     assert sorted(e["story"] for e in finished) == ids  # each ended once: passed
     assert {e["status"] for e in finished} == {"passed"}
@@ -428,6 +434,7 @@ def test_a_refused_key_stops_the_queue_once_and_spends_no_story(
     daemon.wait_exit()
     again = procs.start(home, name="watch-2")
     assert wait_for(lambda: all_passed(home, ids), ALL_DONE_S), again.output()
+    again.wait_event("finished", count=len(ids))
     assert {e["status"] for e in again.events("finished")} == {"passed"}
 
 
@@ -457,6 +464,7 @@ def test_kill_9_while_a_breaker_is_open_then_restart_recovers(
     assert held["provider"] == "scripted"  # the breaker outlived the daemon
     assert wait_for(lambda: all_passed(home, ids), ALL_DONE_S), again.output()
     assert back.requests
+    again.wait_event("finished", count=len(ids))
     assert {e["status"] for e in again.events("finished")} == {"passed"}
     assert again.events("provider back")
     assert not [line for line in again.output().splitlines() if '"status": "error"' in line]

@@ -135,6 +135,7 @@ class Breakers:
         self._draw = draw
         self._lock = threading.Lock()
         self._breakers: dict[str, Breaker] = {}
+        self._notes: list[tuple[str, dict[str, Any]]] = []  # said once the file has it
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -163,10 +164,10 @@ class Breakers:
                 if b.state == HALF_OPEN:
                     b.state, b.probe, b.retry_at = OPEN, "", now
                 elif b.state == STOPPED:
-                    self._say("provider restarted", provider=b.provider, was=b.reason)
+                    self._note("provider restarted", provider=b.provider, was=b.reason)
                     self._close(b)
                 if b.state == OPEN:
-                    self._say(
+                    self._note(
                         "provider still held back",
                         provider=b.provider,
                         reason=b.reason,
@@ -192,7 +193,7 @@ class Breakers:
                 return False
             for b in probing:
                 b.state, b.probe = HALF_OPEN, story
-                self._say("provider probed", provider=b.provider, story=story)
+                self._note("provider probed", provider=b.provider, story=story)
             if probing:
                 self._save()
             return True
@@ -232,7 +233,7 @@ class Breakers:
                 b.state, b.kind, b.reason, b.story = STOPPED, PERMANENT, reason, story
                 b.opened_at, b.retry_at, b.probe = now, None, ""
                 opened = b
-                self._say(
+                self._note(
                     "provider stopped",
                     provider=provider,
                     reason=reason,
@@ -251,7 +252,7 @@ class Breakers:
                 b.opened_at = now if first else b.opened_at
                 b.retry_at = now + self.backoff.delay(b.failures, self._draw)
                 opened = b if first else None
-                self._say(
+                self._note(
                     "provider unavailable" if first else "provider still unavailable",
                     provider=provider,
                     reason=reason,
@@ -273,7 +274,7 @@ class Breakers:
             for name in set(providers):
                 b = self._breakers.get(name)
                 if b is not None and b.state == HALF_OPEN and b.probe == story:
-                    self._say("provider back", provider=name, story=story, was=b.reason)
+                    self._note("provider back", provider=name, story=story, was=b.reason)
                     self._close(b)
                     changed = True
             if changed:
@@ -298,15 +299,24 @@ class Breakers:
         b.state, b.kind, b.reason, b.story, b.probe = CLOSED, "", "", "", ""
         b.retry_at, b.failures = None, 0
 
+    def _note(self, event: str, **said: Any) -> None:
+        """Under the lock: ``event`` is said by the next ``_save``, once the file holds
+        what it says (a daemon killed in between has logged nothing it did not keep)."""
+        self._notes.append((event, said))
+
     def _save(self) -> None:
-        """Under the lock: the file as the breakers are now. A disk that refuses it is
-        said, and the daemon goes on with the breakers it holds."""
+        """Under the lock: the file as the breakers are now, then what changed, said. A
+        disk that refuses the file is said, and the daemon goes on with the breakers it
+        holds."""
         data = {"breakers": {n: asdict(b) for n, b in sorted(self._breakers.items())}}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, json.dumps(data, indent=2).encode("utf-8"))
         except OSError as exc:
             self._say("breakers not saved", path=str(self.path), error=str(exc))
+        notes, self._notes = self._notes, []
+        for event, said in notes:
+            self._say(event, **said)
 
 
 def read_breakers(path: Path) -> dict[str, Breaker]:
