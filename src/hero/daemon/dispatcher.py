@@ -487,7 +487,8 @@ class Dispatcher:
         try:
             state = running.run.run()
             if state.status == Status.INTERRUPTED and state.outage:
-                paused = self._paused(running, state, log)
+                self._paused(running, state, log)
+                paused = True
             else:
                 if _calls_of(state) > running.calls_before:
                     self.breakers.answered(self._providers(), story_id)
@@ -528,7 +529,7 @@ class Dispatcher:
 
     # -- model outages -----------------------------------------------------------------
 
-    def _paused(self, running: _Running, state: RunState, log: Any) -> bool:
+    def _paused(self, running: _Running, state: RunState, log: Any) -> None:
         """A story that met its provider's outage: the breaker trips, the story goes back
         to the queue (its record stays ``interrupted``). The record may come from a remote
         worker: only a provider of this home's roles is tripped, its words cut short."""
@@ -544,7 +545,6 @@ class Dispatcher:
         log.info("paused", provider=named[:100], kind=kind, round=state.current_round)
         for provider in providers:
             self.breakers.trip(provider, kind, reason, running.story.ref.key)
-        return True
 
     def _providers(self) -> tuple[str, ...]:
         """The providers a story's models use: its roles'; every provider a breaker
