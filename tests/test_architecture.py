@@ -62,6 +62,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.story",
         "hero.state",
         "hero.usage",
+        "hero.breaker",
     ),  # 11 the records hero reads and writes
     (
         "hero.names",

@@ -522,16 +522,27 @@ def test_transient_model_error_is_retried(
         assert gap >= 0.9
 
 
-def test_non_retryable_model_error_fails_at_once(
-    scripted, make_home, write_story, target_repo: Path
+def test_non_retryable_model_error_pauses_at_once(
+    scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A request the endpoint refuses refuses every story alike: not this story's error.
+    It is left resumable, exit 2 (the user fixes the provider), naming provider and cause."""
     model = scripted([HttpError(400, "BAD-REQUEST-DETAIL")])
     home = make_home(model)
     story = write_story(home, "s1", verify=VERIFY_SUB)
-    assert run_hero(home, story) == 1
+    assert run_hero(home, story) == 2
+    assert "model provider 'scripted' refuses hero's requests (HTTP 400)" in (
+        capsys.readouterr().err
+    )
     state = load_state(home)
-    assert state["status"] == "error"
-    assert "HTTP 400" in state["error"] and "BAD-REQUEST-DETAIL" in state["error"]
+    assert state["status"] == "interrupted" and state["error"] == ""
+    outage = state["outage"]
+    assert (outage["provider"], outage["kind"], outage["reason"]) == (
+        "scripted",
+        "permanent",
+        "HTTP 400",
+    )
+    assert "BAD-REQUEST-DETAIL" in outage["error"]
     assert len(model.requests) == 1
     assert state["rounds"] == []
 
@@ -558,12 +569,13 @@ def test_retries_exhausted_then_resume(
     home = make_home(model)  # llm_max_attempts: 3
     story = write_story(home, "s1", verify=VERIFY_SUB)
 
-    assert run_hero(home, story, "--json") == 1
+    assert run_hero(home, story, "--json") == 75  # EX_TEMPFAIL: try again later
     out = json.loads(capsys.readouterr().out)
-    assert out["status"] == "error" and "gave up after 3 attempts" in out["error"]
+    assert out["status"] == "interrupted" and out["error"] is None
+    assert "gave up after 3 attempts" in out["outage"]["error"]
     state = load_state(home)
-    assert state["status"] == "error"
-    assert "model error" in state["error"] and "HTTP 503" in state["error"]
+    assert state["status"] == "interrupted"  # paused on the provider, not in error
+    assert state["outage"]["kind"] == "transient" and state["outage"]["reason"] == "HTTP 503"
     assert [r["round"] for r in state["rounds"]] == [1]
     assert failing["served"] == 3
     calls_before = state["usage"]["llm_calls"]
@@ -576,6 +588,7 @@ def test_retries_exhausted_then_resume(
     assert run_hero(home, story) == 0
     state = load_state(home)
     assert state["status"] == "passed" and state["error"] == ""
+    assert "outage" not in state  # the pause is over
     assert [r["round"] for r in state["rounds"]] == [1, 2]
     assert state["runs"] == 2
     assert state["usage"]["llm_calls"] == calls_before + 3  # usage carried over

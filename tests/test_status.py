@@ -183,7 +183,7 @@ def test_json_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
     report = status_json(tmp_path, capsys)
 
-    assert set(report) == {"daemon", "stories", "queue", "rejected"}
+    assert set(report) == {"daemon", "breakers", "stories", "queue", "rejected"}
     assert report["daemon"] == {"running": False, "pid": None}
     (row,) = report["stories"]
     for key in (
@@ -218,6 +218,7 @@ def test_home_without_runs_or_inbox_is_empty(
     report = status_json(tmp_path, capsys)
     assert report == {
         "daemon": {"running": False, "pid": None},
+        "breakers": [],
         "stories": [],
         "queue": [],
         "rejected": [],

@@ -741,6 +741,22 @@ class LlmSettings:
         "on a longer ask hero waits this long, then tries again.",
         section=_REQUESTS,
     )
+    outage_backoff_s: float = knob(
+        "outage_backoff_s",
+        30.0,
+        "How long `hero watch` holds a provider's stories back after an outage (its attempts "
+        "ran out on refused connections, timeouts, 5xx or 429), in seconds, before one story "
+        "tries it again; it doubles after each try that fails, with jitter.",
+        note="See docs/reliability.md (model outages).",
+        section=_REQUESTS,
+    )
+    outage_backoff_max_s: float = knob(
+        "outage_backoff_max_s",
+        900.0,
+        "Longest wait between two tries of a provider that is down, in seconds, at least "
+        "outage_backoff_s.",
+        section=_REQUESTS,
+    )
 
 
 @dataclass(frozen=True)
@@ -1352,6 +1368,13 @@ def _load(
             "llm_backoff_max_s",
             f"expected a value >= llm_backoff_base_s ({llm.backoff_base_s:g}); "
             f"found {llm.backoff_max_s:g}",
+        )
+    if llm.outage_backoff_max_s < llm.outage_backoff_s:
+        raise ConfigError(
+            ROLES_FILE,
+            "outage_backoff_max_s",
+            f"expected a value >= outage_backoff_s ({llm.outage_backoff_s:g}); "
+            f"found {llm.outage_backoff_max_s:g}",
         )
 
     role_blocks = {name: _role_block(data, name) for name in ROLE_NAMES}

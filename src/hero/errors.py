@@ -16,6 +16,9 @@ The classes, by exit code (the contract for scripts is in :data:`EXIT_OK` and it
 - 1, :class:`HeroError` itself: everything else that stopped a command (the model could not
   be reached, the planner's answer stayed invalid, ...).
 - 130: :class:`Interrupted`, which is no HeroError: see its docstring.
+
+`hero run` also exits 75 (:data:`EXIT_UNAVAILABLE`, sysexits' EX_TEMPFAIL) when the
+story paused because its model's provider was unavailable: run it again later to resume.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import ClassVar
 
 #: Exit codes of every command: a contract for scripts.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: `hero run`: the story paused on a model outage that heals by itself; try again later.
+EXIT_UNAVAILABLE = 75
 
 
 class HeroError(Exception):

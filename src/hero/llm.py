@@ -31,10 +31,52 @@ if TYPE_CHECKING:
 #: longer ask is likely a quota reset that retrying soon will not fix, and the attempts run
 #: out anyway).
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+#: HTTP statuses that refuse one story's request, not the provider: the story ends in
+#: ``error`` (its request is too large), the other stories still run. Any other status that
+#: is not retried refuses every request alike (a key, a model name, the provider's
+#: settings) and is a ModelRefused, which stops the provider's queue (hero.breaker).
+STORY_STATUS = frozenset({413})
+#: A 400 or 422 that refuses what one story's conversation holds (too long for the window,
+#: refused by a content filter), not hero's requests as such: the story's own error. What
+#: the worker writes must not be able to stop every story of the provider.
+_STORY_REFUSAL = re.compile(
+    r"context[ _-]?length|context[ _-]?window|maximum context|too many tokens|too long|"
+    r"content[ _-]?(?:filter|policy|management)|safety system",
+    re.IGNORECASE,
+)
 
 
 class LlmError(HeroError):
     """The model could not be reached or answered unusably; retries (if any) ran out."""
+
+
+class ModelOutage(LlmError):
+    """The endpoint of a provider failed every story alike, not this story's request:
+    the story pauses (it is not in error) and the provider's breaker (hero.breaker) decides
+    when stories are sent to it again. ``provider`` is the role's provider name, ``reason``
+    the cause in a few words (``HTTP 503``, ``connection failed (...)``)."""
+
+    kind = ""  # "transient" or "permanent", as the breaker and the run record say it
+
+    def __init__(self, message: str, *, provider: str, reason: str) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.reason = reason
+
+
+class ModelUnavailable(ModelOutage):
+    """Retries ran out on a cause that heals by itself: the endpoint refused or dropped
+    the connection, timed out, answered 5xx, 429, 408 or with a body that was no answer."""
+
+    kind = "transient"
+
+
+class ModelRefused(ModelOutage):
+    """The endpoint refused the request in a way that retrying never fixes (401, 403, an
+    unknown model's 404, a 400 or 422): the user has to change the key, the model or the
+    provider's settings."""
+
+    kind = "permanent"
 
 
 @dataclass(frozen=True)
@@ -157,8 +199,10 @@ class LlmClient:
                 raise Interrupted("stopped during a model request") from error
             delay, reason = self._classify(error)
             if attempt >= self.settings.max_attempts:
-                raise LlmError(
-                    f"{self._where()}: {reason}; gave up after {attempt} attempts"
+                raise ModelUnavailable(
+                    f"{self._where()}: {reason}; gave up after {attempt} attempts",
+                    provider=self.role.provider.name,
+                    reason=reason,
                 ) from error
             wait = self._backoff(attempt) if delay is None else delay
             with self.usage.lock:
@@ -172,8 +216,16 @@ class LlmClient:
         oa = self._openai
         if isinstance(exc, oa.APIStatusError):
             status = exc.status_code
-            if status not in RETRYABLE_STATUS:
+            if status in STORY_STATUS or (
+                status in (400, 422) and _STORY_REFUSAL.search(_error_words(exc))
+            ):
                 raise LlmError(self._describe(exc, f"HTTP {status}")) from exc
+            if status not in RETRYABLE_STATUS:
+                raise ModelRefused(
+                    self._describe(exc, f"HTTP {status}"),
+                    provider=self.role.provider.name,
+                    reason=f"HTTP {status}",
+                ) from exc
             return self._retry_after(exc), f"HTTP {status}"
         if isinstance(exc, oa.APITimeoutError):
             return None, f"timed out after {self.settings.timeout_s:g} s"
@@ -365,6 +417,16 @@ _SECRET_LIKE = re.compile(
     re.IGNORECASE,
 )
 _JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def _error_words(exc: Any) -> str:
+    """The code, type and message of an error answer's body, for telling a refusal of one
+    story's request from one of every request ("" when the body says nothing)."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(err, dict):
+        return " ".join(str(err.get(k) or "") for k in ("code", "type", "message"))[:2000]
+    return str(err or "")[:2000]
 
 
 def _kind(value: object) -> str:

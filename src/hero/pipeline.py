@@ -30,7 +30,7 @@ from hero.errors import Interrupted
 from hero.git.guard import Guard
 from hero.git.ops import GitError, TargetRepo
 from hero.git.phases import PhaseEnd
-from hero.llm import LlmError, Model
+from hero.llm import LlmError, Model, ModelOutage
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
 from hero.names import StoryRef
@@ -78,7 +78,8 @@ def run_story(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> RunState:
-    """Run one story to passed, gave_up, budget_exceeded or error; raises
+    """Run one story to passed, gave_up, budget_exceeded or error, or to ``interrupted``
+    with ``outage`` set when its model's provider failed (hero.llm.ModelOutage); raises
     Interrupted/KeyboardInterrupt when stopped (after saving state ``interrupted``),
     StoryError for an invalid story."""
     story = parse_story(story_path)
@@ -183,6 +184,8 @@ class StoryRun:
                 self._leave_feedback(record)
             self._finish(Status.GAVE_UP)
             self.say(f"{self.key}: gave up after {len(state.rounds)} round(s)")
+        except ModelOutage as exc:
+            self._pause(exc)
         except (LlmError, GitError, PromptError, SandboxUnavailable) as exc:
             self._fail(_failure(exc))
         except BudgetExceeded as exc:
@@ -207,6 +210,7 @@ class StoryRun:
         """The run record to go on with (see hero.run_start), saved; a story that passed
         is left as it is, its file moved to done/ if a crash kept it in the inbox."""
         state = self._take(self.start.state())
+        state.outage = {}  # a pause on an outage is over once the story runs again
         if state.status == Status.PASSED:
             finish_done_move(state, self.story.path)
         else:
@@ -451,6 +455,26 @@ class StoryRun:
         self._finish(Status.ERROR)
         self.state.error = message
         self.say(f"{self.key}: error: {message}")
+
+    def _pause(self, exc: ModelOutage) -> None:
+        """The model's provider is down or refuses every request (not this story's
+        fault): the story is left ``interrupted``, as after a stop, its rounds, trace and
+        spend kept, and its record says which provider and why; the next run resumes it
+        mid-round. The daemon holds the provider's stories back meanwhile (hero.breaker)."""
+        state = self.state
+        state.status = Status.INTERRUPTED
+        state.phase = ""
+        state.outage = {
+            "provider": exc.provider,
+            "kind": exc.kind,
+            "reason": exc.reason,
+            "error": str(exc),
+        }
+        what = "refuses hero's requests" if exc.kind == "permanent" else "is unavailable"
+        self.say(
+            f"{self.key}: paused in round {state.current_round}: model provider "
+            f"'{exc.provider}' {what}: {exc}"
+        )
 
     def _save(self) -> None:
         """Write the run record, its usage the story's so far (see hero.budget.Meter)."""

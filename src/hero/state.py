@@ -160,6 +160,11 @@ class RunState:
     # a kill (up to the record's last save), or set aside by a fresh start. It counts
     # towards max_story_wall_s like the rounds' own durations (see hero.budget.story_spend)
     cut_short_s: float = 0.0
+    # Why an ``interrupted`` story paused on its model's provider rather than on a stop:
+    # {provider, kind (transient | permanent), reason, error}; {} (and left out of the
+    # file) otherwise. The daemon's breakers (hero.breaker) read it, from a remote
+    # worker's published record too, and the next run clears it.
+    outage: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -167,6 +172,10 @@ class RunState:
         if not isinstance(self.rounds, list):
             raise TypeError(f"rounds: expected a list, found {type(self.rounds).__name__}")
         self.rounds = [r if isinstance(r, Round) else Round.from_dict(r) for r in self.rounds]
+        if not isinstance(self.outage, dict) or not all(
+            isinstance(v, str) for v in self.outage.values()
+        ):
+            raise TypeError("outage: expected an object of text values")
 
     def max_rounds(self, budget: int) -> int:
         """The round count at which this run stops: ``budget`` rounds after the offset."""
@@ -226,6 +235,8 @@ class RunState:
             del data["round_started_at"]  # as before budgets, until a round starts
         if not self.cut_short_s:
             del data["cut_short_s"]  # as before, until a round is cut short
+        if not self.outage:
+            del data["outage"]  # as before outages were told apart
         return data
 
     @classmethod

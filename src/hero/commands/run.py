@@ -3,7 +3,11 @@
 Exit 0 passed; 1 did not pass (gave_up, budget_exceeded, cancelled or error, including a story that
 could not start); 2 a usage or configuration error, an invalid story, a story refused
 (its id already passed from another file, it belongs to a plan, its dependencies have not
-passed), another process running it; 130 interrupted (run the same command to resume).
+passed), another process running it, or the model's provider refused every request (a bad
+key, an unknown model: fix it, then run the same command to resume); 75 the model's
+provider was unavailable (refused connections, timeouts, 5xx, 429 until the attempts ran
+out: run the same command later to resume); 130 interrupted (run the same command to
+resume). A story paused on its provider keeps its rounds and spend, status ``interrupted``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hero.commands import Subparsers, home, home_option, say, say_notices
-from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from hero.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from hero.config import Config
@@ -59,8 +70,25 @@ def run(args: argparse.Namespace) -> int:
     duration = time.monotonic() - started
     result = summarize(state, config.home, duration)
     print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
+    if state.status == Status.INTERRUPTED and state.outage:
+        # paused, not ended: no alert (the daemon's breaker alerts on an outage)
+        say(_outage_line(state.outage, story_path))
+        return EXIT_USAGE if state.outage.get("kind") == "permanent" else EXIT_UNAVAILABLE
     _notify(config, state, duration)
     return EXIT_OK if state.status == Status.PASSED else EXIT_FAILED
+
+
+def _outage_line(outage: dict[str, str], story_path: Path) -> str:
+    """What `hero run` says of a story paused on its model's provider."""
+    provider = outage.get("provider", "")
+    if outage.get("kind") == "permanent":
+        what = (
+            f"model provider '{provider}' refuses hero's requests ({outage.get('reason')}); "
+            f"fix the key, the model or config/providers/{provider}.yaml"
+        )
+    else:
+        what = f"model provider '{provider}' is unavailable ({outage.get('reason')}); wait"
+    return f"paused, not failed: {what}, then run `hero run {story_path}` again to resume"
 
 
 def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
@@ -76,6 +104,7 @@ def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
         "usage": state.usage,
         "duration": round(duration_s, 3),  # seconds
         "error": state.error or None,
+        "outage": state.outage or None,
         "state": str(state.ref.state_path(home)),
         "story": state.story_path,
     }
@@ -104,6 +133,8 @@ def _summary_line(result: dict[str, Any]) -> str:
     )
     if result["error"]:
         line += f"\nerror: {result['error']}"
+    elif result.get("outage"):
+        line += f"\npaused: {result['outage'].get('error', '')}"
     return line
 
 

@@ -13,6 +13,12 @@ read, it is no story, it cannot start, its run raises) ends with that file refus
 story in ``error``, logged in one line; it is not tried again until its file changes or
 ``hero retry``. Only an unexpected exception (a bug) also writes a traceback, once, to
 ``runs/<id>/error.log`` (or ``runs/rejected/<file>.error.log`` when there is no id).
+
+A model provider that fails every story alike is no story's failure: a story that met the
+outage comes back ``interrupted`` with its record's ``outage`` set (on the Celery engine,
+in the record its worker published), goes back to the queue, and the provider's breaker
+(:mod:`hero.breaker`) holds the stories that use it until one story, its probe, gets an
+answer again. A provider that refuses every request (a bad key) is stopped, said once.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from hero.breaker import PERMANENT, TRANSIENT, Backoff, Breakers, breakers_path
 from hero.config import Config
 from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watching
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
@@ -45,6 +52,9 @@ from hero.roles.verifier import MODEL_VERIFY_HINT, policy_problems
 from hero.runner import kill_marked
 from hero.state import RunState, StateError, Status, file_digest, load_state, state_dir
 from hero.story import MAX_STORY_BYTES, Story, StoryError, parse_story
+
+if TYPE_CHECKING:
+    from hero.engine.remote import RemoteRun
 
 #: Seconds a clean stop waits for running stories before recording them as interrupted.
 STOP_GRACE_S = 6.0
@@ -76,6 +86,7 @@ class _Running:
     cancel: threading.Event
     thread: threading.Thread
     started: float = field(default_factory=time.monotonic)
+    calls_before: int = 0  # the story's answered model calls when it started (its record)
 
 
 class Dispatcher:
@@ -122,12 +133,23 @@ class Dispatcher:
         # one housekeeping at a time: after a story ends (in its thread) and on a timer
         self._housekeeping = threading.Lock()
         self._housekept_at = 0.0  # time.monotonic() of the last timed housekeeping
+        # the providers every story's models use (the worker's and the reviewer's)
+        self.providers = tuple(
+            sorted({r.provider.name for n, r in config.roles.items() if n in _STORY_ROLES})
+        )
+        self.breakers = Breakers(
+            breakers_path(self.home),
+            Backoff(config.llm.outage_backoff_s, config.llm.outage_backoff_max_s),
+            say=self._breaker_said,
+            on_open=self.notifier.breaker_opened,  # an alert (hero.notify) when one opens
+        )
 
     # -- the loop ----------------------------------------------------------------------
 
     def serve(self, *, exit_when_idle: bool = False) -> None:
         """Run until ``stop()``; with ``exit_when_idle``, until the inbox holds nothing to run."""
         self._load_hero_digests()
+        self.breakers.start(self.providers or None)
         stop_watching = start_watching(self.inbox)
         self.log.info(
             "watching", inbox=str(self.inbox.directory), max_parallel=self.config.max_parallel
@@ -158,6 +180,9 @@ class Dispatcher:
                 timeout = RESCAN_S if next_due is None else max(0.0, min(next_due, RESCAN_S))
                 if hold_until is not None:
                     timeout = min(timeout, max(0.0, hold_until - now))
+                due = self.breakers.next_due()
+                if due is not None:  # an open breaker lets a story try then
+                    timeout = min(timeout, due + 0.05)
                 self.inbox.wake.wait(timeout)
                 self.inbox.wake.clear()
         finally:
@@ -373,18 +398,24 @@ class Dispatcher:
                 entries = sorted(self._ready.values(), key=lambda e: e.key)
             rule = self._rule(entries)
             ready = [e for e in entries if self._gate(e, rule)]
+            # a stopped provider's stories wait for a restart: nothing to stay up for
+            waiting = len(ready) if not self.breakers.stopped(self._providers()) else 0
             if room <= 0 or not ready:
-                return len(ready)
+                return waiting
             entry = ready[0]
             with self._lock:
                 if self._ready.get(entry.path) is not entry:
                     continue  # changed meanwhile: look again
+                # its providers' breakers: closed, or open and due (it is then their probe)
+                if not self.breakers.admit(self._providers(), entry.story.ref.key):
+                    return waiting
                 del self._ready[entry.path]
             try:
                 self._launch_one(entry)
             except Exception as exc:  # noqa: BLE001 - one story must not stop the daemon
                 with self._lock:
                     self._running.pop(entry.story.ref.key, None)
+                self.breakers.ended(self._providers(), entry.story.ref.key)  # if its probe
                 self._refuse_after_bug(entry.path, exc, "while starting it")
         return 0
 
@@ -420,19 +451,24 @@ class Dispatcher:
         story, path = entry.story, entry.path
         with self._lock:
             if not path.exists():
+                self.breakers.ended(self._providers(), story.ref.key)  # a probe that never ran
                 return
             cancel = threading.Event()
             log = self.log.bind(story=story.ref.key)
+            key = story.ref.key
+            calls_before = _calls(self.home, story.ref)
             run: _Run
             if self.config.engine.remote:
-                run = self._remote_run(story, path, log, cancel)
+                remote = self._remote_run(story, path, log, cancel)
+                remote.on_record = lambda state, k=key: self._progressed(k, state)
+                run = remote
             else:
                 worker, reviewer = self.make_models(cancel)
 
                 def progress(msg: str, log: Any = log) -> None:
                     log.info(msg)
 
-                run = StoryRun(
+                story_run = StoryRun(
                     story,
                     self.config,
                     worker,
@@ -441,15 +477,18 @@ class Dispatcher:
                     progress=progress,
                     cancel=cancel,
                 )
-            key = story.ref.key
+                story_run.on_save = lambda k=key: self._progressed(k, story_run.state)
+                run = story_run
             thread = threading.Thread(
                 target=self._run_one, args=(key,), name=f"story-{key}", daemon=True
             )
-            self._running[key] = _Running(story, path, run, cancel, thread)
+            self._running[key] = _Running(
+                story, path, run, cancel, thread, calls_before=calls_before
+            )
         log.info("started", file=path.name)
         thread.start()
 
-    def _remote_run(self, story: Story, path: Path, log: Any, cancel: threading.Event) -> _Run:
+    def _remote_run(self, story: Story, path: Path, log: Any, cancel: threading.Event) -> RemoteRun:
         """The story sent to a ``hero worker`` (engine: celery) and watched from here."""
         from hero.engine.remote import RemoteRun
 
@@ -466,12 +505,22 @@ class Dispatcher:
     def _run_one(self, story_id: str) -> None:
         running = self._running[story_id]
         log = self.log.bind(story=story_id)
+        paused = False
         try:
             state = running.run.run()
-            log.info(
-                "finished", status=state.status, rounds=len(state.rounds), error=state.error or None
-            )
-            self.notifier.story_ended(state, duration_s=time.monotonic() - running.started)
+            if state.status == Status.INTERRUPTED and state.outage:
+                self._paused(running, state, log)
+                paused = True
+            else:
+                if _calls_of(state) > running.calls_before:
+                    self.breakers.answered(self._providers(), story_id)
+                log.info(
+                    "finished",
+                    status=state.status,
+                    rounds=len(state.rounds),
+                    error=state.error or None,
+                )
+                self.notifier.story_ended(state, duration_s=time.monotonic() - running.started)
             if state.status == Status.PASSED:
                 self._finish_plan(running.story.plan)
         except (Interrupted, KeyboardInterrupt):
@@ -489,13 +538,61 @@ class Dispatcher:
             self._refuse(running.path, signature(running.path), reason)
             self.notifier.story_recorded(running.story.ref, error=reason)
         finally:
+            if not paused:  # a probe that ended otherwise, answered or not (busy, a bug)
+                self.breakers.ended(self._providers(), story_id)
             self._remember_digest(running.story.ref)  # before its file is looked at again
             # while the story still counts as running: an idle daemon has housekept
             self._housekeep(True)
             with self._lock:
                 self._running.pop(story_id, None)
             self.inbox.forget(running.path)  # its file may have changed meanwhile
+            if paused and not self._stopping.is_set():
+                self._consider_safely(running.path)  # back in the queue now, not at a rescan
             self.inbox.wake.set()
+
+    # -- model outages -----------------------------------------------------------------
+
+    def _paused(self, running: _Running, state: RunState, log: Any) -> None:
+        """A story that met its provider's outage: the breaker trips, the story goes back
+        to the queue (its record stays ``interrupted``). The record may come from a remote
+        worker: only a provider of this home's roles is tripped, its words cut short."""
+        outage = state.outage
+        named = outage.get("provider", "")
+        if named in self.providers or (not self.providers and named):
+            providers = [named[:_REASON_CHARS]]
+        else:  # a name no role of this home has: what this home's stories use
+            providers = list(self.providers)
+        kind = PERMANENT if outage.get("kind") == PERMANENT else TRANSIENT
+        reason = " ".join(str(outage.get("error") or outage.get("reason") or "").split())
+        reason = self._redactor.redact(reason[:_REASON_CHARS])
+        log.info("paused", provider=named[:100], kind=kind, round=state.current_round)
+        for provider in providers:
+            self.breakers.trip(provider, kind, reason, running.story.ref.key)
+
+    def _providers(self) -> tuple[str, ...]:
+        """The providers a story's models use: its roles'; every provider a breaker
+        knows when no role is loaded (models made by a test's factory)."""
+        return self.providers or tuple(b.provider for b in self.breakers.snapshot())
+
+    def _progressed(self, story_id: str, state: RunState) -> None:
+        """The record of a running story was saved: once it has more answered model calls
+        than it started with, its providers answer (a probe closes their breakers)."""
+        with self._lock:
+            running = self._running.get(story_id)
+        if running is not None and _calls_of(state) > running.calls_before:
+            self.breakers.answered(self._providers(), story_id)
+
+    def _breaker_said(self, event: str, **fields: Any) -> None:
+        if event in ("provider stopped", "breakers unreadable", "breakers not saved"):
+            self.log.error(event, **fields)
+        elif event in (
+            "provider unavailable",
+            "provider still unavailable",
+            "breaker alert failed",
+        ):
+            self.log.warning(event, **fields)
+        else:
+            self.log.info(event, **fields)
 
     def _stop_running(self) -> None:
         with self._lock:
@@ -551,6 +648,28 @@ class Dispatcher:
                 self.log.error("plan", plan=plan, error=outcome.error)
             else:
                 self.log.info("plan passed", plan=plan, branch=outcome.branch, note=outcome.note)
+
+
+#: The roles whose models a story calls.
+_STORY_ROLES = ("worker", "reviewer")
+#: An outage's reason as a breaker keeps it (it may come from a remote worker's record).
+_REASON_CHARS = 500
+
+
+def _calls_of(state: RunState) -> int:
+    """The answered model calls a record counts (0 when it says nothing usable)."""
+    usage = state.usage if isinstance(state.usage, dict) else {}
+    calls = usage.get("llm_calls", 0)
+    return calls if isinstance(calls, int) and not isinstance(calls, bool) else 0
+
+
+def _calls(home: Path, ref: StoryRef) -> int:
+    """The answered model calls of the story's record now; 0 without a readable one."""
+    try:
+        state = load_state(home, ref)
+    except StateError:
+        return 0
+    return _calls_of(state) if state is not None else 0
 
 
 def _one_line(exc: BaseException) -> str:

@@ -29,6 +29,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,8 @@ class RemoteRun:
         #: thread-safe (its producer pool and channels), and stories lost together (a
         #: dead worker's) are sent again in the same instant
         self.send_lock = send_lock or threading.Lock()
+        #: called with each record mirrored here (the dispatcher sees a probe answered)
+        self.on_record: Callable[[RunState], None] | None = None
 
     # -- the StoryRun interface ------------------------------------------------------------
 
@@ -464,6 +467,8 @@ class RemoteRun:
             self.path = Path(state.story_path)
         else:
             save_state(self.home, state)
+        if self.on_record is not None:
+            self.on_record(state)
 
     def _ended(self, done: dict[str, str]) -> RunState | None:
         """The story's record once a dispatch of it is over; None when it only stopped on
@@ -479,6 +484,16 @@ class RemoteRun:
         # the ending is here now: its worker, which kept it published (a broker restart
         # would have lost it, and the story seemed lost), may let go
         self.store.mark_mirrored(self.key, done["dispatch"])
+        if state.status == Status.INTERRUPTED and state.outage:
+            # paused on its model's provider: the dispatcher holds it until the provider
+            # is back (hero.breaker), then sends it again; no other worker would do better
+            self.log.info("paused on its worker", provider=state.outage.get("provider", "")[:100])
+            self._fetch_branch(state)
+            self.store.forget(self.key)
+            # its next run is a new dispatch: the one that paused is not to be followed
+            # again (it would end at once, paused, without asking the model anything)
+            self.store.redis.delete(self.store.key("dispatch", self.key))
+            return state
         if state.status not in TERMINAL:
             # stopped on its worker (a worker shutting down): send it on to another one
             self.log.info("stopped on its worker", status=state.status.value)

@@ -25,6 +25,10 @@ configuration cannot be read (status still shows everything else). The table sho
 budget after the spend (``12.3k/50k``, ``$0.1200/$1.00``, a WALL column ``3m12s/1h00m``)
 and the budgets above the table.
 
+Model providers: ``breakers`` lists each provider's circuit breaker from
+``runs/breakers.json`` (:mod:`hero.breaker`): its state, why it opened, when it lets a story
+try next; a story paused on its provider has the row's ``outage`` (provider, kind, reason).
+
 Cached input: each row has ``tokens_cached``, the part of ``tokens_in`` the provider read
 from its prompt cache (0 when it reports none); the TOKENS cell then ends with
 ``(8.1k cached)``.
@@ -64,7 +68,25 @@ def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
     stories = _story_rows(home, now, _budgets(home))
     queue, rejected = _inbox(home, now)
-    return {"daemon": daemon_status(home), "stories": stories, "queue": queue, "rejected": rejected}
+    return {
+        "daemon": daemon_status(home),
+        "breakers": breaker_rows(home),
+        "stories": stories,
+        "queue": queue,
+        "rejected": rejected,
+    }
+
+
+def breaker_rows(home: Path) -> list[dict[str, Any]]:
+    """The breakers of ``runs/breakers.json`` as rows, by provider; one row with state
+    ``unreadable`` and the reason when the file cannot be read."""
+    from hero.breaker import breakers_path, read_breakers
+
+    try:
+        found = read_breakers(breakers_path(home))
+    except ValueError as exc:
+        return [{"provider": "?", "state": UNREADABLE, "reason": str(exc), "retry_at": None}]
+    return [dataclasses.asdict(b) for _name, b in sorted(found.items())]
 
 
 def queued_keys(home: Path) -> set[str]:
@@ -190,6 +212,7 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         "wall_s": round(story_spend(state, now=now if live else None).wall_s, 3),
         "branch": str(state.branch),
         "error": str(state.error or ""),
+        "outage": dict(state.outage) if isinstance(state.outage, dict) else {},
         "started_at": started or None,
         "finished_at": finished,
         "updated_at": updated or None,
@@ -337,6 +360,8 @@ def format_status(report: dict[str, Any]) -> str:
         lines = [f"daemon: running (pid {pid})" if pid else "daemon: running (pid unknown)"]
     else:
         lines = ["daemon: not running"]
+    for breaker in report.get("breakers") or []:
+        lines.extend(cut(line, WIDTH) for line in breaker_lines(breaker, time.time()))
     lines.append("")
 
     stories = report.get("stories") or []
@@ -433,7 +458,33 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
         out.append(line)
         if row["error"]:  # a skipped story's says which ancestor failed
             out.append(cut("    error: " + " ".join(row["error"].split()), WIDTH))
+        elif row.get("outage") and row["status"] == Status.INTERRUPTED:
+            outage = row["outage"]
+            said = f"{outage.get('provider')} {outage.get('kind')}: {outage.get('reason')}"
+            out.append(cut("    paused on model provider " + " ".join(said.split()), WIDTH))
     return out
+
+
+def breaker_lines(breaker: dict[str, Any], now: float) -> list[str]:
+    """One provider's breaker: ``model provider NAME: STATE ...``, then why it opened."""
+    name, state = breaker.get("provider"), breaker.get("state")
+    head = f"model provider {name}: "
+    if state == "closed":
+        return [head + "ok"]
+    if state == "stopped":
+        head += "STOPPED, none of its stories starts; fix it, then restart `hero watch`"
+    elif state == "half_open":
+        head += f"one story ({breaker.get('probe')}) tries it again"
+    elif state == "open":
+        at = breaker.get("retry_at")
+        wait = max(0.0, at - now) if isinstance(at, int | float) else 0.0
+        head += f"unavailable, its stories wait; next try in {format_duration(wait)}"
+    else:
+        head += str(state)
+    why = " ".join(str(breaker.get("reason") or "").split())
+    if breaker.get("story"):
+        why += f" (story {breaker.get('story')})"
+    return [head, f"    why: {why}"] if why else [head]
 
 
 def budget_line(budgets: dict[str, Any]) -> str:
