@@ -301,7 +301,9 @@ def test_retry_after_clean_goes_on_from_the_branch_with_the_kept_leftovers(
         if step == 0 and failing["on"]:
             return call("write_file", path="calc/__init__.py", content=SUB_IMPL)
         if failing["on"]:
-            return HttpError(400, "bad request")
+            # a refusal of this story's conversation alone: its error (a bare 400 would
+            # pause it as the provider's refusal, see hero.llm.ModelRefused)
+            return HttpError(400, "maximum context length exceeded")
         if step == 0:
             return call("bash", command="git add -A && git commit -q -m r1 || true")
         return text("Done.")

@@ -3,10 +3,9 @@
 A story is *finished* when it has ended and nothing runs it again by itself: its status is
 one of ``state.TERMINAL`` (passed, gave_up, error, skipped, budget_exceeded, cancelled). A
 queued, running or interrupted story (one paused on a model outage too) is never touched:
-the daemon resumes those. A finished story
-that is retried (``hero retry``, an edit of its file) runs again from its branch in the
-user's repository: hero lays its repository out anew from that branch, as for any story
-whose repository is gone. So, of a finished story, hero may remove:
+the daemon resumes those. A finished story that is retried (``hero retry``, an edit of its
+file) runs again from its branch in the user's repository: hero lays its repository out
+anew from that branch, as for any story whose repository is gone. So, of a finished story, hero may remove:
 
 - its repository ``worktrees/<id>`` (node_modules, venvs, build output...). A story that
   did not pass may have stopped in the middle of a phase (an error, a budget): what its
