@@ -5,7 +5,8 @@ one of ``state.TERMINAL`` (passed, gave_up, error, skipped, budget_exceeded, can
 queued, running or interrupted story (one paused on a model outage too) is never touched:
 the daemon resumes those. A finished story that is retried (``hero retry``, an edit of its
 file) runs again from its branch in the user's repository: hero lays its repository out
-anew from that branch, as for any story whose repository is gone. So, of a finished story, hero may remove:
+anew from that branch, as for any story whose repository is gone. So, of a finished story,
+hero may remove:
 
 - its repository ``worktrees/<id>`` (node_modules, venvs, build output...). A story that
   did not pass may have stopped in the middle of a phase (an error, a budget): what its
