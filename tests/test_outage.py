@@ -400,7 +400,8 @@ def test_a_refused_key_stops_the_queue_once_and_spends_no_story(
         return policy(body) if fixed["key"] else HttpError(401, "Incorrect API key provided")
 
     model = scripted(handler)
-    home = outage_home(make_home, model)
+    alerts = procs.log_dir / "alerts.jsonl"
+    home = outage_home(make_home, model, notify_command=f"{{ cat; echo; }} >> {alerts}")
     ids = drop_stories(home, write_story, 6)
     daemon = procs.start(home, rescan_s=0.5)
     daemon.wait_event("provider stopped", timeout=ALL_DONE_S)
@@ -427,6 +428,14 @@ def test_a_refused_key_stops_the_queue_once_and_spends_no_story(
     assert main(["status", "--home", str(home)]) == 0
     out = capsys.readouterr().out
     assert "model provider scripted: STOPPED" in out and "paused on model provider" in out
+    # the alert hook (hero.notify) heard of the breaker once; a paused story is no end
+    assert wait_for(lambda: alerts.exists() and alerts.read_text().strip(), ALL_DONE_S)
+    daemon.wait_rescans(1)
+    sent = [json.loads(line) for line in alerts.read_text().splitlines() if line.strip()]
+    assert [(e["event"], e["provider"], e["kind"]) for e in sent] == [
+        ("breaker_open", "scripted", "permanent")
+    ]
+    assert "Incorrect API key provided" in sent[0]["reason"]
 
     # the user fixes the key and restarts `hero watch`: every story passes
     fixed["key"] = True
@@ -436,6 +445,15 @@ def test_a_refused_key_stops_the_queue_once_and_spends_no_story(
     assert wait_for(lambda: all_passed(home, ids), ALL_DONE_S), again.output()
     again.wait_event("finished", count=len(ids))
     assert {e["status"] for e in again.events("finished")} == {"passed"}
+
+    def story_ends() -> list[dict[str, Any]]:
+        lines = alerts.read_text().splitlines()
+        return [
+            e for line in lines if line.strip() and (e := json.loads(line))["event"] == "story_end"
+        ]
+
+    assert wait_for(lambda: len(story_ends()) >= len(ids), ALL_DONE_S)
+    assert sorted(e["id"] for e in story_ends()) == ids  # one each, when it passed
 
 
 def test_kill_9_while_a_breaker_is_open_then_restart_recovers(
