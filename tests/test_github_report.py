@@ -13,7 +13,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -718,3 +718,19 @@ def test_a_story_from_an_issue_run_by_hero_is_reported(
     [comment] = world.comments(n)
     assert pull["html_url"] in comment and f"hero:report gh-{n} passed run 1 at" in comment
     assert world.labels(n) == {"hero", DONE}
+
+
+def test_a_remote_named_like_an_option_is_no_option(world: World, tmp_path: Path) -> None:
+    """github.remote is passed to git after "--": `--upload-pack=...` runs nothing, it is
+    only a remote git cannot find (the push fails, logged, and is tried again)."""
+    ran = tmp_path / "ran"
+    world.settings = replace(world.settings, remote=f"--upload-pack=touch {ran};git-upload-pack")
+    n = new_issue(world)
+    gh_story(world, n, Status.PASSED)
+
+    world.sweep()
+
+    assert not ran.exists()
+    [(event, kw)] = world.log.events("warning")
+    assert event == "report failed" and kw["story"] == f"gh-{n}"
+    assert world.pulls() == [] and world.comments(n) == []

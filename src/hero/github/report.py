@@ -332,7 +332,8 @@ def _push(issue: _Issue, repo: Path, remote: str, own: OwnIssue) -> None:
             f"{issue.id} passed at {wanted}, which is no commit in {repo}: nothing to push"
         )
     _check_messages(issue, repo, local, own)
-    listed = git(repo, "ls-remote", remote, ref).split()
+    # "--": a remote named like an option (github.remote: --upload-pack=...) is no option
+    listed = git(repo, "ls-remote", "--", remote, ref).split()
     remote_sha = listed[0] if listed else ""
     if remote_sha == local:
         return
@@ -341,6 +342,7 @@ def _push(issue: _Issue, repo: Path, remote: str, own: OwnIssue) -> None:
         "push",
         "--porcelain",
         f"--force-with-lease={ref}:{remote_sha}",
+        "--",
         remote,
         f"{local}:{ref}",
         env=_push_env(repo, remote),
