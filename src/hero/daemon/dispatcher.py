@@ -130,8 +130,11 @@ class Dispatcher:
         self._engine: tuple[Any, Any, threading.Lock] | None = None
         # a story's end, told to notify_command / notify_webhook (hero.notify), off this thread
         self.notifier = notifier if notifier is not None else Notifier(config, log)
-        # one housekeeping at a time: after a story ends (in its thread) and on a timer
-        self._housekeeping = threading.Lock()
+        # Housekeeping (hero.housekeeping) is owed after a story ends and when the timer
+        # runs out; one thread pays it, many endings in one pass, never holding a slot.
+        self._housekeeping_due = threading.Event()
+        self._housekeeping_now = False  # under _lock: a pass is under way (not idle yet)
+        self._served = threading.Event()  # serve() returned: the housekeeper ends too
         self._housekept_at = 0.0  # time.monotonic() of the last timed housekeeping
         # the providers every story's models use (the worker's and the reviewer's)
         self.providers = tuple(
@@ -150,6 +153,7 @@ class Dispatcher:
         """Run until ``stop()``; with ``exit_when_idle``, until the inbox holds nothing to run."""
         self._load_hero_digests()
         self.breakers.start(self.providers or None)
+        threading.Thread(target=self._housekeeper, name="housekeeping", daemon=True).start()
         stop_watching = start_watching(self.inbox)
         self.log.info(
             "watching", inbox=str(self.inbox.directory), max_parallel=self.config.max_parallel
@@ -174,9 +178,7 @@ class Dispatcher:
                     last_rescan = time.monotonic()
                 if time.monotonic() - self._housekept_at >= self.config.housekeeping.interval_s:
                     self._housekept_at = time.monotonic()
-                    threading.Thread(
-                        target=self._housekeep, args=(False,), name="housekeeping", daemon=True
-                    ).start()
+                    self._housekeeping_due.set()
                 timeout = RESCAN_S if next_due is None else max(0.0, min(next_due, RESCAN_S))
                 if hold_until is not None:
                     timeout = min(timeout, max(0.0, hold_until - now))
@@ -188,6 +190,8 @@ class Dispatcher:
         finally:
             stop_watching()
             self._stop_running()
+            self._served.set()
+            self._housekeeping_due.set()  # the housekeeper sees it, and ends
             # A signal: a short wait. Out of work (run-plan, --exit-when-idle): the alerts of
             # the last stories are sent before the process exits.
             stopped = self._stopping.is_set()
@@ -211,7 +215,13 @@ class Dispatcher:
         """Nothing runs, and nothing queued may run (what is left waits for a dependency
         that will not pass without an edit or a retry, or is skipped)."""
         with self._lock:
-            return not self._running and launchable == 0
+            return (
+                not self._running
+                and launchable == 0
+                # housekeeping owed for the stories that ended is paid first
+                and not self._housekeeping_due.is_set()
+                and not self._housekeeping_now
+            )
 
     # -- hero's own writes -------------------------------------------------------------
 
@@ -541,8 +551,8 @@ class Dispatcher:
             if not paused:  # a probe that ended otherwise, answered or not (busy, a bug)
                 self.breakers.ended(self._providers(), story_id)
             self._remember_digest(running.story.ref)  # before its file is looked at again
-            # while the story still counts as running: an idle daemon has housekept
-            self._housekeep(True)
+            # owed before the story stops counting as running: an idle daemon has housekept
+            self._housekeeping_due.set()
             with self._lock:
                 self._running.pop(story_id, None)
             self.inbox.forget(running.path)  # its file may have changed meanwhile
@@ -610,11 +620,24 @@ class Dispatcher:
 
     # -- housekeeping ------------------------------------------------------------------
 
-    def _housekeep(self, wait: bool) -> None:
-        """Apply the housekeeping settings (see hero.housekeeping); never raises. ``wait``:
-        after another housekeeping in progress, else skipped (the timer's)."""
-        if not self._housekeeping.acquire(blocking=wait):
-            return
+    def _housekeeper(self) -> None:
+        """The housekeeping thread: a pass whenever one is owed, until the daemon stops."""
+        while True:
+            self._housekeeping_due.wait()
+            if self._served.is_set() or self._stopping.is_set():
+                return
+            with self._lock:  # never seen idle between the two
+                self._housekeeping_now = True
+                self._housekeeping_due.clear()
+            try:
+                self._housekeep()
+            finally:
+                with self._lock:
+                    self._housekeeping_now = False
+                self.inbox.wake.set()  # an idle daemon may go now
+
+    def _housekeep(self) -> None:
+        """Apply the housekeeping settings (see hero.housekeeping); never raises."""
         try:
             keeper = Housekeeper(self.config, self.repo, say=lambda msg: self.log.info(msg))
             outcome = keeper.run(Rules.automatic(self.config.housekeeping))
@@ -624,8 +647,6 @@ class Dispatcher:
                 )
         except Exception as exc:  # noqa: BLE001 - housekeeping must not stop the daemon
             self.log.error("housekeeping", error=f"{type(exc).__name__}: {_one_line(exc)}")
-        finally:
-            self._housekeeping.release()
 
     # -- plans -------------------------------------------------------------------------
 
