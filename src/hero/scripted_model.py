@@ -47,6 +47,8 @@ __all__ = [
     "ToolCall",
     "call",
     "calls",
+    "chat_problem",
+    "validating",
     "main",
     "text",
 ]
@@ -127,6 +129,111 @@ class RecordedRequest:
     headers: dict[str, str]  # header names lower-cased
     received_at: float  # time.monotonic()
     path: str
+
+
+# --------------------------------------------------------------------------- validation
+
+#: The keys a chat message of each role may have in a request (OpenAI's chat format).
+MESSAGE_KEYS: Mapping[str, frozenset[str]] = {
+    "system": frozenset({"role", "content", "name"}),
+    "developer": frozenset({"role", "content", "name"}),
+    "user": frozenset({"role", "content", "name"}),
+    "assistant": frozenset({"role", "content", "name", "tool_calls", "refusal"}),
+    "tool": frozenset({"role", "content", "tool_call_id"}),
+}
+
+
+def chat_problem(body: Mapping[str, Any]) -> str | None:
+    """Why ``body`` is not a chat request an OpenAI-compatible endpoint takes, or None.
+
+    Strict where endpoints differ: only the keys of :data:`MESSAGE_KEYS` in a message,
+    text contents, each assistant message's tool calls answered by exactly one ``tool``
+    message each, right after it and before anything else, and no tool message elsewhere;
+    ``tools`` (if any) function schemas with a name."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: expected a non-empty list"
+    open_calls: set[str] | None = None  # the calls of the assistant message being answered
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            return f"{where}: expected an object"
+        role = m.get("role")
+        if not isinstance(role, str) or role not in MESSAGE_KEYS:
+            return f"{where}: unknown role {role!r}"
+        unknown = sorted(set(m) - MESSAGE_KEYS[role])
+        if unknown:
+            return f"{where}: unknown keys for a {role} message: {', '.join(unknown)}"
+        content = m.get("content")
+        if not isinstance(content, str) and not (role == "assistant" and content is None):
+            return f"{where}: expected text content"
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if open_calls is None or call_id not in open_calls:
+                return f"{where}: a tool result for no pending call ({call_id!r})"
+            open_calls.discard(call_id)
+            continue
+        if open_calls:
+            return f"{where}: tool calls without a result: {', '.join(sorted(open_calls))}"
+        open_calls = None
+        if role == "assistant" and "tool_calls" in m:
+            problem = _calls_problem(m["tool_calls"], where)
+            if problem:
+                return problem
+            open_calls = {c["id"] for c in m["tool_calls"]}
+        elif role == "assistant" and content is None:
+            return f"{where}: an assistant message with neither content nor tool calls"
+    if open_calls:
+        return f"tool calls without a result at the end: {', '.join(sorted(open_calls))}"
+    return _tools_problem(body.get("tools"))
+
+
+def _calls_problem(tool_calls: object, where: str) -> str | None:
+    if not isinstance(tool_calls, list) or not tool_calls:
+        return f"{where}.tool_calls: expected a non-empty list"
+    ids: set[str] = set()
+    for j, c in enumerate(tool_calls):
+        at = f"{where}.tool_calls[{j}]"
+        if not isinstance(c, dict) or set(c) != {"id", "type", "function"}:
+            return f"{at}: expected exactly id, type and function"
+        fn = c["function"]
+        if not isinstance(c["id"], str) or not c["id"] or c["type"] != "function":
+            return f"{at}: expected a string id and type 'function'"
+        if not isinstance(fn, dict) or set(fn) != {"name", "arguments"}:
+            return f"{at}.function: expected exactly name and arguments"
+        if not isinstance(fn["name"], str) or not isinstance(fn["arguments"], str):
+            return f"{at}.function: expected a string name and string arguments"
+        if c["id"] in ids:
+            return f"{at}: the id {c['id']!r} twice"
+        ids.add(c["id"])
+    return None
+
+
+def _tools_problem(tools: object) -> str | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        return "tools: expected a list"
+    for k, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
+            return f"tools[{k}]: expected a function tool"
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            return f"tools[{k}].function: expected a name"
+        if not isinstance(fn.get("parameters", {}), dict):
+            return f"tools[{k}].function.parameters: expected an object"
+    return None
+
+
+def validating(answer: Answer) -> Handler:
+    """A handler that answers a valid chat request (see :func:`chat_problem`) with
+    ``answer`` and any other with a 400 saying what is wrong, as a strict endpoint would."""
+
+    def handler(body: dict[str, Any]) -> Answer:
+        problem = chat_problem(body)
+        return answer if problem is None else HttpError(400, f"invalid chat request: {problem}")
+
+    return handler
 
 
 # --------------------------------------------------------------------------- wire helpers

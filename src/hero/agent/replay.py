@@ -127,6 +127,29 @@ def replay_round(path: Path, *, base_sha: str, started_at: float | None) -> Repl
     return replayed
 
 
+def conversation(events: list[dict[str, Any]], name: str, *, condensed: bool) -> Replayed:
+    """The conversation of the last attempt in ``events`` (a round's trace, read by the
+    caller; ``name`` names it in errors), for ``hero export``: as the model last saw it
+    (``condensed``: every condensation applied, as :func:`replay_round` rebuilds it), or in
+    full (each message as it first entered the history, no condensation applied; the
+    counts and the usage are the same either way but for ``condensations`` and the
+    summaries' calls, which only the condensed walk counts). Calls without a result are in
+    ``lost``, as for a resume. Raises Unreplayable for events that make no conversation."""
+    walked: list[dict[str, Any] | int] = list(events)
+    start = _last_start(walked)
+    segment = events[start or 0 :]
+    if not condensed:
+        segment = [e for e in segment if e.get("event") != Event.CONDENSE]
+    try:
+        replayed = _walk(segment, name)
+        _check(replayed.messages, name)
+    except Unreplayable:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        raise Unreplayable(f"{name} holds an event hero cannot replay ({exc})") from exc
+    return replayed
+
+
 def _check(messages: list[dict[str, Any]], name: str) -> None:
     """The replayed history is one a chat API takes: text contents, and every tool
     result right after the assistant message that called it (results of calls lost when

@@ -1,0 +1,348 @@
+"""`hero export`: real stories run against hero's scripted model, exported, loaded back and
+sent, line by line, to a chat endpoint that refuses any invalid request.
+
+Everything is real: `hero run` (in-process, or a child process killed with SIGKILL), git
+repositories, the `openai` client over loopback HTTP to hero's scripted server, whose
+``validating`` handler answers 400 to a request a strict endpoint would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from helpers import (
+    Hero,
+    alive,
+    is_review,
+    long_command,
+    review_round,
+    step_of,
+    verdict,
+    wait_dead,
+    worker_round,
+)
+
+from hero.agent.replay import LOST_RUNNING
+from hero.agent.tools import TOOL_NAMES
+from hero.agent.window import ELIDED
+from hero.cli import main
+from hero.scripted_model import (
+    Reply,
+    ScriptedModel,
+    call,
+    chat_problem,
+    text,
+    validating,
+)
+
+Start = Callable[..., ScriptedModel]
+PY = sys.executable
+WRONG = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\n"
+# not the same size as WRONG: a .pyc of WRONG written in the same second must not stand
+RIGHT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b  # fixed\n"
+CHECK_SUB = f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"
+COMMIT = "echo x > x.txt && git add -A && git commit -q -m x"
+SECRET = "sk-export-test-5f1e9a3c7d2b4e6f8a0c"
+
+
+@pytest.fixture(autouse=True)
+def _restore_sigterm() -> Iterator[None]:
+    """`hero run` installs a SIGTERM handler; give pytest its own back afterwards."""
+    old = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, old)
+
+
+def two_rounds(body: dict[str, Any]) -> Reply:
+    """Round 1 writes a wrong `sub` (its check fails), round 2 the right one; s2's worker
+    only ever writes the wrong one. The worker's text of round 1 holds SECRET."""
+    if is_review(body):
+        summary = "Fine | <b>bold</b>\nnext line" if review_round(body) > 1 else "Wrong."
+        return verdict("APPROVED" if review_round(body) > 1 else "CHANGES_REQUESTED", summary)
+    code = (
+        RIGHT if worker_round(body) > 1 and "Story s1" in body["messages"][1]["content"] else WRONG
+    )
+    plan = [
+        call("write_file", path="calc/__init__.py", content=code),
+        call("bash", command=f"git add -A && git commit -q -m sub-{worker_round(body)}"),
+        text(f"Wrote sub. (debug: key was {SECRET})"),
+    ]
+    return plan[min(step_of(body), len(plan) - 1)]
+
+
+def run(home: Path, story: Path, *extra: str) -> int:
+    return main(["run", str(story), "--home", str(home), *extra])
+
+
+def export(home: Path, capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    assert main(["export", "--home", str(home), *args]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def send_all(lines: list[dict[str, Any]]) -> None:
+    """Each line's messages and tools as a real chat request to a strict endpoint."""
+    with ScriptedModel(validating(text("ok"))) as endpoint:
+        client = openai.OpenAI(base_url=endpoint.base_url, api_key="x", max_retries=0)
+        for line in lines:
+            answer = client.chat.completions.create(
+                model="m", messages=line["messages"], tools=line["tools"]
+            )
+            assert answer.choices[0].message.content == "ok"
+        assert len(endpoint.requests) == len(lines)
+
+
+@pytest.fixture
+def ran(scripted: Start, make_home, write_story) -> Path:
+    """A home where s1 passed in two rounds and s2 gave up after one."""
+    model = scripted(two_rounds)
+    home = make_home(model, sandbox="none")
+    assert run(home, write_story(home, "s1", verify=[CHECK_SUB])) == 0
+    assert run(home, write_story(home, "s2", verify=[CHECK_SUB], max_retries=1)) == 1
+    return home
+
+
+# --------------------------------------------------------------------------- the format
+
+
+def test_every_round_exports_as_a_valid_chat_request(
+    ran: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "export.jsonl"
+    assert main(["export", "--home", str(ran), "-o", str(out)]) == 0
+    assert "3 round(s) of 2 story(ies) written" in capsys.readouterr().err
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(x["metadata"]["story"], x["metadata"]["round"]) for x in lines] == [
+        ("s1", 1),
+        ("s1", 2),
+        ("s2", 1),
+    ]
+    for line in lines:
+        assert set(line) == {"messages", "tools", "metadata"}
+        assert chat_problem(line) is None
+        assert {t["function"]["name"] for t in line["tools"]} == set(TOOL_NAMES)
+        roles = [m["role"] for m in line["messages"]]
+        assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+        calls = [m for m in line["messages"] if m.get("tool_calls")]
+        answers = [m["tool_call_id"] for m in line["messages"] if m["role"] == "tool"]
+        assert [c["tool_calls"][0]["id"] for c in calls] == answers
+    send_all(lines)
+
+    first, second, other = (x["metadata"] for x in lines)
+    assert first["verify"] == {"passed": False, "checks": 1, "failed": [CHECK_SUB]}
+    assert first["verdict"] != "APPROVED" and first["status"] == "passed"
+    assert second["verify"] == {"passed": True, "checks": 1, "failed": []}
+    assert second["verdict"] == "APPROVED" and second["verdict_summary"].startswith("Fine |")
+    assert other["status"] == "gave_up" and other["verify"]["passed"] is False
+    for meta in (first, second, other):
+        assert meta["turns"] == 3 and meta["tool_calls"] == 2
+        assert meta["complete"] is True and meta["stop_reason"] == "done"
+        assert meta["model"] == "scripted-test" and meta["history"] == "full"
+        assert meta["condensed"] is None and meta["closed_calls"] == []
+        assert meta["usage"]["llm_calls"] == 3 and meta["usage"]["tokens_in"] > 0
+        assert meta["unreadable_lines"] == 0
+    # the round-2 task carries round 1's feedback, as the model saw it
+    assert "## Feedback on round 1" in lines[1]["messages"][1]["content"]
+
+
+def test_status_filter_and_ids(ran: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def stories(*args: str) -> list[str]:
+        return [x["metadata"]["story"] for x in export(ran, capsys, *args)]
+
+    assert stories("--status", "passed") == ["s1", "s1"]
+    assert stories("--status", "gave_up") == ["s2"]
+    assert stories("--status", "passed", "--status", "gave_up") == ["s1", "s1", "s2"]
+    assert stories("--status", "error") == []
+    assert stories("s2") == ["s2"]
+    assert stories("s2", "s1") == ["s2", "s1", "s1"]
+    assert stories("s1", "--status", "gave_up") == []
+
+    assert main(["export", "--home", str(ran), "nope"]) == 2
+    assert "no story 'nope'" in capsys.readouterr().err
+    assert main(["export", "--home", str(ran), "../etc"]) == 2
+    assert "expected a story id" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # argparse: an unknown status
+        main(["export", "--home", str(ran), "--status", "won"])
+    assert exit_info.value.code == 2
+
+
+def test_a_key_added_to_the_config_later_is_not_exported(
+    ran: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = (ran / "runs" / "s1" / "round-1.jsonl").read_text()
+    assert SECRET in trace  # not a secret hero knew when it wrote the trace
+    provider = ran / "config" / "providers" / "scripted.yaml"
+    provider.write_text(provider.read_text() + "api_key_env: EXPORT_TEST_KEY\n")
+    monkeypatch.setenv("EXPORT_TEST_KEY", SECRET)
+    lines = export(ran, capsys)
+    dumped = json.dumps(lines)
+    assert len(lines) == 3 and SECRET not in dumped
+    assert "key was [redacted]" in lines[0]["messages"][-1]["content"]
+    send_all(lines)
+
+
+# --------------------------------------------------------------------------- condensed
+
+
+def test_a_condensed_round_is_marked(
+    scripted: Start, make_home, write_story, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A small window: the worker's big outputs are elided, and the export says where."""
+    plan = [call("bash", command=f"{PY} -c \"print('output {k} ' * 2000)\"") for k in range(8)]
+    plan += [call("bash", command=COMMIT), text("Done.")]
+
+    def handler(body: dict[str, Any]) -> Reply:
+        if is_review(body):
+            return verdict("APPROVED", "Fine.")
+        if "tools" not in body:  # a summary request
+            return text("SUMMARY: printed a lot.")
+        return plan[min(step_of(body), len(plan) - 1)]
+
+    model = scripted(handler)
+    home = make_home(model, sandbox="none", output_reserve_default=1024, context_keep_turns=2)
+    provider = home / "config" / "providers" / "scripted.yaml"
+    provider.write_text(provider.read_text() + "context_window: 24000\n")
+    assert run(home, write_story(home, "s1", verify=["true"], max_retries=1)) == 0
+
+    full = export(home, capsys)
+    seen = export(home, capsys, "--history", "seen")
+    assert len(full) == len(seen) == 1
+    f, s = full[0], seen[0]
+    assert f["metadata"]["condensed"]["times"] >= 1
+    assert f["metadata"]["condensed"]["elided"] == []  # the full history: nothing elided
+    assert not any(str(m["content"]).startswith(ELIDED) for m in f["messages"])
+    marked = s["metadata"]["condensed"]
+    assert (
+        s["metadata"]["history"] == "seen"
+        and marked["times"] == f["metadata"]["condensed"]["times"]
+    )
+    assert marked["elided"] or marked["summaries"]
+    for i in marked["elided"]:
+        assert s["messages"][i]["role"] == "tool"
+        assert s["messages"][i]["content"].startswith(ELIDED)
+    for i in marked["summaries"]:
+        assert s["messages"][i]["content"].startswith("[summary by hero")
+    unmarked = [
+        i
+        for i, m in enumerate(s["messages"])
+        if str(m["content"]).startswith(ELIDED) and i not in marked["elided"]
+    ]
+    assert unmarked == []
+    send_all([f, s])
+
+
+# --------------------------------------------------------------------------- cut short
+
+
+def test_a_round_killed_mid_call_exports_its_call_closed(
+    scripted: Start,
+    make_home,
+    write_story,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plan = [call("bash", command="echo one"), call("bash", command=long_command("child.pid"))]
+
+    def handler(body: dict[str, Any]) -> Reply:
+        return plan[min(step_of(body), len(plan) - 1)]
+
+    model = scripted(handler)
+    home = make_home(model, sandbox="none")
+    story = write_story(home, "s1", verify=["true"])
+    hero = Hero(home, story, tmp_path, "killed")
+    child = 0
+    try:
+        child = hero.wait_for_file(home / "worktrees" / "s1" / "child.pid")
+        hero.proc.send_signal(signal.SIGKILL)
+        hero.proc.wait(timeout=60)
+    finally:
+        if hero.proc.poll() is None:
+            hero.proc.kill()
+            hero.proc.wait()
+        if child and alive(child):
+            os.kill(child, signal.SIGKILL)
+            wait_dead(child)
+    # a torn last line too, as a crash mid-write leaves it
+    with open(home / "runs" / "s1" / "round-1.jsonl", "a") as fh:
+        fh.write('{"t": 1.0, "event": "tool_res')
+
+    (line,) = export(home, capsys)
+    meta = line["metadata"]
+    assert meta["status"] == "running" and meta["verify"] is None and meta["verdict"] is None
+    assert meta["complete"] is False and meta["unreadable_lines"] == 1
+    (closed,) = meta["closed_calls"]
+    assert closed["name"] == "bash" and closed["was_running"] is True
+    last = line["messages"][-1]
+    assert last == {"role": "tool", "tool_call_id": closed["id"], "content": LOST_RUNNING}
+    assert [m["role"] for m in line["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    send_all([line])
+
+
+# --------------------------------------------------------------------------- hostile traces
+
+
+def test_odd_traces_are_left_out_with_a_note(ran: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = ran / "runs"
+    # s1: round 1 is not JSON at all, round 2 answers a call nobody made
+    (runs / "s1" / "round-1.jsonl").write_text("not json\n\x00\x01\n")
+    events = (runs / "s1" / "round-2.jsonl").read_text().splitlines()
+    forged = {"event": "tool_result", "id": "forged", "name": "bash", "content": "x"}
+    (runs / "s1" / "round-2.jsonl").write_text("\n".join([*events[:3], json.dumps(forged)]) + "\n")
+    # s2: its run directory swapped for a link to s1's elsewhere
+    outside = ran.parent / "elsewhere"
+    (runs / "s2").rename(outside)
+    (runs / "s2").symlink_to(outside)
+    capsys.readouterr()
+    assert main(["export", "--home", str(ran)]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "s1 round 1 left out: its trace holds no conversation" in err
+    assert "s1 round 2 left out: " in err and "forged" in err
+    assert "s2 left out: its run directory is a symlink" in err
+
+    # a trace that is a FIFO is not read (nor waited on)
+    fifo = runs / "s1" / "round-3.jsonl"
+    os.mkfifo(fifo)
+    (runs / "s1" / "round-4.jsonl").symlink_to(outside / "round-1.jsonl")
+    assert main(["export", "--home", str(ran), "s1"]) == 0
+    err = capsys.readouterr().err
+    assert "s1 round 3 left out: " in err and "FIFO" in err
+    assert "s1 round 4 left out: its trace is a symlink" in err
+
+
+def test_an_unloadable_config_stops_the_export(
+    ran: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (ran / "config" / "roles.yaml").write_text("target_repo: [not, a, path\n")
+    assert main(["export", "--home", str(ran)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "roles.yaml" in err
+
+
+def test_a_subprocess_export_pipes_to_head(ran: Path) -> None:
+    """`hero export | head -1`: the reader leaving early ends hero quietly."""
+    proc = subprocess.run(
+        f"{PY} -m hero export --home {ran} | head -c 10",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.stdout == '{"messages'
+    assert "Traceback" not in proc.stderr
