@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.planning",
         "hero.doctor.*",
     ),
-    ("hero.views.*",),  # 4  what `hero status` / `hero logs` show
+    # 4  what `hero status` / `hero logs` show; `hero export`'s JSONL, `hero report`'s Markdown
+    ("hero.views.*", "hero.export", "hero.report"),
     # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
     #    processes, which run the pipeline)
     ("hero.daemon.*", "hero.engine.*"),
