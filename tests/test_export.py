@@ -12,75 +12,31 @@ import json
 import os
 import signal
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from helpers import (
-    Hero,
-    alive,
-    is_review,
-    long_command,
-    review_round,
-    step_of,
-    verdict,
-    wait_dead,
-    worker_round,
+from export_support import (
+    CHECK_SUB,
+    PY,
+    SECRET,
+    Start,
+    restore_sigterm,
+    run,
+    two_story_home,
 )
+from helpers import Hero, alive, is_review, long_command, step_of, verdict, wait_dead
 
 from hero.agent.replay import LOST_RUNNING
 from hero.agent.tools import TOOL_NAMES
 from hero.agent.window import ELIDED
 from hero.cli import main
-from hero.scripted_model import (
-    Reply,
-    ScriptedModel,
-    call,
-    chat_problem,
-    text,
-    validating,
-)
+from hero.scripted_model import Reply, ScriptedModel, call, chat_problem, text, validating
 
-Start = Callable[..., ScriptedModel]
-PY = sys.executable
-WRONG = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\n"
-# not the same size as WRONG: a .pyc of WRONG written in the same second must not stand
-RIGHT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b  # fixed\n"
-CHECK_SUB = f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"
+__all__ = ["restore_sigterm"]  # autouse: `hero run` installs a SIGTERM handler of its own
+
 COMMIT = "echo x > x.txt && git add -A && git commit -q -m x"
-SECRET = "sk-export-test-5f1e9a3c7d2b4e6f8a0c"
-
-
-@pytest.fixture(autouse=True)
-def _restore_sigterm() -> Iterator[None]:
-    """`hero run` installs a SIGTERM handler; give pytest its own back afterwards."""
-    old = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, old)
-
-
-def two_rounds(body: dict[str, Any]) -> Reply:
-    """Round 1 writes a wrong `sub` (its check fails), round 2 the right one; s2's worker
-    only ever writes the wrong one. The worker's text of round 1 holds SECRET."""
-    if is_review(body):
-        summary = "Fine | <b>bold</b>\nnext line" if review_round(body) > 1 else "Wrong."
-        return verdict("APPROVED" if review_round(body) > 1 else "CHANGES_REQUESTED", summary)
-    code = (
-        RIGHT if worker_round(body) > 1 and "Story s1" in body["messages"][1]["content"] else WRONG
-    )
-    plan = [
-        call("write_file", path="calc/__init__.py", content=code),
-        call("bash", command=f"git add -A && git commit -q -m sub-{worker_round(body)}"),
-        text(f"Wrote sub. (debug: key was {SECRET})"),
-    ]
-    return plan[min(step_of(body), len(plan) - 1)]
-
-
-def run(home: Path, story: Path, *extra: str) -> int:
-    return main(["run", str(story), "--home", str(home), *extra])
 
 
 def export(home: Path, capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, Any]]:
@@ -103,12 +59,7 @@ def send_all(lines: list[dict[str, Any]]) -> None:
 
 @pytest.fixture
 def ran(scripted: Start, make_home, write_story) -> Path:
-    """A home where s1 passed in two rounds and s2 gave up after one."""
-    model = scripted(two_rounds)
-    home = make_home(model, sandbox="none")
-    assert run(home, write_story(home, "s1", verify=[CHECK_SUB])) == 0
-    assert run(home, write_story(home, "s2", verify=[CHECK_SUB], max_retries=1)) == 1
-    return home
+    return two_story_home(scripted, make_home, write_story)
 
 
 # --------------------------------------------------------------------------- the format
