@@ -194,21 +194,29 @@ def test_a_condensed_round_is_marked(
 # --------------------------------------------------------------------------- cut short
 
 
-def test_a_round_killed_mid_call_exports_its_call_closed(
+def test_a_round_killed_mid_call_exports_its_call_closed_then_resumed_whole(
     scripted: Start,
     make_home,
     write_story,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    plan = [call("bash", command="echo one"), call("bash", command=long_command("child.pid"))]
+    plan = [
+        call("bash", command="echo one"),
+        call("bash", command=long_command("child.pid")),
+        call("bash", command=COMMIT),
+        text("Done."),
+    ]
 
     def handler(body: dict[str, Any]) -> Reply:
+        if is_review(body):
+            return verdict("APPROVED", "Fine.")
         return plan[min(step_of(body), len(plan) - 1)]
 
     model = scripted(handler)
     home = make_home(model, sandbox="none")
     story = write_story(home, "s1", verify=["true"])
+    trace = home / "runs" / "s1" / "round-1.jsonl"
     hero = Hero(home, story, tmp_path, "killed")
     child = 0
     try:
@@ -223,8 +231,8 @@ def test_a_round_killed_mid_call_exports_its_call_closed(
             os.kill(child, signal.SIGKILL)
             wait_dead(child)
     # a torn last line too, as a crash mid-write leaves it
-    with open(home / "runs" / "s1" / "round-1.jsonl", "a") as fh:
-        fh.write('{"t": 1.0, "event": "tool_res')
+    whole = trace.read_text()
+    trace.write_text(whole + '{"t": 1.0, "event": "tool_res')
 
     (line,) = export(home, capsys)
     meta = line["metadata"]
@@ -242,6 +250,25 @@ def test_a_round_killed_mid_call_exports_its_call_closed(
         "assistant",
         "tool",
     ]
+    send_all([line])
+    capsys.readouterr()
+    assert main(["report", "--home", str(home), "s1"]) == 0
+    shown = capsys.readouterr().out
+    assert "No round has finished yet." in shown
+    assert "Round 1 has no record yet: it is in progress, or was cut short (running)" in shown
+
+    # run again: the round goes on where it stopped, and exports as one conversation
+    trace.write_text(whole)  # (a torn line would make the resume start the round over)
+    assert run(home, story) == 0
+    (line,) = export(home, capsys)
+    meta = line["metadata"]
+    assert meta["status"] == "passed" and meta["verify"]["passed"] is True
+    assert meta["complete"] is True and meta["parts"] == 2 and meta["closed_calls"] == []
+    roles = [m["role"] for m in line["messages"]]
+    turns = ["assistant", "tool"]
+    assert roles == ["system", "user", *turns, *turns, "user", *turns, "assistant"]
+    assert line["messages"][5]["content"] == LOST_RUNNING  # as hero told the model
+    assert line["messages"][6]["content"].startswith("hero was restarted")
     send_all([line])
 
 
@@ -297,3 +324,83 @@ def test_a_subprocess_export_pipes_to_head(ran: Path) -> None:
     )
     assert proc.stdout == '{"messages'
     assert "Traceback" not in proc.stderr
+
+
+def test_an_over_large_trace_is_not_read(
+    ran: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = (ran / "runs" / "s2" / "round-1.jsonl").stat().st_size
+    monkeypatch.setattr("hero.export.MAX_TRACE_BYTES", size - 1)
+    capsys.readouterr()
+    assert main(["export", "--home", str(ran), "s2"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and "s2 round 1 left out: too large" in err
+
+
+def test_a_plan_story_exports_under_its_key(ran: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A story of plan p1 keeps its record and traces under plans/p1/."""
+    state = json.loads((ran / "runs" / "state" / "s2.json").read_text())
+    state["plan"] = "p1"
+    target = ran / "runs" / "state" / "plans" / "p1" / "s2.json"
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(state))
+    (ran / "runs" / "plans" / "p1").mkdir(parents=True)
+    (ran / "runs" / "s2").rename(ran / "runs" / "plans" / "p1" / "s2")
+    (ran / "runs" / "state" / "s2.json").unlink()
+
+    every = export(ran, capsys)
+    assert [x["metadata"]["story"] for x in every] == ["s1", "s1", "p1/s2"]
+    (line,) = export(ran, capsys, "p1/s2")
+    assert line["metadata"]["plan"] == "p1" and line["metadata"]["id"] == "s2"
+    assert main(["export", "--home", str(ran), "s2"]) == 2  # no loose s2 any more
+    assert "no story 's2'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the validator
+
+
+def _turn(*ids: str) -> list[dict[str, Any]]:
+    calls = [
+        {"id": i, "type": "function", "function": {"name": "ls", "arguments": "{}"}} for i in ids
+    ]
+    return [{"role": "assistant", "content": "", "tool_calls": calls}] + [
+        {"role": "tool", "tool_call_id": i, "content": "x"} for i in ids
+    ]
+
+
+HEAD = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+
+
+@pytest.mark.parametrize(
+    ("messages", "problem"),
+    [
+        ([], "non-empty list"),
+        ([{"role": "wizard", "content": "x"}], "unknown role"),
+        ([{"role": "user", "content": "x", "weight": 1}], "unknown keys"),
+        ([{"role": "user", "content": None}], "text content"),
+        ([*HEAD, {"role": "tool", "tool_call_id": "a", "content": "x"}], "no pending call"),
+        ([*HEAD, *_turn("a")[:1]], "without a result at the end"),
+        ([*HEAD, *_turn("a")[:1], {"role": "user", "content": "u"}], "without a result"),
+        ([*HEAD, *_turn("a", "a")], "twice"),
+        ([*HEAD, *_turn("a"), {"role": "tool", "tool_call_id": "a", "content": "x"}], "no pending"),
+        ([*HEAD, {"role": "assistant", "content": None}], "neither content nor tool calls"),
+        (
+            [*HEAD, {"role": "assistant", "content": "", "tool_calls": [{"id": "a"}]}],
+            "exactly id, type and function",
+        ),
+    ],
+)
+def test_the_chat_validator_refuses(messages: list[dict[str, Any]], problem: str) -> None:
+    found = chat_problem({"messages": messages})
+    assert found is not None and problem in found
+
+
+def test_the_chat_validator_accepts() -> None:
+    body = {
+        "messages": [*HEAD, *_turn("a", "b"), *_turn("a"), {"role": "assistant", "content": "ok"}]
+    }
+    assert chat_problem(body) is None
+    assert (
+        chat_problem({**body, "tools": [{"type": "function", "function": {"name": "ls"}}]}) is None
+    )
+    assert "tools[0]" in str(chat_problem({**body, "tools": [{"type": "function"}]}))

@@ -73,6 +73,12 @@ def build_report(
         lines += ["", f"**Error:** {md(state.error, limit=2000)}"]
     lines += ["", "## Rounds", ""]
     lines += _rounds_table(state.rounds)
+    if state.current_round and state.current_round not in {r.round for r in state.rounds}:
+        lines += [
+            "",
+            f"Round {state.current_round} has no record yet: it is in progress, or was cut "
+            f"short ({md(state.status)}); `hero logs {state.ref.key}` shows its trace.",
+        ]
     final = state.rounds[-1] if state.rounds else None
     if final is not None:
         lines += ["", f"## Final verdict (round {final.round})", ""]
