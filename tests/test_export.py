@@ -113,6 +113,8 @@ def test_status_filter_and_ids(ran: Path, capsys: pytest.CaptureFixture[str]) ->
     assert stories("--status", "gave_up") == ["s2"]
     assert stories("--status", "passed", "--status", "gave_up") == ["s1", "s1", "s2"]
     assert stories("--status", "error") == []
+    assert main(["export", "--home", str(ran), "--status", "error"]) == 0
+    assert capsys.readouterr() == ("", "hero: no round to export\n")
     assert stories("s2") == ["s2"]
     assert stories("s2", "s1") == ["s2", "s1", "s1"]
     assert stories("s1", "--status", "gave_up") == []
@@ -293,6 +295,13 @@ def test_odd_traces_are_left_out_with_a_note(ran: Path, capsys: pytest.CaptureFi
     assert "s1 round 1 left out: its trace holds no conversation" in err
     assert "s1 round 2 left out: " in err and "forged" in err
     assert "s2 left out: its run directory is a symlink" in err
+
+    # an unreadable run record: left out of an export of all, an error when named
+    (runs / "state" / "s3.json").write_text("{not json")
+    assert main(["export", "--home", str(ran)]) == 0
+    assert "s3 left out: " in capsys.readouterr().err
+    assert main(["export", "--home", str(ran), "s3"]) == 2
+    assert "unreadable state" in capsys.readouterr().err
 
     # a trace that is a FIFO is not read (nor waited on)
     fifo = runs / "s1" / "round-3.jsonl"

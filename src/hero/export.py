@@ -45,7 +45,7 @@ from hero.errors import UsageError
 from hero.names import StoryRef
 from hero.redact import Redactor
 from hero.scripted_model import chat_problem
-from hero.state import Round, RunState, load_state
+from hero.state import Round, RunState, StateError, load_state
 from hero.trace import Event
 from hero.usage import Usage
 from hero.views.logs import story_ref
@@ -79,14 +79,28 @@ class Export:
 # ----------------------------------------------------------------------------- stories
 
 
-def chosen_states(home: Path, keys: Sequence[str], statuses: Iterable[str] = ()) -> list[RunState]:
+def chosen_states(
+    home: Path,
+    keys: Sequence[str],
+    statuses: Iterable[str] = (),
+    *,
+    notes: list[str] | None = None,
+) -> list[RunState]:
     """The run records of the stories ``keys`` names (all of them when empty), in that
-    order, those in ``statuses`` only when it is given. An unknown key is an ExportError."""
+    order, those in ``statuses`` only when it is given. An unknown key, or an unreadable
+    record of a story named, is an error (exit 2); of all stories, an unreadable record
+    is left out with a line in ``notes``."""
     wanted = set(statuses)
     refs = [_known_ref(home, key) for key in dict.fromkeys(keys)] if keys else all_refs(home)
     states = []
     for ref in refs:
-        state = load_state(home, ref)  # an unreadable record: StateError, exit 2
+        try:
+            state = load_state(home, ref)
+        except StateError as exc:
+            if keys or notes is None:
+                raise
+            notes.append(f"{ref.key} left out: {exc}")
+            continue
         if state is None:
             if keys:
                 raise ExportError(f"story '{ref.key}' has no run record in {home}")

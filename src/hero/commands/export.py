@@ -58,12 +58,15 @@ def run(args: argparse.Namespace) -> int:
         model = load_config(where, roles=("worker",)).roles["worker"].model
     except ConfigError:
         model = ""  # the worker's key is missing, say: the export goes on without its name
-    states = chosen_states(where, args.ids, args.status or ())
+    notes: list[str] = []
+    states = chosen_states(where, args.ids, args.status or (), notes=notes)
     result = export(
         where, states, redactor=Redactor(config.secrets), history=args.history, model=model
     )
-    for note in result.notes:
+    for note in notes + result.notes:
         say(note)
+    if not result.lines:
+        say("no round to export")
     data = result.jsonl()
     if args.output:
         atomic_write(Path(args.output), data)
