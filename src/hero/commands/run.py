@@ -44,6 +44,12 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show progress even off a terminal"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the run would do (the worker's first request, the verify plan, the "
+        "models, the budgets) without calling a model or changing anything",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -59,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{story_path}: no such story file")
     config = load_config(home(args), roles=("worker", "reviewer"))
     say_notices(config)
+    if args.dry_run:
+        from hero.dryrun import dry_run_command
+
+        return dry_run_command(story_path.resolve(), config, as_json=args.json)
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
