@@ -8,6 +8,7 @@ key, an unknown model: fix it, then run the same command to resume); 75 the mode
 provider was unavailable (refused connections, timeouts, 5xx, 429 until the attempts ran
 out: run the same command later to resume); 130 interrupted (run the same command to
 resume). A story paused on its provider keeps its rounds and spend, status ``interrupted``.
+``--dry-run`` (hero.dryrun) runs nothing: 0 when the story would run, 2 when it would not.
 """
 
 from __future__ import annotations
