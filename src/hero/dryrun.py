@@ -30,6 +30,7 @@ from hero.config import Config, RoleConfig
 from hero.errors import UsageError
 from hero.git.ops import NO_PROGRAMS, GitError, TargetRepo, git, git_env
 from hero.redact import Redactor
+from hero.roles.repo import MAX_RULE_DIR_ENTRIES
 from hero.state import RunState, Status, load_state
 from hero.story import Story, VerifyTier
 
@@ -64,10 +65,6 @@ def dry_run(story_path: Path, config: Config) -> dict[str, Any]:
     if decision.admit == Admit.BUSY:
         raise WouldNotStart(f"{story_path}: {decision.reason}")
     redactor = Redactor(config.secrets)
-    repo = TargetRepo(config.target_repo)
-    # Made only to ask them: neither writes anything until asked to start or lay out.
-    workspace = Workspace(story, config, repo, redactor, lambda _msg: None)
-    start = RunStart(story, config, repo, workspace, redactor, lambda _msg: None)
     roles = roles_for_run(config, story)
     result: dict[str, Any] = {
         "dry_run": True,
@@ -80,19 +77,23 @@ def dry_run(story_path: Path, config: Config) -> dict[str, Any]:
         },
     }
     try:
+        repo = TargetRepo(config.target_repo)
+        # Made only to ask them: neither writes anything until asked to start or lay out.
+        workspace = Workspace(story, config, repo, redactor, lambda _msg: None)
+        start = RunStart(story, config, repo, workspace, redactor, lambda _msg: None)
         where = _where(story, config, repo, start, workspace.path)
         if where["action"] != "passed":
             start.check_model_verify()
-    except (StartError, GitError) as exc:
+        tiers = start.tiers()
+        result["start"] = where
+        if where["action"] == "passed":
+            result["request"] = None
+        else:
+            result["request"] = _first_request(
+                story, config, roles["worker"], start, tiers, where, repo, workspace.path
+            )
+    except (StartError, GitError) as exc:  # the run would end in error before a model call
         raise WouldNotStart(f"{story_path}: would not start: {exc}") from exc
-    result["start"] = where
-    tiers = start.tiers()
-    if where["action"] == "passed":
-        result["request"] = None
-    else:
-        result["request"] = _first_request(
-            story, config, roles["worker"], start, tiers, where, repo, workspace.path
-        )
     result["verify"] = _verify_plan(config, tiers)
     result["roles"] = {name: _role(role) for name, role in roles.items()}
     result["budgets"] = _budgets(config, where)
@@ -276,7 +277,10 @@ def _rules_checkout(repo: TargetRepo, worktree: Path, where: Mapping[str, Any]) 
     tmp = Path(tempfile.mkdtemp(prefix="hero-dry-run-"))
     try:
         if commit:
-            _copy_out(repo.path, commit, tmp, [*RULE_FILES, *RULE_DIRS], MAX_RULES_BYTES + 1)
+            # a directory's own entries (the trailing "/"), not its subdirectories': what
+            # the reader looks at
+            wanted = [*RULE_FILES, *(f"{d}/" for d in RULE_DIRS)]
+            _copy_out(repo.path, commit, tmp, wanted, MAX_RULES_BYTES + 1)
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -284,6 +288,10 @@ def _rules_checkout(repo: TargetRepo, worktree: Path, where: Mapping[str, Any]) 
 
 #: How many links deep the copy follows a rules file's symlink to another file of the commit.
 MAX_LINK_HOPS = 8
+#: The most files copied out: what the reader may look at (its rules files, a rules
+#: directory's first MAX_RULE_DIR_ENTRIES entries, one more to say there are more, the
+#: files their links name), so that a directory of a million files costs no million reads.
+MAX_COPIED = MAX_RULE_DIR_ENTRIES + 64
 
 
 def _copy_out(repo: Path, commit: str, root: Path, paths: list[str], limit: int) -> None:
@@ -293,7 +301,7 @@ def _copy_out(repo: Path, commit: str, root: Path, paths: list[str], limit: int)
     anything else (a submodule) is left out. Read-only git: ``ls-tree`` and ``cat-file``."""
     done: set[str] = set()
     for _hop in range(MAX_LINK_HOPS):
-        listing = git(repo, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths)
+        listing = git(repo, "ls-tree", "-z", "--full-tree", commit, "--", *paths)
         followed: list[str] = []
         for entry in filter(None, listing.split("\0")):
             info, _, path = entry.partition("\t")
@@ -301,6 +309,8 @@ def _copy_out(repo: Path, commit: str, root: Path, paths: list[str], limit: int)
             parts = path.split("/")
             if path in done or kind != "blob" or any(p in ("", ".", "..") for p in parts):
                 continue
+            if len(done) >= MAX_COPIED:
+                return
             done.add(path)
             target = root.joinpath(*parts)
             target.parent.mkdir(parents=True, exist_ok=True)
