@@ -119,7 +119,7 @@ def test_dry_run_sends_nothing_changes_nothing_and_shows_the_first_request(
     assert "### .roo/rules/host.md\n[not read:" in task and "root:" not in task
     # the key is never printed, in either form
     assert KEY not in json.dumps(plan) and KEY not in text_run.stdout + text_run.stderr
-    assert "Add sub. Not ***" in task or KEY not in task
+    assert "Add sub. Not [redacted]" in task
     assert "worker's first request" in text_run.stdout
     assert "would start afresh: round 1 of 3 on hero/s1" in text_run.stdout
 
