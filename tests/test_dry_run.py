@@ -19,6 +19,7 @@ from conftest import git
 from helpers import commit_once, is_review, verdict
 
 from hero.scripted_model import Reply, call, text
+from hero.state import RunState, Status, save_state
 
 KEY = "sk-dryrun-9f8e7d6c5b4a3210"
 KEY_ENV = "HERO_TEST_DRYRUN_KEY"
@@ -242,3 +243,38 @@ def test_a_story_another_process_is_running_exits_2_and_leaves_that_run_alone(
         go_on.set()
         out, _ = real.communicate(timeout=RUN_TIMEOUT_S)
     assert real.returncode == 0, out
+
+
+def test_a_story_on_two_dependencies_makes_no_merge_commit(
+    scripted, make_home, write_story, target_repo: Path
+) -> None:
+    """The start merges the dependencies' heads into a new commit: the dry run only says so."""
+    model = scripted([])
+    home = make_home(model)
+    for dep in ("a", "b"):
+        git(target_repo, "checkout", "-q", "-b", f"hero/{dep}", "main")
+        (target_repo / f"{dep}.txt").write_text(f"{dep}\n")
+        git(target_repo, "add", "-A")
+        git(target_repo, "commit", "-q", "-m", dep)
+        head = git(target_repo, "rev-parse", "HEAD").strip()
+        save_state(
+            home,
+            RunState(id=dep, status=Status.PASSED, branch=f"hero/{dep}", head_sha=head),
+        )
+    git(target_repo, "checkout", "-q", "main")
+    story = write_story(home, "c", verify=VERIFY, depends_on=["a", "b"])
+    before = snapshot(home, target_repo)
+
+    plan = dry_run_json(home, story)
+
+    assert model.requests == []
+    assert snapshot(home, target_repo) == before
+    start = plan["start"]
+    assert (start["action"], start["base_ref"], start["base_sha"]) == (
+        "fresh",
+        "merge of hero/a, hero/b",
+        "",
+    )
+    assert any("would make a merge commit of hero/a, hero/b" in n for n in start["notes"])
+    task = plan["request"]["body"]["messages"][1]["content"]
+    assert "- a (branch hero/a)\n- b (branch hero/b)" in task

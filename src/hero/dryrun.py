@@ -160,8 +160,13 @@ def _where(
         where.update(base_ref=heads[0][0], base_sha=heads[0][1])
     elif heads:
         names = ", ".join(branch for branch, _ in heads)
-        where.update(base_ref=f"merge of {names}", base_sha="")
-        notes.append(f"would make a merge commit of {names} to start from")
+        # the merge is a new commit: made by the start, not here (its rules files are
+        # shown as the first dependency's head has them)
+        where.update(base_ref=f"merge of {names}", base_sha="", rules_from=heads[0][1])
+        notes.append(
+            f"would make a merge commit of {names} to start from (the request's rules "
+            f"files are {heads[0][0]}'s)"
+        )
     else:
         base_ref = start.base_ref()
         where.update(base_ref=base_ref, base_sha=start.base_sha(base_ref))
@@ -271,7 +276,7 @@ def _rules_checkout(repo: TargetRepo, worktree: Path, where: Mapping[str, Any]) 
     if where["action"] == "resume" and worktree.is_dir():
         yield worktree
         return
-    commit = str(where["base_sha"])
+    commit = str(where["base_sha"] or where.get("rules_from") or "")
     if where["action"] == "resume":
         commit = repo.branch_sha(str(where["branch"])) or commit
     tmp = Path(tempfile.mkdtemp(prefix="hero-dry-run-"))
