@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hero.config import Config
 from hero.errors import UsageError
 from hero.pipeline import Progress
 from hero.state import RunState
 from hero.story import Story
+
+if TYPE_CHECKING:
+    from hero.daemon.queue import Decision
 
 
 class Refused(UsageError):
@@ -30,10 +34,29 @@ def run_with_config(
     a story whose id already passed from another file is refused (:class:`Refused`), and
     nothing is run. StoryError for an invalid story, StateError for an unreadable record.
     """
-    from hero.daemon.queue import Admit, admit
     from hero.llm import LlmClient
-    from hero.names import MANIFEST
     from hero.pipeline import run_story
+
+    admit_run(story_path, config)
+
+    def retry_note(msg: str) -> None:
+        if progress:
+            progress(f"model: {msg}")
+
+    worker = LlmClient(config.role("worker"), config.llm, on_retry=retry_note)
+    reviewer = LlmClient(
+        config.role("reviewer"), config.llm, on_retry=retry_note, share_http_with=worker
+    )
+    return run_story(story_path, config, worker, reviewer, progress=progress)
+
+
+def admit_run(story_path: Path, config: Config) -> tuple[Story, Decision]:
+    """The story in ``story_path`` and the queue's decision on it, when `hero run` may run
+    it from this file: :class:`Refused` (one line) when it belongs to a plan, its id already
+    passed from another file, or its dependencies have not passed; StoryError for an invalid
+    story. Reads only: `hero run --dry-run` asks the same (see hero.dryrun)."""
+    from hero.daemon.queue import Admit, admit
+    from hero.names import MANIFEST
     from hero.plans.gate import Gate, Rule
     from hero.state import Status
     from hero.story import parse_story
@@ -53,16 +76,7 @@ def run_with_config(
         gate = Rule.over(config.home, _inbox_stories(config.home)).gate(story)
         if gate.gate != Gate.READY:
             raise Refused(f"{story_path}: cannot run yet: {gate.reason}")
-
-    def retry_note(msg: str) -> None:
-        if progress:
-            progress(f"model: {msg}")
-
-    worker = LlmClient(config.role("worker"), config.llm, on_retry=retry_note)
-    reviewer = LlmClient(
-        config.role("reviewer"), config.llm, on_retry=retry_note, share_http_with=worker
-    )
-    return run_story(story_path, config, worker, reviewer, progress=progress)
+    return story, decision
 
 
 def _inbox_stories(home: Path) -> list[Story]:

@@ -124,6 +124,23 @@ class ClientUsage(Usage):
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
+def request_params(
+    role: RoleConfig,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The body of one Chat Completions request of ``role``: what :class:`LlmClient` sends,
+    and what `hero run --dry-run` shows (one code path, so the two cannot drift apart)."""
+    params: dict[str, Any] = {"model": role.model, "messages": messages}
+    if role.reasoning_effort:
+        params["reasoning_effort"] = role.reasoning_effort
+    if role.max_output_tokens is not None:
+        params[role.provider.output_tokens_param] = role.max_output_tokens
+    if tools:
+        params["tools"] = tools
+    return params
+
+
 class LlmClient:
     """Chat Completions with tools, over the real ``openai`` SDK."""
 
@@ -167,18 +184,11 @@ class LlmClient:
         warm = getattr(self._client, "platform_headers", None)
         if callable(warm):
             warm()
-        self._extra: dict[str, Any] = {}
-        if role.reasoning_effort:
-            self._extra["reasoning_effort"] = role.reasoning_effort
-        if role.max_output_tokens is not None:
-            self._extra[role.provider.output_tokens_param] = role.max_output_tokens
 
     def complete(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
     ) -> Completion:
-        params: dict[str, Any] = {"model": self.role.model, "messages": messages, **self._extra}
-        if tools:
-            params["tools"] = tools
+        params = request_params(self.role, messages, tools)
         attempt = 0
         while True:
             attempt += 1

@@ -64,11 +64,10 @@ class RunStart:
             return old
         resume = (
             old is not None
-            and (old.status in RESUMABLE or old.status == Status.GAVE_UP)
-            and bool(old.base_sha)
+            and self.resumable(old)
             and (repo.branch_sha(self.branch) is not None or self._recover_branch(old))
         )
-        self._check_model_verify()
+        self.check_model_verify()
         if resume:
             assert old is not None
             state = old
@@ -118,6 +117,20 @@ class RunStart:
         state.runs += 1
         return state
 
+    def resumable(self, old: RunState) -> bool:
+        """Whether the run record ``old`` is resumed, given its branch is there or can be
+        recreated (see :meth:`recoverable`), rather than started afresh. Reads only."""
+        return (old.status in RESUMABLE or old.status == Status.GAVE_UP) and bool(old.base_sha)
+
+    def recoverable(self, old: RunState) -> bool:
+        """Whether a deleted story branch can be recreated at the head on record. Reads only."""
+        return bool(old.head_sha) and bool(commit_of(self.repo.path, old.head_sha))
+
+    def base_ref(self) -> str:
+        """The ref a fresh start without dependencies starts from: the story's base_ref,
+        the config's target_base_ref, else the repository's current branch."""
+        return self.story.base_ref or self.config.target_base_ref or self.repo.current_branch()
+
     def tiers(self) -> tuple[VerifyTier, ...]:
         """The story's verify tiers, else the config's default commands as one tier. A
         plan's story's tiers a planner model wrote: only when ``model_verify`` is on."""
@@ -148,8 +161,8 @@ class RunStart:
         if built_on is not None:
             base_ref, base_sha = built_on
         else:
-            base_ref = story.base_ref or self.config.target_base_ref or repo.current_branch()
-            base_sha = self._base_sha(base_ref)
+            base_ref = self.base_ref()
+            base_sha = self.base_sha(base_ref)
         story_repo = self.workspace.story_repo
         if repo.branch_sha(self.branch) is not None:
             kept = self.workspace.set_aside()
@@ -173,7 +186,7 @@ class RunStart:
             state.cut_short_s = round(story_spend(old).wall_s, 3)
         return state
 
-    def _check_model_verify(self) -> None:
+    def check_model_verify(self) -> None:
         """A plan's story whose verify commands (a planner model wrote them) break the
         command policy does not start: StartError naming each, before any model call."""
         if not self.story.plan:
@@ -182,7 +195,7 @@ class RunStart:
         if found:
             raise StartError("; ".join(found) + f" ({MODEL_VERIFY_HINT})")
 
-    def _base_sha(self, base_ref: str) -> str:
+    def base_sha(self, base_ref: str) -> str:
         """The commit ``base_ref`` names; StartError naming the setting it came from if none."""
         spec = f"{base_ref}^{{commit}}"
         sha = git(self.repo.path, "rev-parse", "--verify", "--quiet", spec, check=False).strip()
@@ -204,11 +217,29 @@ class RunStart:
         the DAG's edges. One dependency: the head it passed with. Several: a merge of those
         (a new commit; no worktree or ref changes). StartError when a dependency has not
         passed, its branch is gone, or the branches conflict (naming the files)."""
-        deps = self._dependencies()
-        if not deps:
+        heads = self.dependency_heads()
+        if not heads:
             return None
+        if len(heads) == 1:
+            return heads[0]
+        names = ", ".join(branch for branch, _ in heads)
+        try:
+            sha = merge_heads(
+                self.repo.path,
+                heads,
+                f"hero: merge {names} for {self.key}",
+                self.repo.identity_env(),
+            )
+        except MergeConflict as exc:
+            raise StartError(f"cannot start from its dependencies: {exc}") from exc
+        return f"merge of {names}", sha
+
+    def dependency_heads(self) -> list[tuple[str, str]]:
+        """``(branch, sha)`` of the head each dependency passed with, in the story's order
+        (none without dependencies); StartError when one has not passed or its branch is
+        gone. Reads only: several are merged into the base by the start."""
         heads: list[tuple[str, str]] = []
-        for dep in deps:
+        for dep in self._dependencies():
             try:
                 state = load_state(self.home, dep)
             except StateError as exc:
@@ -231,25 +262,13 @@ class RunStart:
                     "gone and its recorded head is no commit here"
                 )
             heads.append((dep.branch, sha))
-        if len(heads) == 1:
-            return heads[0]
-        names = ", ".join(branch for branch, _ in heads)
-        try:
-            sha = merge_heads(
-                self.repo.path,
-                heads,
-                f"hero: merge {names} for {self.key}",
-                self.repo.identity_env(),
-            )
-        except MergeConflict as exc:
-            raise StartError(f"cannot start from its dependencies: {exc}") from exc
-        return f"merge of {names}", sha
+        return heads
 
     def _recover_branch(self, old: RunState) -> bool:
         """Recreate a deleted story branch at the head on record: the story then resumes on
         it (the commits its own repository holds beyond come back at the next phase's
         end). False if the record's head is no commit here."""
-        if not old.head_sha or not commit_of(self.repo.path, old.head_sha):
+        if not self.recoverable(old):
             return False
         with self.repo.locked():
             if self.repo.branch_sha(self.branch) is None:

@@ -8,6 +8,7 @@ key, an unknown model: fix it, then run the same command to resume); 75 the mode
 provider was unavailable (refused connections, timeouts, 5xx, 429 until the attempts ran
 out: run the same command later to resume); 130 interrupted (run the same command to
 resume). A story paused on its provider keeps its rounds and spend, status ``interrupted``.
+``--dry-run`` (hero.dryrun) runs nothing: 0 when the story would run, 2 when it would not.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show progress even off a terminal"
     )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the run would do (the worker's first request, the verify plan, the "
+        "models, the budgets) without calling a model or changing anything",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -59,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{story_path}: no such story file")
     config = load_config(home(args), roles=("worker", "reviewer"))
     say_notices(config)
+    if args.dry_run:
+        from hero.dryrun import dry_run_command
+
+        return dry_run_command(story_path.resolve(), config, as_json=args.json)
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
