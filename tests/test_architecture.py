@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.sandbox",
         "hero.sandbox_session",
         "hero.trace",
+        "hero.events",
         "hero.prompting",
         "hero.locks",
         "hero.budget",
