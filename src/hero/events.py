@@ -174,9 +174,13 @@ class StoryEvents:
                 event = self._redactor.redact_value(event)
             self.sink.write(event)
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            if not self._warned:
-                self._warned = True
-                print(f"hero: event stream: {type(exc).__name__}: {exc}", file=sys.stderr)
+            self._warn(exc)
+
+    def _warn(self, exc: Exception) -> None:
+        """An event that could not be built (a bug of hero's): said once, on stderr."""
+        if not self._warned:
+            self._warned = True
+            print(f"hero: event stream: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def _text(self, value: Any) -> str:
         """A long text for an event: redacted, then cut."""
@@ -245,9 +249,16 @@ class StoryEvents:
 
     def tap(self, record: Mapping[str, Any]) -> None:
         """Translate one trace record (already redacted by the trace) into its event, if
-        the stream has one for it; the rest (prompts, the reviewer's task) stay in the trace."""
+        the stream has one for it; the rest (prompts, the reviewer's task) stay in the
+        trace. Never raises: the trace's writer is the story."""
         if not self:
             return
+        try:
+            self._translate(record)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            self._warn(exc)
+
+    def _translate(self, record: Mapping[str, Any]) -> None:
         kind = record.get("event")
         if kind == Event.ASSISTANT:
             calls = record.get("tool_calls") or []
