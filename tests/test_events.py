@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -16,12 +17,23 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 from helpers import backlog, is_review, step_of, verdict, worker_round
 
-from hero.events import CUT_CHARS, EventSink, EventType, StoryEvents, cut, schema
+from hero.cli import main
+from hero.events import (
+    CUT_CHARS,
+    EventSink,
+    EventType,
+    StopReason,
+    StoryEvents,
+    cut,
+    schema,
+)
+from hero.llm import Completion, ToolCallRequest
 from hero.redact import Redactor
-from hero.scripted_model import Reply, ScriptedModel, call, text
-from hero.trace import read_trace
+from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
+from hero.trace import Trace, read_trace
 
 PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -362,3 +374,179 @@ def test_the_schema_ships_in_the_package_and_names_every_type() -> None:
     extra = {**bad, "type": "error", "message": "m", "surprise": 1}
     assert not VALIDATOR.is_valid(extra)
     assert VALIDATOR.is_valid({**bad, "type": "error", "message": "m"})
+
+
+# --------------------------------------------------------------------------- stops, in process
+
+
+def run_events(home: Path, story: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list]:
+    """`hero run STORY --events` in this process: its exit code and its events."""
+    code = main(["run", str(story), "--home", str(home), "--events"])
+    return code, parse(capsys.readouterr().out)
+
+
+def test_a_guardrail_and_the_rounds_running_out_are_stops_naming_their_setting(
+    scripted: Callable[..., ScriptedModel],
+    make_home,
+    write_story,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    busy = call("bash", command="true")  # never ends its turn
+    model = scripted(lambda body: verdict("APPROVED") if is_review(body) else busy)
+    home = make_home(model, max_retries=1, worker_max_turns=2)
+    code, events = run_events(home, write_story(home, "s1", verify=VERIFY_SUB), capsys)
+    assert code == 1
+    stops = [e for e in events if e["type"] == "stop"]
+    assert [(s["reason"], s["setting"], s["round"]) for s in stops] == [
+        ("guardrail", "worker_max_turns", 1),
+        ("gave_up", "max_retries", None),
+    ]
+    assert stops[0]["guardrail"] == "max_turns"
+    kinds = types(events)
+    assert kinds.index("stop") < kinds.index("verdict") < kinds.index("round_end")
+    assert kinds[-2:] == ["stop", "result"] and events[-1]["result"]["status"] == "gave_up"
+
+
+def test_a_budget_stop_names_the_budget(
+    scripted: Callable[..., ScriptedModel],
+    make_home,
+    write_story,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = scripted(lambda body: call("bash", command="true"))
+    home = make_home(model, max_story_tokens=1)
+    code, events = run_events(home, write_story(home, "s1", verify=VERIFY_SUB), capsys)
+    assert code == 1
+    stop = next(e for e in events if e["type"] == "stop")
+    assert stop["reason"] == "budget" and stop["setting"] == "max_story_tokens"
+    assert stop["round"] == 1 and "max_story_tokens" in stop["detail"]
+    assert types(events)[-1] == "result"
+    assert events[-1]["result"]["status"] == "budget_exceeded"
+
+
+def test_an_outage_is_a_stop_then_the_result_of_a_paused_story(
+    scripted: Callable[..., ScriptedModel],
+    make_home,
+    write_story,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = scripted(lambda body: HttpError(503, "down for maintenance"))
+    home = make_home(model)
+    code, events = run_events(home, write_story(home, "s1", verify=VERIFY_SUB), capsys)
+    assert code == 75
+    assert types(events) == ["run_start", "round_start", "stop", "result"]
+    stop = events[2]
+    assert stop["reason"] == "outage" and stop["kind"] == "transient"
+    assert stop["provider"] == "scripted" and stop["setting"] is None
+    result = events[-1]["result"]
+    assert result["status"] == "interrupted" and result["outage"]["provider"] == "scripted"
+    assert result["transcripts"] == [str(home / "runs" / "s1" / "round-1.jsonl")]
+
+
+def test_sigterm_mid_round_ends_the_stream_with_a_stop_and_the_result(
+    scripted: Callable[..., ScriptedModel], make_home, write_story, tmp_path: Path
+) -> None:
+    asked = threading.Event()
+    release = threading.Event()
+
+    def handler(body: dict[str, Any]) -> Reply:
+        asked.set()
+        release.wait(TIMEOUT_S)  # held until hero was told to stop
+        return call("bash", command="true")
+
+    model = scripted(handler)
+    home = make_home(model)
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+    out, err = tmp_path / "run.out", tmp_path / "run.err"
+    with open(out, "wb") as out_fh, open(err, "wb") as err_fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hero", "run", str(story), "--home", str(home), "--events"],
+            stdout=out_fh,
+            stderr=err_fh,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,
+        )
+    try:
+        assert asked.wait(TIMEOUT_S), err.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=TIMEOUT_S) == 130, err.read_text()
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = parse(out.read_text())
+    assert types(events)[-2:] == ["stop", "result"]
+    assert events[-2]["reason"] == "interrupted" and events[-2]["round"] == 1
+    assert events[-1]["result"]["status"] == "interrupted"
+
+
+def test_every_kind_of_event_validates_and_a_trace_feeds_the_stream(tmp_path: Path) -> None:
+    """Each method of StoryEvents, and each trace record the stream translates (written
+    through a real Trace with the tap), gives an event the schema accepts."""
+    stream = io.StringIO()
+    events = StoryEvents(EventSink(stream), "plan-a/s1", Redactor([KEY]))
+    events.run_start(story_id="s1", plan="plan-a", file=tmp_path / "s1.md", branch="hero/s1")
+    events.round_start(1, max_rounds=3, part=2)
+    trace = Trace(tmp_path / "round-1.jsonl", redact=Redactor([KEY]), tap=events.tap)
+    with trace:
+        trace.message("user", f"the task, {KEY}")  # not an event
+        reply = Completion(
+            content=f"calling {KEY}",
+            tool_calls=(ToolCallRequest("c1", "bash", json.dumps({"command": "x" * 3000})),),
+            message={},
+            tokens_in=10,
+            tokens_out=2,
+            http_s=0.5,
+            finish_reason="tool_calls",
+            tokens_cached=4,
+        )
+        trace.assistant(1, reply, estimate=None)
+        trace.tool_start(1, reply.tool_calls[0])
+        trace.tool_result(1, "c1", "bash", "boom", is_error=True, duration_s=0.1)
+        trace.tool_result(1, "c2", "bash", "hero was restarted", is_error=True, lost="running")
+        trace.condense(
+            {"turn": 2, "tokens_before": 900, "tokens_after": 300, "elided": [1], "summary": {}}
+        )
+        trace.agent_end({"stop_reason": "loop", "detail": "the same call 4 times"})
+        trace.verify({"passed": False, "commands": [], "skipped_tiers": ["slow"], "log": "v.log"})
+        trace.verdict({"verdict": "CHANGES_REQUESTED", "summary": "no", "short_circuited": True})
+    events.verify_command(
+        {"tier": "unit", "command": "pytest", "exit_code": 1, "duration_s": 1.0, "tail": "F"}
+    )
+    events.round_end({"round": 1, "duration_s": 2.0, "worker": {}, "review": {}})
+    for reason in StopReason:
+        events.stop(reason, f"why {KEY}")
+    events.stop(StopReason.OUTAGE, "down", provider="p", kind="permanent")
+    events.error(f"bad {KEY}")
+    events.result({"id": "s1"})
+    out = stream.getvalue()
+    lines = [json.loads(line) for line in out.splitlines()]
+    for line in lines:  # the result's object is the run's own: checked by the e2e tests
+        if line["type"] != "result":
+            assert VALIDATOR.is_valid(line), line
+    assert KEY not in out
+    assert types(lines) == [
+        "run_start",
+        "round_start",
+        "turn",
+        "tool_call",
+        "tool_result",
+        "tool_result",
+        "condense",
+        "stop",
+        "verify",
+        "verdict",
+        "verify_command",
+        "round_end",
+        *["stop"] * (len(StopReason) + 1),
+        "error",
+        "result",
+    ]
+    turn, call_, lost = lines[2], lines[3], lines[5]
+    assert turn["tokens_cached"] == 4 and turn["duration_s"] == 0.5
+    assert "more characters cut" in call_["arguments"]
+    assert lost["lost"] == "running" and lost["duration_s"] is None
+    assert lines[6]["elided"] == 1 and lines[6]["summarized"] is False
+    assert lines[7]["setting"] == "loop_repeats" and lines[7]["guardrail"] == "loop"
+    assert lines[11]["round"] == 1 and lines[12]["round"] is None  # round_end closes it

@@ -160,14 +160,14 @@ class StoryEvents:
 
     # -- writing -----------------------------------------------------------------------
 
-    def emit(self, kind: EventType, **fields: Any) -> None:
+    def emit(self, event_type: EventType, /, **fields: Any) -> None:
         """Write one event; a failure to build it is said once on stderr, never raised:
         the stream is a view of the story, not a part of it."""
         if not self:
             return
         assert self.sink is not None
         try:
-            event = {"type": kind.value, "story": self.story, "round": self.round}
+            event = {"type": event_type.value, "story": self.story, "round": self.round}
             event["time"] = now_iso()
             event.update(fields)
             if self._redactor is not None:
