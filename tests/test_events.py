@@ -204,8 +204,9 @@ def test_two_round_story_streams_valid_events_in_order_ending_with_the_result(
     assert KEY not in done.stdout and KEY not in done.stderr
     said = [e for e in events if e["type"] in ("tool_call", "tool_result", "turn")]
     assert sum("[redacted]" in json.dumps(e) for e in said) >= 3
-    # progress stays on stderr
+    # progress stays on stderr; no event failed to be built
     assert "hero: round 1/2: worker" in done.stderr
+    assert "event stream:" not in done.stderr
 
 
 def test_events_and_json_together_are_refused(
@@ -306,6 +307,7 @@ def test_watch_streams_each_story_whole_lines_one_result_each(
     # the logs are on stderr, as JSON lines of their own (never on stdout)
     logs = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     assert any(e.get("event") == "finished" for e in logs)
+    assert "event stream:" not in done.stderr
     assert not any("event" in e and "type" not in e for e in events)
     assert KEY not in done.stdout and KEY not in done.stderr
 
@@ -550,3 +552,15 @@ def test_every_kind_of_event_validates_and_a_trace_feeds_the_stream(tmp_path: Pa
     assert lines[6]["elided"] == 1 and lines[6]["summarized"] is False
     assert lines[7]["setting"] == "loop_repeats" and lines[7]["guardrail"] == "loop"
     assert lines[11]["round"] == 1 and lines[12]["round"] is None  # round_end closes it
+
+
+def test_an_event_that_cannot_be_built_is_said_once_and_never_raised(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stream = io.StringIO()
+    events = StoryEvents(EventSink(stream), "s1")
+    events.stop(StopReason.OUTAGE, "down", reason="twice")  # a bug's call: a clash
+    events.round_end(None)  # type: ignore[arg-type]
+    events.error("still written")
+    assert [e["type"] for e in parse(stream.getvalue())] == ["error"]
+    assert capsys.readouterr().err.count("hero: event stream:") == 1

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TextIO
 
 from hero.redact import Redactor
 from hero.trace import Event
@@ -99,6 +99,29 @@ def schema() -> dict[str, Any]:
     text = resources.files("hero").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
+
+
+_P = ParamSpec("_P")
+
+
+def _quiet(
+    method: Callable[Concatenate[StoryEvents, _P], None],
+) -> Callable[Concatenate[StoryEvents, _P], None]:
+    """A StoryEvents method that never raises: the stream is a view of the story, never a
+    part of it, so an event hero fails to build (a bug) is said once on stderr, and the
+    story goes on."""
+
+    def wrapper(self: StoryEvents, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        if not self:
+            return
+        try:
+            method(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            self._warn(exc)
+
+    wrapper.__doc__ = method.__doc__
+    wrapper.__name__ = method.__name__
+    return wrapper
 
 
 class EventSink:
@@ -191,17 +214,20 @@ class StoryEvents:
 
     # -- what the run says itself ------------------------------------------------------
 
+    @_quiet
     def run_start(self, *, story_id: str, plan: str, file: Path, branch: str) -> None:
         self.round = None
         self.emit(
             EventType.RUN_START, id=story_id, plan=plan or None, file=str(file), branch=branch
         )
 
+    @_quiet
     def round_start(self, n: int, *, max_rounds: int, part: int) -> None:
         self.round = n
         self._arguments.clear()
         self.emit(EventType.ROUND_START, max_rounds=max_rounds, part=part)
 
+    @_quiet
     def round_end(self, record: Mapping[str, Any]) -> None:
         """``record``: the round as the run record keeps it (``Round.to_dict`` shape)."""
         worker = record.get("worker") or {}
@@ -217,6 +243,7 @@ class StoryEvents:
         )
         self.round = None
 
+    @_quiet
     def verify_command(self, check: Mapping[str, Any]) -> None:
         """``check``: a verify command's ``hero.roles.verifier.CommandCheck`` as a dict."""
         self.emit(
@@ -229,16 +256,19 @@ class StoryEvents:
             output=self._text(check.get("tail")),
         )
 
+    @_quiet
     def stop(
-        self, reason: StopReason, detail: str, *, setting: str | None = None, **more: Any
+        self, /, reason: StopReason, detail: str, *, setting: str | None = None, **more: Any
     ) -> None:
         self.emit(
             EventType.STOP, reason=reason.value, setting=setting, detail=self._text(detail), **more
         )
 
+    @_quiet
     def error(self, message: str) -> None:
         self.emit(EventType.ERROR, message=self._text(message))
 
+    @_quiet
     def result(self, summary: Mapping[str, Any]) -> None:
         """The last event of a story: ``summary`` is the object `hero run --json` prints
         (:func:`run_result`), under ``result``."""
@@ -247,18 +277,11 @@ class StoryEvents:
 
     # -- what the round's trace says (hero.trace.Trace calls this with each record) -----
 
+    @_quiet
     def tap(self, record: Mapping[str, Any]) -> None:
         """Translate one trace record (already redacted by the trace) into its event, if
         the stream has one for it; the rest (prompts, the reviewer's task) stay in the
-        trace. Never raises: the trace's writer is the story."""
-        if not self:
-            return
-        try:
-            self._translate(record)
-        except Exception as exc:  # noqa: BLE001 - see the docstring
-            self._warn(exc)
-
-    def _translate(self, record: Mapping[str, Any]) -> None:
+        trace."""
         kind = record.get("event")
         if kind == Event.ASSISTANT:
             calls = record.get("tool_calls") or []
