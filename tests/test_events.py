@@ -564,3 +564,53 @@ def test_an_event_that_cannot_be_built_is_said_once_and_never_raised(
     events.error("still written")
     assert [e["type"] for e in parse(stream.getvalue())] == ["error"]
     assert capsys.readouterr().err.count("hero: event stream:") == 1
+
+
+def test_a_second_run_of_a_running_story_streams_its_refusal_and_a_result(
+    scripted: Callable[..., ScriptedModel], make_home, write_story, tmp_path: Path
+) -> None:
+    """Two `hero run --events` of one story at once: the second is refused by the first's
+    lock (exit 2) and says so in its stream, ending with a result; the first passes."""
+    asked = threading.Event()
+    release = threading.Event()
+
+    def handler(body: dict[str, Any]) -> Reply:
+        if is_review(body):
+            return verdict("APPROVED", "All good.")
+        if step_of(body) == 0:
+            asked.set()
+            assert release.wait(TIMEOUT_S)
+        plan = good_worker("add-sub")
+        return plan[min(step_of(body), len(plan) - 1)]
+
+    model = scripted(handler)
+    home = make_home(model)
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+    out, err = tmp_path / "first.out", tmp_path / "first.err"
+    with open(out, "wb") as out_fh, open(err, "wb") as err_fh:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "hero", "run", str(story), "--home", str(home), "--events"],
+            stdout=out_fh,
+            stderr=err_fh,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,
+        )
+    try:
+        assert asked.wait(TIMEOUT_S), err.read_text()
+        second = hero(
+            "run", str(story), "--home", str(home), "--events", env=dict(os.environ), cwd=tmp_path
+        )
+        release.set()
+        assert first.wait(timeout=TIMEOUT_S) == 0, err.read_text()
+    finally:
+        release.set()
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert second.returncode == 2, second.stderr
+    refused = parse(second.stdout)
+    assert types(refused) == ["run_start", "error", "result"]
+    result = refused[-1]["result"]
+    assert result["status"] == "running" and result["error"] == refused[1]["message"]
+    ran = parse(out.read_text())
+    assert ran[-1]["result"]["status"] == "passed"

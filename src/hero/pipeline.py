@@ -15,7 +15,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from hero.state import (
     Status,
     WorkerOutcome,
     file_digest,
+    load_state,
     save_state,
 )
 from hero.story import Story, StoryFileChanged, VerifyTier, parse_story, write_feedback
@@ -153,6 +154,7 @@ class StoryRun:
         self.events.run_start(
             story_id=self.story.id, plan=self.story.plan, file=self.story.path, branch=self.branch
         )
+        shown: RunState | None = None  # what the result says, when not this run's record
         try:
             # The home's lock (one process per home), then the repository's (one home per
             # repository): either refuses with StoryBusy, before anything is touched.
@@ -160,10 +162,22 @@ class StoryRun:
                 return self._run()
         except StoryBusy as exc:
             self.events.error(str(exc))
+            if self.events:
+                shown = self._busy_record(str(exc))
             raise
         finally:  # the last event of the story, whatever ended it
             if self.events:
-                self.events.result(run_result(self.state, self.home, time.monotonic() - started))
+                took = time.monotonic() - started
+                self.events.result(run_result(shown or self.state, self.home, took))
+
+    def _busy_record(self, why: str) -> RunState:
+        """What the result of a run refused by another's lock says: the story's record as
+        the process running it keeps it (never touched here), with why this run did nothing."""
+        try:
+            record = load_state(self.home, self.ref) or self.state
+        except StateError:
+            record = self.state
+        return replace(record, error=why)
 
     def force_interrupted(self) -> None:
         with self._save_lock:
