@@ -614,3 +614,19 @@ def test_a_second_run_of_a_running_story_streams_its_refusal_and_a_result(
     assert result["status"] == "running" and result["error"] == refused[1]["message"]
     ran = parse(out.read_text())
     assert ran[-1]["result"]["status"] == "passed"
+
+
+def test_whatever_a_worker_wrote_is_one_line_of_ascii() -> None:
+    """Line separators str.splitlines honours, a lone surrogate (unencodable in UTF-8),
+    control characters: each event stays one line, and the stream stays open."""
+    stream = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    sink = EventSink(stream)
+    events = StoryEvents(sink, "s1")
+    hostile = "a\u2028b\u2029c\x85d\x1ce\ud800f\r\ng\u00e9"
+    events.error(hostile)
+    events.error("after")
+    stream.flush()
+    raw = stream.buffer.getvalue()  # type: ignore[attr-defined]
+    assert raw.isascii() and sink.open
+    lines = raw.decode().splitlines()
+    assert [json.loads(line)["message"] for line in lines] == [hostile, "after"]

@@ -145,7 +145,10 @@ class EventSink:
         return self._open
 
     def write(self, event: Mapping[str, Any]) -> None:
-        line = json.dumps(event, ensure_ascii=False, default=str) + "\n"
+        # ASCII: what a worker wrote may hold U+2028 or U+0085 (line breaks to
+        # str.splitlines and some JSON readers) or a lone surrogate (unencodable: it would
+        # end the stream); escaped, every event is one line that any reader can split.
+        line = json.dumps(event, ensure_ascii=True, default=str) + "\n"
         with self._lock:
             if not self._open:
                 return
