@@ -54,6 +54,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.sandbox",
         "hero.sandbox_session",
         "hero.trace",
+        "hero.events",
         "hero.prompting",
         "hero.locks",
         "hero.budget",

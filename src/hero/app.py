@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from hero.config import Config
 from hero.errors import UsageError
+from hero.events import EventSink
 from hero.pipeline import Progress
 from hero.state import RunState
 from hero.story import Story
@@ -26,13 +27,18 @@ class Refused(UsageError):
 
 
 def run_with_config(
-    story_path: Path, config: Config, *, progress: Progress | None = None
+    story_path: Path,
+    config: Config,
+    *,
+    progress: Progress | None = None,
+    events: EventSink | None = None,
 ) -> RunState:
     """Build the models from the config and run the story: the path `hero run` and the demo share.
 
     Asks the queue's rule first (:func:`hero.daemon.queue.admit`, as `hero watch` does):
     a story whose id already passed from another file is refused (:class:`Refused`), and
     nothing is run. StoryError for an invalid story, StateError for an unreadable record.
+    ``events``: the stream the story's events go to (`--events`, hero.events).
     """
     from hero.llm import LlmClient
     from hero.pipeline import run_story
@@ -47,7 +53,7 @@ def run_with_config(
     reviewer = LlmClient(
         config.role("reviewer"), config.llm, on_retry=retry_note, share_http_with=worker
     )
-    return run_story(story_path, config, worker, reviewer, progress=progress)
+    return run_story(story_path, config, worker, reviewer, progress=progress, events=events)
 
 
 def admit_run(story_path: Path, config: Config) -> tuple[Story, Decision]:

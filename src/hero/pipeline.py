@@ -15,6 +15,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from hero.cancel import StoryCancelled, cancel_at_start, mark_cancelled
 from hero.cancel import check as check_cancelled
 from hero.config import Config
 from hero.errors import Interrupted
+from hero.events import EventSink, StopReason, StoryEvents, run_result
 from hero.git.guard import Guard
 from hero.git.ops import GitError, TargetRepo
 from hero.git.phases import PhaseEnd
@@ -49,6 +51,7 @@ from hero.state import (
     Status,
     WorkerOutcome,
     file_digest,
+    load_state,
     save_state,
 )
 from hero.story import Story, StoryFileChanged, VerifyTier, parse_story, write_feedback
@@ -77,13 +80,16 @@ def run_story(
     repo: TargetRepo | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    events: EventSink | None = None,
 ) -> RunState:
     """Run one story to passed, gave_up, budget_exceeded or error, or to ``interrupted``
     with ``outage`` set when its model's provider failed (hero.llm.ModelOutage); raises
     Interrupted/KeyboardInterrupt when stopped (after saving state ``interrupted``),
-    StoryError for an invalid story."""
+    StoryError for an invalid story. ``events``: the stream its events go to (hero.events)."""
     story = parse_story(story_path)
-    run = StoryRun(story, config, worker_model, reviewer_model, repo, progress, cancel)
+    run = StoryRun(
+        story, config, worker_model, reviewer_model, repo, progress, cancel, events=events
+    )
     return run.run()
 
 
@@ -101,6 +107,8 @@ class StoryRun:
         repo: TargetRepo | None,
         progress: Progress | None,
         cancel: threading.Event | None,
+        *,
+        events: EventSink | None = None,
     ) -> None:
         self.story = story
         self.config = config
@@ -117,6 +125,8 @@ class StoryRun:
         self.key = self.ref.key  # what the user reads: the id, or <plan>/<id>
         self.branch = self.ref.branch
         self.run_dir = self.ref.run_dir(self.home)
+        #: the story's events (`--events`), redacted as all it writes; none without a sink
+        self.events = StoryEvents(events, self.key, redactor)
         #: the story's own repository at worktrees/<id>, its sandboxes, hero's git in it
         self.workspace = Workspace(story, config, self.repo, redactor, self.say)
         self.start = RunStart(story, config, self.repo, self.workspace, redactor, self.say)
@@ -140,10 +150,34 @@ class StoryRun:
     # -- the loop ----------------------------------------------------------------------
 
     def run(self) -> RunState:
-        # The home's lock (one process per home), then the repository's (one home per
-        # repository): either refuses with StoryBusy, before anything is touched.
-        with _story_lock(self.home, self.ref), self.repo.story_lock(self.ref, self.home):
-            return self._run()
+        started = time.monotonic()
+        self.events.run_start(
+            story_id=self.story.id, plan=self.story.plan, file=self.story.path, branch=self.branch
+        )
+        shown: RunState | None = None  # what the result says, when not this run's record
+        try:
+            # The home's lock (one process per home), then the repository's (one home per
+            # repository): either refuses with StoryBusy, before anything is touched.
+            with _story_lock(self.home, self.ref), self.repo.story_lock(self.ref, self.home):
+                return self._run()
+        except StoryBusy as exc:
+            self.events.error(str(exc))
+            if self.events:
+                shown = self._busy_record(str(exc))
+            raise
+        finally:  # the last event of the story, whatever ended it
+            if self.events:
+                took = time.monotonic() - started
+                self.events.result(run_result(shown or self.state, self.home, took))
+
+    def _busy_record(self, why: str) -> RunState:
+        """What the result of a run refused by another's lock says: the story's record as
+        the process running it keeps it (never touched here), with why this run did nothing."""
+        try:
+            record = load_state(self.home, self.ref) or self.state
+        except StateError:
+            record = self.state
+        return replace(record, error=why)
 
     def force_interrupted(self) -> None:
         with self._save_lock:
@@ -162,6 +196,7 @@ class StoryRun:
             state = self._start()
         except StoryCancelled as exc:
             self.state = cancel_at_start(self.home, self.ref, self.story.path, str(exc))
+            self.events.stop(StopReason.CANCELLED, str(exc))
             self.say(f"{self.key}: {self.state.error or self.state.status}")
             return self.state
         except (KeyboardInterrupt, Interrupted, StateError):
@@ -178,11 +213,17 @@ class StoryRun:
             while len(state.rounds) < max_rounds:
                 record = self._round(len(state.rounds) + 1, max_rounds, tiers, env)
                 state.rounds.append(record)
+                self.events.round_end(asdict(record))
                 if record.review.verdict == APPROVED:
                     self._pass(record.round)
                     return state
                 self._leave_feedback(record)
             self._finish(Status.GAVE_UP)
+            self.events.stop(
+                StopReason.GAVE_UP,
+                f"no round passed in {len(state.rounds)} round(s)",
+                setting="max_retries",
+            )
             self.say(f"{self.key}: gave up after {len(state.rounds)} round(s)")
         except ModelOutage as exc:
             self._pause(exc)
@@ -196,6 +237,7 @@ class StoryRun:
             state.status = Status.INTERRUPTED
             state.phase = ""
             self._save()
+            self.events.stop(StopReason.INTERRUPTED, "stopped; run again to resume")
             self.say(f"{self.key}: interrupted in round {state.current_round}; run again to resume")
             raise
         except Exception as exc:  # noqa: BLE001 - record, keep the trace, never lose state
@@ -221,6 +263,7 @@ class StoryRun:
         """A story that cannot start ends in ``error``, once (see RunStart.failed)."""
         state = self._take(self.start.failed(exc))
         self._save()
+        self.events.error(state.error)
         self.say(f"{self.key}: error: {state.error}")
         return state
 
@@ -243,13 +286,16 @@ class StoryRun:
         self._phase("worker", f"round {n}/{max_rounds}: worker")
         trace_path = self.run_dir / f"round-{n}.jsonl"
         messages, replayed, unreplayable = self._conversation(n, max_rounds, tiers, trace_path)
-        with Trace(trace_path, redact=self.redactor) as trace:
+        part = replayed.parts + 1 if replayed is not None else 1
+        self.events.round_start(n, max_rounds=max_rounds, part=part)
+        tap = self.events.tap if self.events else None
+        with Trace(trace_path, redact=self.redactor, tap=tap) as trace:
             trace.round_start(
                 n,
                 story=self.key,
                 run=self.state.runs,
                 branch=self.branch,
-                part=replayed.parts + 1 if replayed is not None else 1,
+                part=part,
                 **round_start_fields(self.state.base_sha, self.state.started_at),
             )
             if unreplayable:
@@ -411,6 +457,7 @@ class StoryRun:
             cancel=self.cancel,
             redact=self.redactor,
             sandbox=self.workspace.verify_sandbox,
+            on_command=lambda check: self.events.verify_command(asdict(check)),
         )
         trace.verify(verify.to_dict())
         self.say(f"round {n}: verify {'passed' if verify.passed else 'FAILED'}")
@@ -454,6 +501,7 @@ class StoryRun:
     def _fail(self, message: str) -> None:
         self._finish(Status.ERROR)
         self.state.error = message
+        self.events.error(message)
         self.say(f"{self.key}: error: {message}")
 
     def _pause(self, exc: ModelOutage) -> None:
@@ -471,6 +519,7 @@ class StoryRun:
             "error": str(exc),
         }
         what = "refuses hero's requests" if exc.kind == "permanent" else "is unavailable"
+        self.events.stop(StopReason.OUTAGE, str(exc), provider=exc.provider, kind=exc.kind)
         self.say(
             f"{self.key}: paused in round {state.current_round}: model provider "
             f"'{exc.provider}' {what}: {exc}"
@@ -498,6 +547,7 @@ class StoryRun:
             self.say(f"{self.key}: could not commit the work left: {err}")
         self._finish(Status.BUDGET_EXCEEDED)
         self.state.error = str(exc)
+        self.events.stop(StopReason.BUDGET, str(exc), setting=exc.key)
         self.say(
             f"{self.key}: {exc}; its commits are kept on {self.branch}. Raise {exc.key} in "
             f"config/roles.yaml and run `hero retry {self.key}` to continue"
@@ -511,6 +561,7 @@ class StoryRun:
         except GitError as err:
             self.say(f"{self.key}: could not commit the work left: {err}")
         mark_cancelled(self.home, self.state, None, str(exc))
+        self.events.stop(StopReason.CANCELLED, str(exc))
         self.say(f"{self.key}: {exc}; its commits are kept on {self.branch}")
 
     def _pass(self, n: int) -> None:

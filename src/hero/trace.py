@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -55,9 +55,17 @@ class Event(StrEnum):
 
 
 class Trace:
-    def __init__(self, path: Path | None, *, redact: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        redact: Redactor | None = None,
+        tap: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.path = path
         self._redact = redact if redact else None  # an empty Redactor costs nothing, skip it
+        #: called with each record once written (redacted): the event stream (hero.events)
+        self._tap = tap
         self._t0 = time.monotonic()
         self._fh: IO[str] | None = None
         if path is not None:
@@ -68,12 +76,15 @@ class Trace:
 
     def event(self, kind: Event, **data: Any) -> None:
         """Append one event of ``kind`` with ``data`` as its fields (in that order)."""
-        if self._fh is None:
+        if self._fh is None and self._tap is None:
             return
         record = {"t": round(time.monotonic() - self._t0, 4), "ts": time.time(), "event": kind}
         record.update(data if self._redact is None else self._redact.redact_value(data))
-        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-        self._fh.flush()
+        if self._fh is not None:
+            self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            self._fh.flush()
+        if self._tap is not None:  # after the write: the trace holds all the stream shows
+            self._tap(record)
 
     # -- one method per kind -------------------------------------------------------------
 

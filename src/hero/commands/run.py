@@ -8,7 +8,10 @@ key, an unknown model: fix it, then run the same command to resume); 75 the mode
 provider was unavailable (refused connections, timeouts, 5xx, 429 until the attempts ran
 out: run the same command later to resume); 130 interrupted (run the same command to
 resume). A story paused on its provider keeps its rounds and spend, status ``interrupted``.
+
 ``--dry-run`` (hero.dryrun) runs nothing: 0 when the story would run, 2 when it would not.
+``--events`` prints the run's events on stdout, one JSON object a line, the last one the
+result (hero.events, docs/events.md); the exit codes are the same.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.commands import Subparsers, home, home_option, say, say_notices
+from hero.commands import Subparsers, home, home_option, reader_gone, say, say_notices
 from hero.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -43,6 +46,11 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument("story", help="path to the story's markdown file")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the result")
     parser.add_argument(
+        "--events",
+        action="store_true",
+        help="print the run's events on stdout as JSON lines, the result last (see docs/events.md)",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="show progress even off a terminal"
     )
     parser.add_argument(
@@ -58,8 +66,14 @@ def run(args: argparse.Namespace) -> int:
     from hero.app import run_with_config
     from hero.config import load_config
     from hero.errors import Interrupted
+    from hero.events import EventSink
     from hero.state import Status
 
+    if args.events and args.json:
+        raise UsageError(
+            "--events and --json: choose one (with --events, the last line is the result "
+            "event, and its 'result' is the object --json prints)"
+        )
     started = time.monotonic()
     story_path = Path(args.story)
     if not story_path.exists():  # a directory or a FIFO: the story's reader says what it is
@@ -73,14 +87,16 @@ def run(args: argparse.Namespace) -> int:
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
+    sink = EventSink(on_gone=reader_gone) if args.events else None  # stdout: events alone
     try:
-        state = run_with_config(story_path.resolve(), config, progress=progress)
+        state = run_with_config(story_path.resolve(), config, progress=progress, events=sink)
     except (KeyboardInterrupt, Interrupted):
         say("interrupted; run the same command again to resume")
         return EXIT_INTERRUPTED
     duration = time.monotonic() - started
     result = summarize(state, config.home, duration)
-    print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
+    if sink is None:
+        print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
     if state.status == Status.INTERRUPTED and state.outage:
         # paused, not ended: no alert (the daemon's breaker alerts on an outage)
         say(_outage_line(state.outage, story_path))
@@ -103,22 +119,11 @@ def _outage_line(outage: dict[str, str], story_path: Path) -> str:
 
 
 def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
-    """The result of a run as `hero run --json` prints it."""
-    return {
-        "id": state.id,
-        "status": state.status.value,
-        "rounds": len(state.rounds),
-        "verdicts": [r.review.verdict for r in state.rounds],
-        "branch": state.branch,
-        "base_sha": state.base_sha,
-        "head_sha": state.head_sha,
-        "usage": state.usage,
-        "duration": round(duration_s, 3),  # seconds
-        "error": state.error or None,
-        "outage": state.outage or None,
-        "state": str(state.ref.state_path(home)),
-        "story": state.story_path,
-    }
+    """The result of a run as `hero run --json` prints it: the object the ``result`` event
+    of `--events` holds too (hero.events.run_result, its one owner)."""
+    from hero.events import run_result
+
+    return run_result(state, home, duration_s)
 
 
 def _notify(config: Config, state: RunState, duration_s: float) -> None:

@@ -15,6 +15,7 @@ from hero.commands import (
     home,
     home_option,
     json_logs,
+    reader_gone,
     say,
     say_notices,
 )
@@ -36,6 +37,12 @@ def add_parser(subparsers: Subparsers) -> None:
         action="store_true",
         help="exit once the inbox holds nothing left to run (for scripts and CI)",
     )
+    parser.add_argument(
+        "--events",
+        action="store_true",
+        help="print every story's events on stdout as JSON lines, each story's result last "
+        "(see docs/events.md); the logs stay on stderr",
+    )
     add_log_format(parser)
     parser.set_defaults(handler=run)
 
@@ -45,11 +52,13 @@ def run(args: argparse.Namespace) -> int:
     from hero.daemon import watch
     from hero.daemon.logsetup import configure
     from hero.doctor import preflight
+    from hero.events import EventSink
 
     config = load_config(home(args), roles=("worker", "reviewer"))
     say_notices(config)
     watch.check(config)
     preflight(config, say, repository=True)  # what would fail every story stops it here
-    log = configure(json=json_logs(args), secrets=config.secrets)
-    watch.run(config, log, exit_when_idle=args.exit_when_idle)
+    log = configure(json=json_logs(args), secrets=config.secrets)  # on stderr, never stdout
+    sink = EventSink(on_gone=reader_gone) if args.events else None
+    watch.run(config, log, exit_when_idle=args.exit_when_idle, events=sink)
     return EXIT_OK

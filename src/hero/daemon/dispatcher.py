@@ -36,6 +36,7 @@ from hero.config import Config
 from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watching
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
+from hero.events import EventSink
 from hero.git.ops import TargetRepo
 from hero.housekeeping import Housekeeper, Rules
 from hero.llm import Model
@@ -99,8 +100,11 @@ class Dispatcher:
         settle_s: float = 1.0,
         only_plan: str | None = None,
         notifier: Notifier | None = None,
+        events: EventSink | None = None,
     ) -> None:
         self.config = config
+        #: where every story's events go (`hero watch --events`): one sink, whole lines
+        self.events = events
         self.home = config.home
         self.make_models = make_models
         self.log = log
@@ -486,6 +490,7 @@ class Dispatcher:
                     self.repo,
                     progress=progress,
                     cancel=cancel,
+                    events=self.events,
                 )
                 story_run.on_save = lambda k=key: self._progressed(k, story_run.state)
                 run = story_run

@@ -19,6 +19,7 @@ from hero.errors import EXIT_INTERRUPTED, ConfigurationError
 if TYPE_CHECKING:
     from hero.config import Config
     from hero.daemon.dispatcher import Dispatcher, ModelFactory
+    from hero.events import EventSink
 
 
 def check(config: Config) -> None:
@@ -39,17 +40,20 @@ def check(config: Config) -> None:
         raise ConfigurationError(problem)
 
 
-def run(config: Config, log: Any, *, exit_when_idle: bool = False) -> None:
+def run(
+    config: Config, log: Any, *, exit_when_idle: bool = False, events: EventSink | None = None
+) -> None:
     """Hold the home's daemon lock (DaemonRunning when another `hero watch` has it) and run
     the dispatcher, and the GitHub watcher on a thread, until a signal stops them (or, with
-    ``exit_when_idle``, until the inbox holds nothing left to run)."""
+    ``exit_when_idle``, until the inbox holds nothing left to run). ``events``: where the
+    stories' events go (`--events`, hero.events)."""
     from hero.daemon.dispatcher import Dispatcher
     from hero.github.watch import start_in_process
     from hero.locks import DaemonLock
 
     lock = DaemonLock(config.home)
     lock.acquire()
-    dispatcher = Dispatcher(config, model_factory(config, log), log=log)
+    dispatcher = Dispatcher(config, model_factory(config, log), log=log, events=events)
     started = time.monotonic()
     # Issues become inbox stories on a thread beside the dispatcher (roles.yaml's github:
     # block); with --exit-when-idle its first sweep ends before the inbox is looked at.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -125,10 +125,12 @@ def run_verify(
     cancel: threading.Event | None = None,
     redact: Redactor | None = None,
     sandbox: Sandbox | None = None,
+    on_command: Callable[[CommandCheck], None] | None = None,
 ) -> VerifyResult:
     """Run the tiers; every secret in ``redact`` is taken out of each command's output
     before it is logged or kept (the tail that reaches the reviewer and the feedback).
-    Each command runs inside ``sandbox`` when one is given."""
+    Each command runs inside ``sandbox`` when one is given; ``on_command`` is told of
+    each command once it ended (the event stream, hero.events)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     checks: list[CommandCheck] = []
     skipped: list[str] = []
@@ -156,16 +158,17 @@ def run_verify(
                 note = f" (timed out after {timeout_s:g} s)" if result.timed_out else ""
                 log.write(f"=== exit {result.exit_code}{note} in {time.time() - started:.2f} s\n\n")
                 log.flush()
-                checks.append(
-                    CommandCheck(
-                        tier=tier.name,
-                        command=command,
-                        exit_code=result.exit_code,
-                        duration_s=round(result.duration_s, 3),
-                        timed_out=result.timed_out,
-                        tail=output[-TAIL_CHARS:],
-                    )
+                check = CommandCheck(
+                    tier=tier.name,
+                    command=command,
+                    exit_code=result.exit_code,
+                    duration_s=round(result.duration_s, 3),
+                    timed_out=result.timed_out,
+                    tail=output[-TAIL_CHARS:],
                 )
+                checks.append(check)
+                if on_command is not None:
+                    on_command(check)
                 if result.exit_code != 0:
                     passed = False
     return VerifyResult(passed, tuple(checks), tuple(skipped), str(log_path))
