@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hero.adhoc import add_task_arguments, enqueue, taken_elsewhere, task_of
 from hero.commands import Subparsers, home, home_option, say, say_notices
 from hero.errors import (
     EXIT_FAILED,
@@ -39,7 +40,8 @@ def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "run", parents=[home_option()], help="run one story to a verdict"
     )
-    parser.add_argument("story", help="path to the story's markdown file")
+    parser.add_argument("story", nargs="?", help="path to the story's markdown file")
+    add_task_arguments(parser)  # --task TEXT: a story made on the spot (hero.adhoc)
     parser.add_argument("--json", action="store_true", help="print one JSON object with the result")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show progress even off a terminal"
@@ -51,14 +53,16 @@ def run(args: argparse.Namespace) -> int:
     from hero.app import run_with_config
     from hero.config import load_config
     from hero.errors import Interrupted
+    from hero.locks import StoryBusy
     from hero.state import Status
 
     started = time.monotonic()
-    story_path = Path(args.story)
-    if not story_path.exists():  # a directory or a FIFO: the story's reader says what it is
-        raise UsageError(f"{story_path}: no such story file")
+    task = task_of(args)  # None: a STORY file
+    if task is None and not Path(args.story).exists():  # a FIFO: the reader says what it is
+        raise UsageError(f"{args.story}: no such story file")
     config = load_config(home(args), roles=("worker", "reviewer"))
     say_notices(config)
+    story_path = Path(args.story) if task is None else enqueue(task, config.home)
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
@@ -67,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Interrupted):
         say("interrupted; run the same command again to resume")
         return EXIT_INTERRUPTED
+    except StoryBusy as exc:  # for --task, most likely a `hero watch` that saw its file
+        raise (exc if task is None else taken_elsewhere(story_path.stem, str(exc))) from None
     duration = time.monotonic() - started
     result = summarize(state, config.home, duration)
     print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)

@@ -1,0 +1,324 @@
+"""Ad-hoc tasks: ``hero run --task TEXT`` turns a line of text into a story and runs it.
+
+The story is written to ``inbox/<id>.md`` through the one story writer
+(:func:`hero.story.write_story`), so it is like any other: ``hero status`` shows it, a
+second ``hero run --task`` with the same words resumes it, and it ends in ``done/``.
+
+- Its id is ``--id``, else a slug of the words of its first line (``fix-the-typo-in-readme``).
+- Its title is the task's first line, cut; its body a ``## Goal`` section holding the
+  task's text with its headings demoted (:func:`hero.story.contain_sections`), so that no
+  line of the task can open another section (the reviewer's feedback, say) or hide one.
+- ``--verify`` and ``--scope`` (each repeatable) are its ``verify`` and ``scope``.
+
+An id is taken when the inbox holds a story with it, when it has a run record, or when
+``done/`` holds ``<id>.md``. A taken id is never clobbered: the very same task (same id,
+title, text, checks and scope) is resumed; anything else is refused with an explicit
+``--id`` (:class:`TaskIdTaken`, exit 2) and skipped without one (``<slug>-2``, ``-3``...).
+
+A ``hero watch`` on the same home sees the new file too. Both take the story's lock
+before touching anything (:func:`hero.locks.story_lock`), so the story runs once; the
+one that loses says so: ``hero run --task`` then exits 2 naming ``hero logs <id> -f``
+(:func:`taken_elsewhere`). To lose rarely, everything slow is done before the file appears.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hero.errors import UsageError
+
+if TYPE_CHECKING:
+    from hero.story import Story
+
+#: A title is the task's first line, cut to this many characters.
+MAX_TITLE_CHARS = 72
+#: A slug made from the task's words is at most this long (before a ``-N`` suffix).
+MAX_SLUG_CHARS = 40
+#: Ids tried without ``--id`` (``slug``, ``slug-2``, ...) before giving up.
+MAX_SUFFIX = 1000
+_WORD_RE = re.compile(r"[a-z0-9]+")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class TaskIdTaken(UsageError):
+    """``--id`` names a story that is not this task; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the command line asked for: the task's text, its checks and scope, its id."""
+
+    text: str
+    verify: tuple[str, ...] = ()
+    scope: tuple[str, ...] = ()
+    id: str | None = None
+
+
+def add_task_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--task``, ``--verify``, ``--scope`` and ``--id`` on ``hero run``."""
+    parser.add_argument(
+        "--task", metavar="TEXT", help="run a story made from TEXT (instead of STORY)"
+    )
+    parser.add_argument(
+        "--verify",
+        metavar="CMD",
+        action="append",
+        default=[],
+        help="with --task: a check run after each round (repeatable)",
+    )
+    parser.add_argument(
+        "--scope",
+        metavar="GLOB",
+        action="append",
+        default=[],
+        help="with --task: what the worker may change (repeatable)",
+    )
+    parser.add_argument("--id", dest="task_id", metavar="ID", help="with --task: the story's id")
+
+
+def task_of(args: argparse.Namespace) -> Task | None:
+    """The task ``hero run`` was given, None for a STORY file; CommandLineError when both
+    or neither were given, or --verify/--scope/--id without --task."""
+    from hero.commands import CommandLineError
+
+    if args.task is None:
+        if args.story is None:
+            raise CommandLineError("give a STORY file or --task TEXT")
+        extra = [
+            flag
+            for flag, value in (
+                ("--verify", args.verify),
+                ("--scope", args.scope),
+                ("--id", args.task_id),
+            )
+            if value
+        ]
+        if extra:
+            raise CommandLineError(f"{', '.join(extra)}: only with --task")
+        return None
+    if args.story is not None:
+        raise CommandLineError("give a STORY file or --task TEXT, not both")
+    return Task(
+        text=_text(args.task, "--task"),
+        verify=tuple(_text(v, "--verify") for v in args.verify),
+        scope=tuple(_text(s, "--scope") for s in args.scope),
+        id=None if args.task_id is None else _text(args.task_id, "--id"),
+    )
+
+
+def _text(value: str, flag: str) -> str:
+    """``value`` as text a story can hold; UsageError naming ``flag`` otherwise."""
+    if "\x00" in value:
+        raise UsageError(f"{flag}: holds a NUL byte; a story is text")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # argv that is not UTF-8 comes in with its bytes as lone surrogates (PEP 383)
+        raise UsageError(f"{flag}: is not valid UTF-8 text") from None
+    if not value.strip():
+        raise UsageError(f"{flag}: is empty")
+    return value
+
+
+def enqueue(task: Task, home: Path) -> Path:
+    """Write the task's story to ``inbox/<id>.md`` (or find it there, for a resume) and
+    return the path; TaskIdTaken for an ``--id`` that is not free."""
+    from hero.names import story_id_problem
+
+    _warm_up()
+    if task.id is not None:
+        problem = story_id_problem(task.id)
+        if problem is not None:
+            raise UsageError(f"--id: {problem}")
+        candidates: list[str] = [task.id]
+    else:
+        base = slug(title_of(task.text))  # the first line's words
+        candidates = [base] + [f"{base}-{n}" for n in range(2, MAX_SUFFIX + 1)]
+    inbox = Path(home) / "inbox"
+    inbox.mkdir(parents=True, exist_ok=True)
+    for story_id in candidates:
+        path = inbox / f"{story_id}.md"
+        metadata, body = story_parts(task, story_id)
+        wanted = _checked(metadata, body, path, task)
+        # twice: a file that appears between the look and the write (another `hero run
+        # --task` of the same words) is looked at again, to resume it if it is this task
+        for _ in range(2):
+            taken = _taken(home, path, wanted)
+            if taken == _SAME:
+                return path
+            if taken:
+                break
+            if _write(path, metadata, body):
+                return path
+        if task.id is not None:
+            raise TaskIdTaken(
+                f"--id {task.id}: {taken}; nothing written (give another --id, or run "
+                "the same task again with the same words to resume it)"
+            )
+    raise UsageError(f"--task: ids {candidates[0]} to {candidates[-1]} are all taken; give --id")
+
+
+def story_parts(task: Task, story_id: str) -> tuple[dict[str, object], str]:
+    """The metadata and body of the task's story."""
+    from hero.story import contain_sections
+
+    metadata: dict[str, object] = {"id": story_id, "title": title_of(task.text)}
+    if task.verify:
+        metadata["verify"] = list(task.verify)
+    if task.scope:
+        metadata["scope"] = list(task.scope)
+    text = task.text.replace("\r\n", "\n").replace("\r", "\n").strip("\n").rstrip()
+    return metadata, f"## Goal\n\n{contain_sections(text)}\n"
+
+
+def title_of(text: str) -> str:
+    """The task's first line with a letter or digit in it, its heading marks and control
+    characters dropped, cut to MAX_TITLE_CHARS."""
+    for line in text.splitlines():
+        words = " ".join(_CONTROL_RE.sub(" ", line).lstrip(" \t#>").split())
+        if any(c.isalnum() for c in words):
+            if len(words) > MAX_TITLE_CHARS:
+                words = words[: MAX_TITLE_CHARS - 3].rstrip() + "..."
+            return words
+    return "Ad-hoc task"
+
+
+def slug(text: str) -> str:
+    """A story id from the task's first words: lowercase ASCII letters and digits joined
+    by ``-``, at most MAX_SLUG_CHARS; ``task`` when no word is left."""
+    import unicodedata
+
+    from hero.names import story_id_problem
+
+    # accents dropped rather than the letters they sit on: "Ünïcode" is "unicode"
+    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    out = ""
+    for word in _WORD_RE.findall(ascii_text.lower()):
+        word = word[:MAX_SLUG_CHARS]
+        if out and len(out) + 1 + len(word) > MAX_SLUG_CHARS:
+            break
+        out = f"{out}-{word}" if out else word
+    if not out:
+        return "task"
+    return out if story_id_problem(out) is None else f"task-{out}"
+
+
+def taken_elsewhere(story_id: str, reason: str) -> UsageError:
+    """What ``hero run --task`` says when another process (``hero watch``) runs its story."""
+    from hero.locks import StoryBusy
+
+    return StoryBusy(
+        f"{reason}; it took this task's story (inbox/{story_id}.md) first: follow it with "
+        f"`hero logs {story_id} -f`"
+    )
+
+
+# ----------------------------------------------------------------------------- inside
+
+_SAME = "same"
+
+
+def _checked(metadata: dict[str, object], body: str, path: Path, task: Task) -> Story:
+    """The story as hero will read it back; UsageError if the text did not survive the
+    trip (hero would run something other than what was asked)."""
+    from hero.story import MAX_STORY_BYTES, dumps_story, parse_story_text
+
+    text = dumps_story(metadata, body, path=path)
+    if len(text.encode("utf-8")) > MAX_STORY_BYTES:
+        raise UsageError(f"--task: the story would exceed {MAX_STORY_BYTES} bytes; shorten it")
+    story = parse_story_text(text, path)
+    verify = tuple(c for tier in story.verify for c in tier.commands)
+    if verify != tuple(v.strip() for v in task.verify) or story.scope != tuple(
+        s.strip() for s in task.scope
+    ):
+        raise UsageError("--verify/--scope: not kept as given in the story; check them")
+    return story
+
+
+def _same(a: Story, b: Story) -> bool:
+    """Whether two stories are one task: reviewer feedback and the file aside."""
+    from hero.story import story_metadata
+
+    return story_metadata(a) == story_metadata(b) and a.body == b.body
+
+
+def _taken(home: Path, path: Path, wanted: Story) -> str:
+    """``_SAME`` when ``path`` holds this very task; why the id is taken otherwise; ""
+    when it is free."""
+    from hero.state import StateError, Status, load_state
+    from hero.story import StoryError, parse_story
+
+    story_id = wanted.id
+    if path.exists() or path.is_symlink():
+        try:
+            found = parse_story(path)
+        except (StoryError, OSError) as exc:
+            return f"inbox/{path.name} is there and cannot be read ({exc})"
+        if found.id != story_id or not _same(found, wanted):
+            return f"inbox/{path.name} holds another story"
+        # this very task, run before: resumed as `hero run inbox/<id>.md` would (which
+        # also knows a pass whose file a crash kept from done/)
+        return _SAME
+    other = _inbox_file_with(Path(home) / "inbox", story_id)
+    if other is not None:
+        return f"inbox/{other} holds a story with id '{story_id}'"
+    try:
+        state = load_state(home, story_id)
+    except StateError as exc:
+        return f"its run record cannot be read ({exc})"
+    if state is not None and state.status == Status.PASSED:
+        where = f" on branch {state.branch}" if state.branch else ""
+        return f"story '{story_id}' already passed{where}"
+    if state is not None:
+        its = f" (from {state.story_path})" if state.story_path else ""
+        return f"story '{story_id}' has a run record{its}: runs/state/{story_id}.json"
+    done = Path(home) / "done" / f"{story_id}.md"
+    if done.exists() or done.is_symlink():
+        return f"done/{done.name} is there"
+    return ""
+
+
+def _inbox_file_with(inbox: Path, story_id: str) -> str | None:
+    """The name of a loose inbox file whose story has ``story_id``, if one can be read."""
+    import os
+
+    from hero.daemon.inbox import is_story_name
+    from hero.story import StoryError, parse_story
+
+    try:
+        names = sorted(os.listdir(inbox))
+    except OSError:
+        return None
+    for name in names:
+        if not is_story_name(name) or name == f"{story_id}.md":
+            continue
+        try:
+            if parse_story(inbox / name).id == story_id:
+                return name
+        except (StoryError, OSError):
+            continue
+    return None
+
+
+def _write(path: Path, metadata: dict[str, object], body: str) -> bool:
+    """Write the story, never over a file; False when one appeared meanwhile."""
+    from hero.story import write_story
+
+    try:
+        write_story(path, metadata, body, exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _warm_up() -> None:
+    """Import what running the story needs before its file appears in the inbox: the
+    sooner this process reaches the story's lock after the write, the less often a
+    ``hero watch`` on the same home takes the story first."""
+    import hero.app
+    import hero.llm
+    import hero.pipeline  # noqa: F401
