@@ -22,9 +22,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.commands.*",),  # 2  one module per command: its arguments, what it prints, its exit
     # 3  what the commands share and the services only a command calls: running one story,
     #    the pre-flight checks (`hero doctor`, and `hero watch` and `hero worker` at start),
-    #    the demo's home and model, `hero init`'s scaffold, drafting and writing a plan
+    #    the demo's home and model, `hero init`'s scaffold, drafting and writing a plan,
+    #    `hero run --task`'s story
     (
         "hero.app",
+        "hero.adhoc",
         "hero.demo",
         "hero.scaffold",
         "hero.settings_doc",

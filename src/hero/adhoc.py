@@ -23,7 +23,6 @@ one that loses says so: ``hero run --task`` then exits 2 naming ``hero logs <id>
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,55 +57,14 @@ class Task:
     id: str | None = None
 
 
-def add_task_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--task``, ``--verify``, ``--scope`` and ``--id`` on ``hero run``."""
-    parser.add_argument(
-        "--task", metavar="TEXT", help="run a story made from TEXT (instead of STORY)"
-    )
-    parser.add_argument(
-        "--verify",
-        metavar="CMD",
-        action="append",
-        default=[],
-        help="with --task: a check run after each round (repeatable)",
-    )
-    parser.add_argument(
-        "--scope",
-        metavar="GLOB",
-        action="append",
-        default=[],
-        help="with --task: what the worker may change (repeatable)",
-    )
-    parser.add_argument("--id", dest="task_id", metavar="ID", help="with --task: the story's id")
-
-
-def task_of(args: argparse.Namespace) -> Task | None:
-    """The task ``hero run`` was given, None for a STORY file; CommandLineError when both
-    or neither were given, or --verify/--scope/--id without --task."""
-    from hero.commands import CommandLineError
-
-    if args.task is None:
-        if args.story is None:
-            raise CommandLineError("give a STORY file or --task TEXT")
-        extra = [
-            flag
-            for flag, value in (
-                ("--verify", args.verify),
-                ("--scope", args.scope),
-                ("--id", args.task_id),
-            )
-            if value
-        ]
-        if extra:
-            raise CommandLineError(f"{', '.join(extra)}: only with --task")
-        return None
-    if args.story is not None:
-        raise CommandLineError("give a STORY file or --task TEXT, not both")
+def task_from(text: str, verify: list[str], scope: list[str], story_id: str | None) -> Task:
+    """The task, its every string checked: UsageError naming the flag for one that a story
+    cannot hold (a NUL byte, bytes that are not UTF-8, nothing)."""
     return Task(
-        text=_text(args.task, "--task"),
-        verify=tuple(_text(v, "--verify") for v in args.verify),
-        scope=tuple(_text(s, "--scope") for s in args.scope),
-        id=None if args.task_id is None else _text(args.task_id, "--id"),
+        text=_text(text, "--task"),
+        verify=tuple(_text(v, "--verify") for v in verify),
+        scope=tuple(_text(s, "--scope") for s in scope),
+        id=None if story_id is None else _text(story_id, "--id"),
     )
 
 

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.adhoc import add_task_arguments, enqueue, taken_elsewhere, task_of
+from hero.adhoc import enqueue, taken_elsewhere
 from hero.commands import Subparsers, home, home_option, say, say_notices
+from hero.commands.run_task import add_task_arguments, task_of
 from hero.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
