@@ -22,6 +22,7 @@ from hero.commands import (
     home_option,
     init,
     logs,
+    new,
     plan,
     reader_gone,
     retry,
@@ -38,6 +39,7 @@ from hero.errors import EXIT_OK, EXIT_USAGE, HeroError, Interrupted
 COMMANDS = (
     run,
     init,
+    new,
     demo,
     doctor,
     status,
