@@ -200,7 +200,7 @@ def test_task_beside_a_running_watch_runs_once(
     procs: list[Any],
 ) -> None:
     """`hero watch` sees the task's file appear: the story runs once, by one of the two,
-    and `hero run --task` either runs it to its end or says who has it and exits 2."""
+    and `hero run --task` reports its end either way (waiting for the daemon's run)."""
     model = scripted(worker_plan())
     home = make_home(model)
     with open(tmp_path / "watch.out", "wb") as out, open(tmp_path / "watch.err", "wb") as err:
@@ -224,23 +224,70 @@ def test_task_beside_a_running_watch_runs_once(
 
     task = TaskHero(home, ["--task", TASK, "--verify", VERIFY], tmp_path, "task")
     procs.append(task)
-    code = task.wait(RUN_TIMEOUT_S)
-    done = home / "done" / f"{TASK_ID}.md"
-    if code == 0:
-        assert done.is_file(), task.output()
-    else:
-        assert code == 2, task.output()
+    assert task.wait(RUN_TIMEOUT_S) == 0, task.output() + watch_output()
+    assert (home / "done" / f"{TASK_ID}.md").is_file()
+    if "waiting for it to end" in task.output():  # the daemon took it first
         assert f"`hero logs {TASK_ID} -f`" in task.output()
-        deadline = _deadline()
-        while not done.is_file():
-            assert _before(deadline), f"the daemon never finished it:\n{watch_output()}"
-            _pause()
     state = json.loads((home / "runs" / "state" / f"{TASK_ID}.json").read_text())
     assert state["status"] == "passed" and state["runs"] == 1
     first_steps = [r for r in model.requests if not is_review(r.body) and step_of(r.body) == 0]
     assert len(first_steps) == 1  # one worker conversation: never run by both
     watch.send_signal(signal.SIGTERM)
     watch.wait(timeout=STOP_TIMEOUT_S)
+
+
+def test_task_taken_first_by_another_process_is_waited_for(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    target_repo: Path,
+    tmp_path: Path,
+    procs: list[Any],
+) -> None:
+    """The daemon's side of the race, made certain: this test holds the story's lock (as a
+    `hero watch` that took the file first would). `hero run --task` waits for it to let go;
+    a story the other process ended is reported as it ended, not run again; one it left
+    unfinished is run here."""
+    from hero.locks import story_lock
+    from hero.state import RunState, Status, save_state
+
+    model = scripted(worker_plan())
+    home = make_home(model)
+    waiting = "took this task's story first; waiting for it to end"
+    with story_lock(home, "other-end"):
+        ended = TaskHero(home, ["--task", "Other end", "--json"], tmp_path, "ended")
+        procs.append(ended)
+        ended.wait_until(lambda: waiting in ended.output(), "the wait")
+        assert "follow it with `hero logs other-end -f`" in ended.output()
+        save_state(home, RunState(id="other-end", status=Status.GAVE_UP))
+    assert ended.wait(RUN_TIMEOUT_S) == 1, ended.output()
+    assert json.loads(ended.out.read_text())["status"] == "gave_up"
+    assert model.requests == []  # not run again here
+
+    with story_lock(home, TASK_ID):
+        task = TaskHero(home, ["--task", TASK, "--verify", VERIFY], tmp_path, "task")
+        procs.append(task)
+        task.wait_until(lambda: waiting in task.output(), "the wait")
+    assert task.wait(RUN_TIMEOUT_S) == 0, task.output()
+    assert (home / "done" / f"{TASK_ID}.md").is_file()
+
+
+def test_task_run_by_another_home_on_the_repository_exits_2(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    target_repo: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from hero.locks import repo_story_lock
+
+    model = scripted(worker_plan())
+    home = make_home(model)
+    with repo_story_lock(target_repo / ".git", TASK_ID, tmp_path / "elsewhere"):
+        assert run_task(home, "--task", TASK) == 2
+    err = capsys.readouterr().err
+    assert "elsewhere" in err and f"follow it with `hero logs {TASK_ID} -f`" in err
+    assert inbox_files(home) == [f"{TASK_ID}.md"]
+    assert model.requests == []
 
 
 def _deadline() -> float:

@@ -16,14 +16,16 @@ title, text, checks and scope) is resumed; anything else is refused with an expl
 ``--id`` (:class:`TaskIdTaken`, exit 2) and skipped without one (``<slug>-2``, ``-3``...).
 
 A ``hero watch`` on the same home sees the new file too. Both take the story's lock
-before touching anything (:func:`hero.locks.story_lock`), so the story runs once; the
-one that loses says so: ``hero run --task`` then exits 2 naming ``hero logs <id> -f``
-(:func:`taken_elsewhere`). To lose rarely, everything slow is done before the file appears.
+before touching anything (:func:`hero.locks.story_lock`), so the story runs once. When
+the daemon wins, ``hero run --task`` says so (naming ``hero logs <id> -f``), waits for the
+daemon's run to end and reports its result as its own (:func:`run_or_follow`).
 """
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 from hero.errors import UsageError
 
 if TYPE_CHECKING:
+    from hero.state import RunState
     from hero.story import Story
 
 #: A title is the task's first line, cut to this many characters.
@@ -39,6 +42,8 @@ MAX_TITLE_CHARS = 72
 MAX_SLUG_CHARS = 40
 #: Ids tried without ``--id`` (``slug``, ``slug-2``, ...) before giving up.
 MAX_SUFFIX = 1000
+#: How often ``hero run --task`` looks whether the process that took its story let it go.
+FOLLOW_POLL_S = 0.2
 _WORD_RE = re.compile(r"[a-z0-9]+")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -165,12 +170,48 @@ def slug(text: str) -> str:
     return out if story_id_problem(out) is None else f"task-{out}"
 
 
+def run_or_follow(
+    run: Callable[[], RunState], home: Path, story_id: str | None, say: Callable[[str], None]
+) -> tuple[RunState, bool]:
+    """The story's record after ``run`` ran it, and whether another process ran it instead.
+
+    With a ``story_id`` (a task's story), a ``hero watch`` of the same home that took the
+    story first is waited for: its record once that run has ended the story (True), else
+    (it was interrupted, or the lock was held for a moment only) ``run`` again here. The
+    lock of another home on the same repository is not waited for: StoryBusy, with where
+    to follow the story. Without a ``story_id``, StoryBusy goes up as it is."""
+    from hero.locks import StoryBusy, is_held, story_lock_path
+    from hero.state import TERMINAL, load_state
+
+    while True:
+        try:
+            return run(), False
+        except StoryBusy as exc:
+            if story_id is None:
+                raise
+            busy = exc
+        lock = story_lock_path(home, story_id)
+        held = is_held(lock)
+        if held:
+            say(
+                f"another hero process (hero watch?) took this task's story first; waiting "
+                f"for it to end (follow it with `hero logs {story_id} -f`)"
+            )
+        while is_held(lock):
+            time.sleep(FOLLOW_POLL_S)  # another process's run: nothing to be woken by
+        state = load_state(home, story_id)
+        if state is not None and state.status in TERMINAL:
+            return state, True
+        if not held:  # not this home's lock: another home runs the id in the same repository
+            raise taken_elsewhere(story_id, str(busy)) from None
+
+
 def taken_elsewhere(story_id: str, reason: str) -> UsageError:
-    """What ``hero run --task`` says when another process (``hero watch``) runs its story."""
+    """What ``hero run --task`` says when another process runs its story."""
     from hero.locks import StoryBusy
 
     return StoryBusy(
-        f"{reason}; it took this task's story (inbox/{story_id}.md) first: follow it with "
+        f"{reason}; it took this task's story (inbox/{story_id}.md): follow it with "
         f"`hero logs {story_id} -f`"
     )
 

@@ -1,4 +1,5 @@
-"""`hero run STORY.md`: run one story to a verdict, in the foreground.
+"""`hero run STORY.md`: run one story to a verdict, in the foreground; `hero run --task TEXT`:
+the same for a story made on the spot (:mod:`hero.adhoc`).
 
 Exit 0 passed; 1 did not pass (gave_up, budget_exceeded, cancelled or error, including a story that
 could not start); 2 a usage or configuration error, an invalid story, a story refused
@@ -13,6 +14,7 @@ resume). A story paused on its provider keeps its rounds and spend, status ``int
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import sys
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.adhoc import enqueue, taken_elsewhere
+from hero.adhoc import enqueue, run_or_follow
 from hero.commands import Subparsers, home, home_option, say, say_notices
 from hero.commands.run_task import add_task_arguments, task_of
 from hero.errors import (
@@ -54,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
     from hero.app import run_with_config
     from hero.config import load_config
     from hero.errors import Interrupted
-    from hero.locks import StoryBusy
     from hero.state import Status
 
     started = time.monotonic()
@@ -67,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
-    try:
-        state = run_with_config(story_path.resolve(), config, progress=progress)
+    run_it = functools.partial(run_with_config, story_path.resolve(), config, progress=progress)
+    try:  # --task: a `hero watch` that took the story first is waited for (followed)
+        story_id = story_path.stem if task is not None else None
+        state, followed = run_or_follow(run_it, config.home, story_id, say)
     except (KeyboardInterrupt, Interrupted):
         say("interrupted; run the same command again to resume")
         return EXIT_INTERRUPTED
-    except StoryBusy as exc:  # for --task, most likely a `hero watch` that saw its file
-        raise (exc if task is None else taken_elsewhere(story_path.stem, str(exc))) from None
     duration = time.monotonic() - started
     result = summarize(state, config.home, duration)
     print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         # paused, not ended: no alert (the daemon's breaker alerts on an outage)
         say(_outage_line(state.outage, story_path))
         return EXIT_USAGE if state.outage.get("kind") == "permanent" else EXIT_UNAVAILABLE
-    _notify(config, state, duration)
+    if not followed:  # the process that ran it sent its alert
+        _notify(config, state, duration)
     return EXIT_OK if state.status == Status.PASSED else EXIT_FAILED
 
 
