@@ -213,3 +213,17 @@ def test_print_and_no_editor(
     assert capsys.readouterr().out == story_template(PLACEHOLDER_ID, NEW_COMMENT)
     assert main(["new", "../x"]) == 2
     assert "ID: " in capsys.readouterr().err
+
+
+def test_editor_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hero.commands.new import editor_command
+    from hero.errors import UsageError
+
+    monkeypatch.setenv("EDITOR", "vi")
+    monkeypatch.setenv("VISUAL", "code --wait 'a b'")
+    assert editor_command() == ["code", "--wait", "a b"]  # VISUAL first, split as sh would
+    monkeypatch.setenv("VISUAL", "  ")
+    assert editor_command() == ["vi"]
+    monkeypatch.setenv("EDITOR", "vi 'unclosed")
+    with pytest.raises(UsageError, match=r"\$EDITOR .*cannot be split"):
+        editor_command()

@@ -159,12 +159,14 @@ def test_task_runs_end_to_end_and_ends_in_done(
     assert capsys.readouterr().out.startswith(f"{TASK_ID}-2: passed")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_interrupted_task_resumes_with_the_same_command(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
     target_repo: Path,
     tmp_path: Path,
     procs: list[Any],
+    signum: int,
 ) -> None:
     model = scripted(worker_plan(call("bash", command=long_command("child.pid"))))
     home = make_home(model, sandbox="none")
@@ -175,21 +177,52 @@ def test_interrupted_task_resumes_with_the_same_command(
     child = first.wait_for_file(home / "worktrees" / TASK_ID / "child.pid")
     procs.append(child)
     assert inbox_files(home) == [f"{TASK_ID}.md"]  # visible while it runs
-    first.proc.send_signal(signal.SIGTERM)
+    first.proc.send_signal(signum)
     try:
-        assert first.proc.wait(timeout=STOP_TIMEOUT_S) == 130, first.output()
+        code = first.proc.wait(timeout=STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"hero did not stop on SIGTERM:\n{first.output()}")
-    assert wait_dead(child)
+        pytest.fail(f"hero did not stop on {signum}:\n{first.output()}")
+    assert code == (130 if signum == signal.SIGTERM else -signal.SIGKILL), first.output()
     assert inbox_files(home) == [f"{TASK_ID}.md"]
 
     again = TaskHero(home, args, tmp_path, "again")
     procs.append(again)
     assert again.wait(RUN_TIMEOUT_S) == 0, again.output()
+    assert wait_dead(child)  # ended by the first run's stop, or by the resume
     state = json.loads((home / "runs" / "state" / f"{TASK_ID}.json").read_text())
     assert state["status"] == "passed" and state["runs"] == 2  # resumed, not a new story
     assert (home / "done" / f"{TASK_ID}.md").is_file() and inbox_files(home) == []
     assert not (home / "runs" / "state" / f"{TASK_ID}-2.json").exists()
+
+
+def test_two_runs_of_one_task_at_once_run_it_once(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    target_repo: Path,
+    tmp_path: Path,
+    procs: list[Any],
+) -> None:
+    """The second `hero run --task` of the same words finds the first's story (the same
+    task), waits for its run and reports its end: one story, one run, both exit 0."""
+    go = tmp_path / "go"
+    hold = f"until test -f {shlex.quote(str(go))}; do sleep 0.05; done"
+    model = scripted(worker_plan(call("bash", command=hold)))
+    home = make_home(model, sandbox="none")
+    args = ["--task", TASK, "--verify", VERIFY, "--json"]
+    first = TaskHero(home, args, tmp_path, "first")
+    procs.append(first)
+    first.wait_until(lambda: model.requests, "the first run's worker")
+    second = TaskHero(home, args, tmp_path, "second")
+    procs.append(second)
+    second.wait_until(lambda: "waiting for it to end" in second.output(), "the second's wait")
+    go.write_text("")
+    assert first.wait(RUN_TIMEOUT_S) == 0, first.output()
+    assert second.wait(RUN_TIMEOUT_S) == 0, second.output()
+    results = [json.loads(p.out.read_text()) for p in (first, second)]
+    assert {r["id"] for r in results} == {TASK_ID} and {r["status"] for r in results} == {"passed"}
+    state = json.loads((home / "runs" / "state" / f"{TASK_ID}.json").read_text())
+    assert state["runs"] == 1
+    assert inbox_files(home) == [] and sorted(os.listdir(home / "done")) == [f"{TASK_ID}.md"]
 
 
 def test_task_beside_a_running_watch_runs_once(
