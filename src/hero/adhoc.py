@@ -103,6 +103,7 @@ def enqueue(task: Task, home: Path) -> Path:
         candidates = [base] + [f"{base}-{n}" for n in range(2, MAX_SUFFIX + 1)]
     inbox = Path(home) / "inbox"
     inbox.mkdir(parents=True, exist_ok=True)
+    elsewhere = _inbox_ids(inbox)  # read once: each candidate is looked up in it
     for story_id in candidates:
         path = inbox / f"{story_id}.md"
         metadata, body = story_parts(task, story_id)
@@ -110,13 +111,15 @@ def enqueue(task: Task, home: Path) -> Path:
         # twice: a file that appears between the look and the write (another `hero run
         # --task` of the same words) is looked at again, to resume it if it is this task
         for _ in range(2):
-            taken = _taken(home, path, wanted)
+            taken = _taken(home, path, wanted, elsewhere)
             if taken == _SAME:
                 return path
             if taken:
                 break
             if _write(path, metadata, body):
                 return path
+        else:
+            taken = f"inbox/{path.name} keeps changing"
         if task.id is not None:
             raise TaskIdTaken(
                 f"--id {task.id}: {taken}; nothing written (give another --id, or run "
@@ -245,9 +248,9 @@ def _same(a: Story, b: Story) -> bool:
     return story_metadata(a) == story_metadata(b) and a.body == b.body
 
 
-def _taken(home: Path, path: Path, wanted: Story) -> str:
+def _taken(home: Path, path: Path, wanted: Story, elsewhere: dict[str, str]) -> str:
     """``_SAME`` when ``path`` holds this very task; why the id is taken otherwise; ""
-    when it is free."""
+    when it is free. ``elsewhere``: the ids of the inbox's other files (:func:`_inbox_ids`)."""
     from hero.state import StateError, Status, load_state
     from hero.story import StoryError, parse_story
 
@@ -262,8 +265,8 @@ def _taken(home: Path, path: Path, wanted: Story) -> str:
         # this very task, run before: resumed as `hero run inbox/<id>.md` would (which
         # also knows a pass whose file a crash kept from done/)
         return _SAME
-    other = _inbox_file_with(Path(home) / "inbox", story_id)
-    if other is not None:
+    other = elsewhere.get(story_id)
+    if other is not None and other != path.name:
         return f"inbox/{other} holds a story with id '{story_id}'"
     try:
         state = load_state(home, story_id)
@@ -281,26 +284,26 @@ def _taken(home: Path, path: Path, wanted: Story) -> str:
     return ""
 
 
-def _inbox_file_with(inbox: Path, story_id: str) -> str | None:
-    """The name of a loose inbox file whose story has ``story_id``, if one can be read."""
+def _inbox_ids(inbox: Path) -> dict[str, str]:
+    """The ids of the loose stories of the inbox that can be read, each with its file's
+    name (the first, by name, of several)."""
     import os
 
     from hero.daemon.inbox import is_story_name
     from hero.story import StoryError, parse_story
 
+    found: dict[str, str] = {}
     try:
         names = sorted(os.listdir(inbox))
     except OSError:
-        return None
+        return found
     for name in names:
-        if not is_story_name(name) or name == f"{story_id}.md":
-            continue
-        try:
-            if parse_story(inbox / name).id == story_id:
-                return name
-        except (StoryError, OSError):
-            continue
-    return None
+        if is_story_name(name):
+            try:
+                found.setdefault(parse_story(inbox / name).id, name)
+            except (StoryError, OSError):
+                continue
+    return found
 
 
 def _write(path: Path, metadata: dict[str, object], body: str) -> bool:
