@@ -23,9 +23,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # 3  what the commands share and the services only a command calls: running one story,
     #    the pre-flight checks (`hero doctor`, and `hero watch` and `hero worker` at start),
     #    the demo's home and model, `hero init`'s scaffold, drafting and writing a plan,
-    #    `hero run --dry-run`'s account of a run
+    #    `hero run --dry-run`'s account of a run, `hero run --task`'s story
     (
         "hero.app",
+        "hero.adhoc",
         "hero.dryrun",
         "hero.demo",
         "hero.scaffold",

@@ -23,6 +23,7 @@ from hero.commands import (
     home_option,
     init,
     logs,
+    new,
     plan,
     reader_gone,
     report,
@@ -40,6 +41,7 @@ from hero.errors import EXIT_OK, EXIT_USAGE, HeroError, Interrupted
 COMMANDS = (
     run,
     init,
+    new,
     demo,
     doctor,
     status,

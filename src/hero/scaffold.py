@@ -28,12 +28,9 @@ DEFAULT_TARGET_REPO = "../my-project"
 #: ``hero watch`` never runs it by itself: ``hero run my-story.md`` is a first run on the
 #: user's repository that changes nothing but one new notes file.
 SAMPLE_STORY = "my-story.md"
-SAMPLE_STORY_TEXT = """\
----
-# A sample story written by `hero init`. `hero run my-story.md` runs it on your repository;
-# it is not in inbox/, so `hero watch` leaves it alone. Then write your own (docs/stories.md
-# has every field) or edit this one.
-id: my-story
+#: The story template after its id line: ``hero init``'s sample story and where
+#: ``hero new`` starts (:func:`story_template`).
+_TEMPLATE_AFTER_ID = """\
 title: Describe the repository in HERO-NOTES.md
 scope: ["HERO-NOTES.md"]   # the only file the worker may change
 verify:                    # shell checks run in the story's worktree after each round
@@ -49,6 +46,20 @@ Write `HERO-NOTES.md` at the root of the repository: a short map of it for a new
 - [ ] It says how to run the project's tests, if it has any.
 - [ ] No other file changes.
 """
+SAMPLE_COMMENT = """\
+# A sample story written by `hero init`. `hero run my-story.md` runs it on your repository;
+# it is not in inbox/, so `hero watch` leaves it alone. Then write your own (docs/stories.md
+# has every field) or edit this one.
+"""
+
+
+def story_template(story_id: str, comment: str = "") -> str:
+    """The one story template: frontmatter opened, ``comment`` (YAML comment lines, each
+    ending in a newline), the id line, then the sample's fields and sections."""
+    return f"---\n{comment}id: {story_id}\n{_TEMPLATE_AFTER_ID}"
+
+
+SAMPLE_STORY_TEXT = story_template("my-story", SAMPLE_COMMENT)
 #: Joins the words of a comment's last sentence, ``Default X.``: it is never wrapped apart.
 NBSP = "\u00a0"
 

@@ -1,4 +1,5 @@
-"""`hero run STORY.md`: run one story to a verdict, in the foreground.
+"""`hero run STORY.md`: run one story to a verdict, in the foreground; `hero run --task TEXT`:
+the same for a story made on the spot (:mod:`hero.adhoc`).
 
 Exit 0 passed; 1 did not pass (gave_up, budget_exceeded, cancelled or error, including a story that
 could not start); 2 a usage or configuration error, an invalid story, a story refused
@@ -17,6 +18,7 @@ result (hero.events, docs/events.md); the exit codes are the same.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import sys
@@ -24,7 +26,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hero.adhoc import enqueue, run_or_follow
 from hero.commands import Subparsers, home, home_option, reader_gone, say, say_notices
+from hero.commands.run_task import add_task_arguments, task_of
 from hero.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -43,7 +47,8 @@ def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "run", parents=[home_option()], help="run one story to a verdict"
     )
-    parser.add_argument("story", help="path to the story's markdown file")
+    parser.add_argument("story", nargs="?", help="path to the story's markdown file")
+    add_task_arguments(parser)  # --task TEXT: a story made on the spot (hero.adhoc)
     parser.add_argument("--json", action="store_true", help="print one JSON object with the result")
     parser.add_argument(
         "--events",
@@ -75,21 +80,28 @@ def run(args: argparse.Namespace) -> int:
             "event, and its 'result' is the object --json prints)"
         )
     started = time.monotonic()
-    story_path = Path(args.story)
-    if not story_path.exists():  # a directory or a FIFO: the story's reader says what it is
-        raise UsageError(f"{story_path}: no such story file")
+    task = task_of(args)  # None: a STORY file
+    if task is None and not Path(args.story).exists():  # a FIFO: the reader says what it is
+        raise UsageError(f"{args.story}: no such story file")
     config = load_config(home(args), roles=("worker", "reviewer"))
     say_notices(config)
     if args.dry_run:
         from hero.dryrun import dry_run_command
 
-        return dry_run_command(story_path.resolve(), config, as_json=args.json)
+        if task is not None:  # its story would be written to the inbox: a change on disk
+            raise UsageError("--dry-run runs a STORY file, not a --task")
+        return dry_run_command(Path(args.story).resolve(), config, as_json=args.json)
+    story_path = Path(args.story) if task is None else enqueue(task, config.home)
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
     sink = EventSink(on_gone=reader_gone) if args.events else None  # stdout: events alone
-    try:
-        state = run_with_config(story_path.resolve(), config, progress=progress, events=sink)
+    run_it = functools.partial(
+        run_with_config, story_path.resolve(), config, progress=progress, events=sink
+    )
+    try:  # --task: a `hero watch` that took the story first is waited for (followed)
+        story_id = story_path.stem if task is not None else None
+        state, followed = run_or_follow(run_it, config.home, story_id, say)
     except (KeyboardInterrupt, Interrupted):
         say("interrupted; run the same command again to resume")
         return EXIT_INTERRUPTED
@@ -97,11 +109,17 @@ def run(args: argparse.Namespace) -> int:
     result = summarize(state, config.home, duration)
     if sink is None:
         print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
+    elif followed:  # another process ran it and streamed its events elsewhere: its result here
+        from hero.events import StoryEvents
+        from hero.redact import Redactor
+
+        StoryEvents(sink, state.ref.key, Redactor(config.secrets)).result(result)
     if state.status == Status.INTERRUPTED and state.outage:
         # paused, not ended: no alert (the daemon's breaker alerts on an outage)
         say(_outage_line(state.outage, story_path))
         return EXIT_USAGE if state.outage.get("kind") == "permanent" else EXIT_UNAVAILABLE
-    _notify(config, state, duration)
+    if not followed:  # the process that ran it sent its alert
+        _notify(config, state, duration)
     return EXIT_OK if state.status == Status.PASSED else EXIT_FAILED
 
 
