@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "hero.config",
         "hero.story",
+        "hero.models",
         "hero.state",
         "hero.usage",
         "hero.breaker",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hero.config import Config
 from hero.errors import UsageError
+from hero.models import Override
 from hero.pipeline import Progress
 from hero.state import RunState
 from hero.story import Story
@@ -22,16 +23,23 @@ class Refused(UsageError):
 
 
 def run_with_config(
-    story_path: Path, config: Config, *, progress: Progress | None = None
+    story_path: Path,
+    config: Config,
+    *,
+    progress: Progress | None = None,
+    models: Override | None = None,
 ) -> RunState:
     """Build the models from the config and run the story: the path `hero run` and the demo share.
 
     Asks the queue's rule first (:func:`hero.daemon.queue.admit`, as `hero watch` does):
     a story whose id already passed from another file is refused (:class:`Refused`), and
-    nothing is run. StoryError for an invalid story, StateError for an unreadable record.
+    nothing is run. StoryError for an invalid story (its ``model:`` too), StateError for an
+    unreadable record. ``models``: `hero run --model` / `--reasoning-effort`, over the
+    story's (hero.models).
     """
     from hero.daemon.queue import Admit, admit
     from hero.llm import LlmClient
+    from hero.models import story_config
     from hero.names import MANIFEST
     from hero.pipeline import run_story
     from hero.plans.gate import Gate, Rule
@@ -53,6 +61,7 @@ def run_with_config(
         gate = Rule.over(config.home, _inbox_stories(config.home)).gate(story)
         if gate.gate != Gate.READY:
             raise Refused(f"{story_path}: cannot run yet: {gate.reason}")
+    config = story_config(config, story, models)  # its models: the override's, the story's
 
     def retry_note(msg: str) -> None:
         if progress:

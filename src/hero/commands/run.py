@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hero.commands import Subparsers, home, home_option, say, say_notices
+from hero.commands.model_options import add_options as add_model_options
 from hero.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -44,6 +45,7 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show progress even off a terminal"
     )
+    add_model_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -51,19 +53,21 @@ def run(args: argparse.Namespace) -> int:
     from hero.app import run_with_config
     from hero.config import load_config
     from hero.errors import Interrupted
+    from hero.models import override_of
     from hero.state import Status
 
     started = time.monotonic()
     story_path = Path(args.story)
     if not story_path.exists():  # a directory or a FIFO: the story's reader says what it is
         raise UsageError(f"{story_path}: no such story file")
+    models = override_of(args)  # a bad --model fails before anything is loaded
     config = load_config(home(args), roles=("worker", "reviewer"))
     say_notices(config)
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
     try:
-        state = run_with_config(story_path.resolve(), config, progress=progress)
+        state = run_with_config(story_path.resolve(), config, progress=progress, models=models)
     except (KeyboardInterrupt, Interrupted):
         say("interrupted; run the same command again to resume")
         return EXIT_INTERRUPTED
@@ -105,6 +109,7 @@ def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
         "duration": round(duration_s, 3),  # seconds
         "error": state.error or None,
         "outage": state.outage or None,
+        "models": state.models or None,  # {role: {provider, model, reasoning_effort}}
         "state": str(state.ref.state_path(home)),
         "story": state.story_path,
     }
