@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_support import Cluster
+from engine_support import Policy as EnginePolicy
+from helpers import backlog
 from test_e2e_run import (
     good_worker,
     is_review,
@@ -428,3 +431,26 @@ def test_watch_records_the_models_a_story_used(
     gate.set()
     assert daemon.wait_event("finished", story="s1")["status"] == "passed"
     assert {r.body["model"] for r in model.requests if is_review(r.body)} == {"judge"}
+
+
+# --------------------------------------------------------------------------- celery
+
+
+def test_on_the_celery_engine_the_worker_machine_runs_the_storys_model(
+    cluster: Cluster, scripted, write_story
+) -> None:
+    """The worker machine reads the story file the coordinator sent, and its model: field
+    with it (a `hero run --model` override never goes there: `hero run` runs locally)."""
+    model = scripted(EnginePolicy())
+    home = cluster.home(model)
+    backlog(write_story(home, "s1", verify=["test -f s1-r1.txt"], model={"worker": "far"}))
+    cluster.start_worker()
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+
+    state = coordinator.state("s1")
+    assert state is not None and state["status"] == "passed", state
+    assert state["models"]["worker"]["model"] == "far"
+    assert state["models"]["reviewer"]["model"] == "scripted-test"
+    assert {r.body["model"] for r in model.requests if not is_review(r.body)} == {"far"}
+    assert {r.body["model"] for r in model.requests if is_review(r.body)} == {"scripted-test"}
