@@ -65,6 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "hero.config",
         "hero.story",
+        "hero.models",
         "hero.state",
         "hero.usage",
         "hero.breaker",

@@ -428,10 +428,10 @@ def test_watch_keeps_worktrees_under_the_size_cap_over_30_stories(
         path.write_text(f"---\nid: {sid}\ntitle: Story {sid}\n---\n\n## Goal\nA file.\n")
     config = load_config(home, roles=("worker", "reviewer"))
 
-    def make_models(cancel: threading.Event) -> tuple[Any, Any]:
+    def make_models(cancel: threading.Event, story: Any) -> tuple[Any, Any]:
         return (
-            LlmClient(config.role("worker"), config.llm, cancel=cancel),
-            LlmClient(config.role("reviewer"), config.llm, cancel=cancel),
+            LlmClient(story.role("worker"), story.llm, cancel=cancel),
+            LlmClient(story.role("reviewer"), story.llm, cancel=cancel),
         )
 
     log = Log()

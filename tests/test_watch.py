@@ -660,10 +660,10 @@ def test_a_file_as_hero_left_it_is_due_without_the_settle_wait(
 
     config = load_config(home, roles=("worker", "reviewer"))
 
-    def make_models(cancel: threading.Event) -> tuple[Any, Any]:
+    def make_models(cancel: threading.Event, story: Any) -> tuple[Any, Any]:
         return (
-            LlmClient(config.role("worker"), config.llm, cancel=cancel),
-            LlmClient(config.role("reviewer"), config.llm, cancel=cancel),
+            LlmClient(story.role("worker"), story.llm, cancel=cancel),
+            LlmClient(story.role("reviewer"), story.llm, cancel=cancel),
         )
 
     log = LogRecorder()

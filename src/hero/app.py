@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from hero.config import Config
 from hero.errors import UsageError
 from hero.events import EventSink
+from hero.models import Override
 from hero.pipeline import Progress
 from hero.state import RunState
 from hero.story import Story
@@ -32,18 +33,23 @@ def run_with_config(
     *,
     progress: Progress | None = None,
     events: EventSink | None = None,
+    models: Override | None = None,
 ) -> RunState:
     """Build the models from the config and run the story: the path `hero run` and the demo share.
 
     Asks the queue's rule first (:func:`hero.daemon.queue.admit`, as `hero watch` does):
     a story whose id already passed from another file is refused (:class:`Refused`), and
-    nothing is run. StoryError for an invalid story, StateError for an unreadable record.
-    ``events``: the stream the story's events go to (`--events`, hero.events).
+    nothing is run. StoryError for an invalid story (its ``model:`` too), StateError for an
+    unreadable record. ``events``: the stream the story's events go to (`--events`,
+    hero.events). ``models``: `hero run --model` / `--reasoning-effort`, over the story's
+    (hero.models).
     """
     from hero.llm import LlmClient
+    from hero.models import story_config
     from hero.pipeline import run_story
 
-    admit_run(story_path, config)
+    story, _ = admit_run(story_path, config)
+    config = story_config(config, story, models)  # its models: the override's, the story's
 
     def retry_note(msg: str) -> None:
         if progress:

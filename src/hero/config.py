@@ -389,6 +389,10 @@ class RoleConfig:
     key_source: str = ""
     """Where ``api_key`` came from, never the key: ``config.local.yaml: keys.<provider>``
     or ``$VARIABLE``; "" when no key is sent. A refused key's error names it."""
+    chosen_by: str = ""
+    """Who chose this model instead of config/roles.yaml: ``story field model`` (the story
+    file), ``--model`` (`hero run`); "". A model the story chose that the provider refuses
+    is the story's error, not an outage of the provider (see hero.llm)."""
 
     @property
     def context_window(self) -> int | None:
@@ -1099,6 +1103,11 @@ class Config:
     worker_limits: WorkerLimits = WorkerLimits()
     llm: LlmSettings = LlmSettings()
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
+    #: Every provider file of the home by name: a story may choose any of them (hero.models).
+    providers: Mapping[str, Provider] = field(default_factory=dict)
+    #: What the provider keys are looked up in: config.local.yaml's ``keys`` and the values
+    #: of the providers' api_key_env variables (see provider_key); all of them in secrets.
+    key_sources: tuple[Mapping[str, str], Mapping[str, str]] = field(default=({}, {}), repr=False)
     secrets: tuple[str, ...] = field(default=(), repr=False)
     key_env_names: tuple[str, ...] = ()
     notices: tuple[str, ...] = ()
@@ -1397,6 +1406,8 @@ def _load(
         worker_limits=_record(WorkerLimits, values),
         llm=llm,
         roles=loaded,
+        providers=providers,
+        key_sources=(local_keys, {n: env[n] for n in key_env_names if env.get(n)}),
         # normalised once, here: a key with a blank around it is the same key
         secrets=tuple(dict.fromkeys(s.strip() for s in secrets if s and s.strip())),
         key_env_names=key_env_names,
@@ -1810,6 +1821,14 @@ def _resolve_role(
         max_output_tokens=block["max_output_tokens"],
         key_source=source,
     )
+
+
+def provider_key(config: Config, provider: Provider) -> tuple[str | None, str]:
+    """The API key of ``provider`` and where it came from, as a role on it would send it
+    (``RoleConfig.api_key``, ``key_source``); ConfigError naming the provider file when its
+    key is missing."""
+    local_keys, env = config.key_sources
+    return _api_key(provider, local_keys, env)
 
 
 def _api_key(

@@ -35,6 +35,7 @@ from hero.state import RunState, Status, load_state
 from hero.story import Story, VerifyTier
 
 if TYPE_CHECKING:
+    from hero.models import Override
     from hero.run_start import RunStart
 
 #: The roles of a story's run, in the order they are shown.
@@ -45,14 +46,19 @@ class WouldNotStart(UsageError):
     """The story would not start as it stands (say, its base_ref names no commit)."""
 
 
-def roles_for_run(config: Config, story: Story) -> dict[str, RoleConfig]:
-    """The model of each role for a run of ``story``: the one place the dry run asks (a
-    per-story model, when there is one, goes here)."""
-    del story  # the config's roles, for every story, for now
-    return {name: config.role(name) for name in RUN_ROLES}
+def roles_for_run(
+    config: Config, story: Story, models: Override | None = None
+) -> tuple[Config, dict[str, RoleConfig]]:
+    """The config a run of ``story`` uses, its roles with the story's ``model:`` /
+    ``reasoning_effort:`` and `hero run --model` applied (hero.models, as the run does),
+    and the model of each role."""
+    from hero.models import story_config
+
+    config = story_config(config, story, models)
+    return config, {name: config.role(name) for name in RUN_ROLES}
 
 
-def dry_run(story_path: Path, config: Config) -> dict[str, Any]:
+def dry_run(story_path: Path, config: Config, models: Override | None = None) -> dict[str, Any]:
     """What `hero run story_path` would do, as one JSON-ready mapping, every secret the
     config knows redacted. Refused (from hero.app) or StoryError when `hero run` would
     refuse the story; WouldNotStart when it would end in error before any model call."""
@@ -65,7 +71,7 @@ def dry_run(story_path: Path, config: Config) -> dict[str, Any]:
     if decision.admit == Admit.BUSY:
         raise WouldNotStart(f"{story_path}: {decision.reason}")
     redactor = Redactor(config.secrets)
-    roles = roles_for_run(config, story)
+    config, roles = roles_for_run(config, story, models)
     result: dict[str, Any] = {
         "dry_run": True,
         "story": {
@@ -490,10 +496,12 @@ def render_text(plan: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def dry_run_command(story_path: Path, config: Config, *, as_json: bool) -> int:
+def dry_run_command(
+    story_path: Path, config: Config, *, as_json: bool, models: Override | None = None
+) -> int:
     """`hero run STORY --dry-run [--json]`: print the plan; 0 (errors raise, exit 2)."""
     import json
 
-    plan = dry_run(story_path, config)
+    plan = dry_run(story_path, config, models)
     print(json.dumps(plan, indent=2) if as_json else render_text(plan), flush=True)
     return 0

@@ -377,7 +377,8 @@ def run_result(state: RunState, home: Path, duration_s: float) -> dict[str, Any]
 
     ``final_text`` is the end of the last round's worker's final message, ``transcripts``
     the round traces that exist (``runs/<id>/round-N.jsonl``), ``turns`` and
-    ``tool_calls`` the worker's totals over the rounds.
+    ``tool_calls`` the worker's totals over the rounds, ``models`` the model each role
+    used (hero.models).
     """
     run_dir = state.ref.run_dir(home)
     transcripts = [
@@ -397,6 +398,7 @@ def run_result(state: RunState, home: Path, duration_s: float) -> dict[str, Any]
         "duration": round(duration_s, 3),  # seconds
         "error": state.error or None,
         "outage": state.outage or None,
+        "models": state.models or None,  # {role: {provider, model, reasoning_effort}}
         "state": str(state.ref.state_path(home)),
         "story": state.story_path,
         "final_text": state.rounds[-1].worker.summary if state.rounds else "",

@@ -46,6 +46,11 @@ _STORY_REFUSAL = re.compile(
 )
 
 
+#: A refusal of what the request names (its model, its reasoning effort), not of the key:
+#: when a story chose them (RoleConfig.chosen_by), the story's own error.
+_CHOSEN_MODEL_STATUS = frozenset({400, 404, 422})
+
+
 class LlmError(HeroError):
     """The model could not be reached or answered unusably; retries (if any) ran out."""
 
@@ -230,6 +235,13 @@ class LlmClient:
                 status in (400, 422) and _STORY_REFUSAL.search(_error_words(exc))
             ):
                 raise LlmError(self._describe(exc, f"HTTP {status}")) from exc
+            if status in _CHOSEN_MODEL_STATUS and self.role.chosen_by:
+                # a model (or effort) the story chose that the provider refuses is the
+                # story's error: one story's frontmatter must not stop the provider's queue
+                raise LlmError(
+                    self._describe(exc, f"HTTP {status}")
+                    + f" (the model was chosen by {self.role.chosen_by})"
+                ) from exc
             if status not in RETRYABLE_STATUS:
                 raise ModelRefused(
                     self._describe(exc, f"HTTP {status}"),

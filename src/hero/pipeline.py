@@ -35,6 +35,7 @@ from hero.git.phases import PhaseEnd
 from hero.llm import LlmError, Model, ModelOutage
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
+from hero.models import models_record
 from hero.names import StoryRef
 from hero.prompting import PromptError
 from hero.redact import RedactingModel, Redactor
@@ -253,6 +254,8 @@ class StoryRun:
         is left as it is, its file moved to done/ if a crash kept it in the inbox."""
         state = self._take(self.start.state())
         state.outage = {}  # a pause on an outage is over once the story runs again
+        if state.status != Status.PASSED:  # the models this run uses (the story's, if any)
+            state.models = models_record(self.config)
         if state.status == Status.PASSED:
             finish_done_move(state, self.story.path)
         else:

@@ -165,6 +165,10 @@ class RunState:
     # file) otherwise. The daemon's breakers (hero.breaker) read it, from a remote
     # worker's published record too, and the next run clears it.
     outage: dict[str, str] = field(default_factory=dict)
+    # The models this run uses (hero.models.models_record): {worker: {provider, model,
+    # reasoning_effort}, reviewer: {...}}, set when a run starts; {} (and left out of the
+    # file) in a record from before, or of a story never run.
+    models: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -176,6 +180,11 @@ class RunState:
             isinstance(v, str) for v in self.outage.values()
         ):
             raise TypeError("outage: expected an object of text values")
+        if not isinstance(self.models, dict) or not all(
+            isinstance(v, dict) and all(x is None or isinstance(x, str) for x in v.values())
+            for v in self.models.values()
+        ):
+            raise TypeError("models: expected an object of role -> object of text values")
 
     def max_rounds(self, budget: int) -> int:
         """The round count at which this run stops: ``budget`` rounds after the offset."""
@@ -237,6 +246,8 @@ class RunState:
             del data["cut_short_s"]  # as before, until a round is cut short
         if not self.outage:
             del data["outage"]  # as before outages were told apart
+        if not self.models:
+            del data["models"]  # as before models were recorded
         return data
 
     @classmethod

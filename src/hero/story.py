@@ -82,6 +82,14 @@ MAX_STORY_BYTES = 1_048_576
 FEEDBACK_HEADING = "## Reviewer Feedback (auto)"
 #: The keys of ``source:``, where a story taken from a GitHub issue came from.
 SOURCE_KEYS = ("repo", "issue", "url", "author")
+#: The roles a story's ``model:`` and ``reasoning_effort:`` may name (the planner is not
+#: the story's: it runs before there is one).
+MODEL_ROLES = ("worker", "reviewer")
+MAX_MODEL_CHARS = 200
+#: A reasoning effort as providers spell them (minimal, low, medium, high, xhigh, ...).
+_EFFORT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+#: The reasoning_effort that sends none (for a model that takes no such parameter).
+EFFORT_NOT_SENT = "none"
 FLAT_VERIFY_TIER = "verify"
 
 _FEEDBACK_KEY = "reviewer feedback auto"
@@ -141,6 +149,10 @@ class Story:
     depends_on: tuple[str, ...] = ()
     base_ref: str | None = None
     allow_empty: bool = False  # may pass without a commit of its own
+    # the story's model and reasoning effort, as written: one string for both roles, or
+    # {worker: ..., reviewer: ...}; None: config/roles.yaml's (resolved by hero.models)
+    model: str | Mapping[str, str] | None = field(default=None, hash=False)
+    reasoning_effort: str | Mapping[str, str] | None = field(default=None, hash=False)
     # where the story came from: {repo, issue, url, author} of a GitHub issue; None: a person
     source: Mapping[str, Any] | None = field(default=None, hash=False)
     body: str = ""
@@ -609,6 +621,69 @@ def _read_allow_empty(value: Any, path: Path, fields: Mapping[str, Any]) -> bool
     return bool(value)
 
 
+def _per_role(
+    value: Any, path: Path, name: str, check: Callable[[str], str | None], what: str
+) -> str | dict[str, str] | None:
+    """``model:`` / ``reasoning_effort:``: one string for both roles, or a mapping of
+    :data:`MODEL_ROLES` to strings; each string stripped and checked by ``check`` (None:
+    fine, else what is wrong with it)."""
+    if value is None:
+        return None
+    expected = f"expected {what}, or a mapping like `{{worker: ..., reviewer: ...}}`"
+    if isinstance(value, str):
+        return _role_value(value, path, name, check, what)
+    if not isinstance(value, dict):
+        raise StoryError(path, name, f"{expected}; found {describe(value)}")
+    if not value:
+        raise StoryError(path, name, f"{expected}; found an empty mapping")
+    out: dict[str, str] = {}
+    for role, item in value.items():
+        if role not in MODEL_ROLES:
+            raise StoryError(
+                path,
+                name,
+                f"unknown role {quote(str(role))}; expected {' or '.join(MODEL_ROLES)}",
+            )
+        if not isinstance(item, str):
+            raise StoryError(path, f"{name}.{role}", f"expected {what}; found {describe(item)}")
+        out[role] = _role_value(item, path, f"{name}.{role}", check, what)
+    return out
+
+
+def _role_value(
+    text: str, path: Path, where: str, check: Callable[[str], str | None], what: str
+) -> str:
+    stripped = text.strip()
+    problem = f"expected {what}; found an empty string" if not stripped else check(stripped)
+    if problem:
+        raise StoryError(path, where, problem)
+    return stripped
+
+
+def model_problem(text: str) -> str | None:
+    if len(text) > MAX_MODEL_CHARS:
+        return f"expected at most {MAX_MODEL_CHARS} characters; found {len(text)}"
+    if any(c.isspace() or not c.isprintable() for c in text):
+        return f"expected a model name without spaces or control characters; found {quote(text)}"
+    return None
+
+
+def effort_problem(text: str) -> str | None:
+    if _EFFORT_RE.match(text):
+        return None
+    return (
+        "expected a word like minimal, low, medium or high (letters, digits, '_', '-'; at "
+        f"most 32 characters), or {EFFORT_NOT_SENT} (not sent); found {quote(text)}"
+    )
+
+
+def role_value(value: str | Mapping[str, str] | None, role: str) -> str | None:
+    """The value a story's ``model:`` or ``reasoning_effort:`` gives ``role``; None: none."""
+    if value is None or isinstance(value, str):
+        return value
+    return value.get(role)
+
+
 #: A story's frontmatter fields, in the order hero writes them.
 FIELDS = (
     StoryField(
@@ -674,6 +749,29 @@ FIELDS = (
         "Whether the story may pass without a commit of its own.",
         _read_allow_empty,
         "false",
+    ),
+    StoryField(
+        "model",
+        "model name, or mapping of worker / reviewer -> model name",
+        "The model the story's Worker and Reviewer use: `<model>` on the role's provider, or "
+        "`<provider>:<model>` when the part before the first ':' is the name of a file in "
+        "config/providers/ (so `qwen2.5:7b` stays a model name). A mapping sets the roles "
+        "apart; a role it leaves out keeps its own. `hero run --model` overrides it.",
+        lambda value, path, fields: _per_role(
+            value, path, "model", model_problem, "a model name as a string"
+        ),
+        "the role's model in config/roles.yaml",
+    ),
+    StoryField(
+        "reasoning_effort",
+        "word, or mapping of worker / reviewer -> word",
+        "The reasoning effort sent with the story's requests (minimal, low, medium, high, "
+        f"...); `{EFFORT_NOT_SENT}`: not sent. A mapping sets the roles apart.",
+        lambda value, path, fields: _per_role(
+            value, path, "reasoning_effort", effort_problem, "a word like low or high"
+        ),
+        "the role's, or the provider's default_reasoning_effort when the model is on "
+        "another provider",
     ),
     StoryField(
         "source",

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from hero.adhoc import enqueue, run_or_follow
 from hero.commands import Subparsers, home, home_option, reader_gone, say, say_notices
+from hero.commands.model_options import add_options as add_model_options
 from hero.commands.run_task import add_task_arguments, task_of
 from hero.errors import (
     EXIT_FAILED,
@@ -64,6 +65,7 @@ def add_parser(subparsers: Subparsers) -> None:
         help="print what the run would do (the worker's first request, the verify plan, the "
         "models, the budgets) without calling a model or changing anything",
     )
+    add_model_options(parser)
     parser.set_defaults(handler=run)
 
 
@@ -72,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.config import load_config
     from hero.errors import Interrupted
     from hero.events import EventSink
+    from hero.models import override_of
     from hero.state import Status
 
     if args.events and args.json:
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     task = task_of(args)  # None: a STORY file
     if task is None and not Path(args.story).exists():  # a FIFO: the reader says what it is
         raise UsageError(f"{args.story}: no such story file")
+    models = override_of(args)  # a bad --model fails before anything is loaded
     config = load_config(home(args), roles=("worker", "reviewer"))
     say_notices(config)
     if args.dry_run:
@@ -90,14 +94,19 @@ def run(args: argparse.Namespace) -> int:
 
         if task is not None:  # its story would be written to the inbox: a change on disk
             raise UsageError("--dry-run runs a STORY file, not a --task")
-        return dry_run_command(Path(args.story).resolve(), config, as_json=args.json)
+        return dry_run_command(Path(args.story).resolve(), config, as_json=args.json, models=models)
     story_path = Path(args.story) if task is None else enqueue(task, config.home)
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
     sink = EventSink(on_gone=reader_gone) if args.events else None  # stdout: events alone
     run_it = functools.partial(
-        run_with_config, story_path.resolve(), config, progress=progress, events=sink
+        run_with_config,
+        story_path.resolve(),
+        config,
+        progress=progress,
+        events=sink,
+        models=models,
     )
     try:  # --task: a `hero watch` that took the story first is waited for (followed)
         story_id = story_path.stem if task is not None else None

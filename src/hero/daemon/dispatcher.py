@@ -43,6 +43,7 @@ from hero.llm import Model
 from hero.locks import DaemonLock as DaemonLock  # re-exported: `hero watch` and tests
 from hero.locks import DaemonRunning as DaemonRunning
 from hero.locks import StoryBusy
+from hero.models import providers_of, story_config
 from hero.names import StoryRef
 from hero.notify import Notifier
 from hero.pipeline import StoryRun, finish_done_move
@@ -68,7 +69,9 @@ RESCAN_S = 10.0
 #: is ordered by priority first), for at most this many settle delays.
 STARTUP_HOLD_SETTLES = 3
 
-ModelFactory = Callable[[threading.Event], tuple[Model, Model]]
+#: A story's worker and reviewer, from the story's configuration (hero.models.story_config:
+#: its roles carry its models), each cancelled by the event.
+ModelFactory = Callable[[threading.Event, Config], tuple[Model, Model]]
 
 
 class _Run(Protocol):
@@ -140,10 +143,13 @@ class Dispatcher:
         self._housekeeping_now = False  # under _lock: a pass is under way (not idle yet)
         self._served = threading.Event()  # serve() returned: the housekeeper ends too
         self._housekept_at = 0.0  # time.monotonic() of the last timed housekeeping
-        # the providers every story's models use (the worker's and the reviewer's)
+        # the providers a story's models use when it chooses none (the worker's and the
+        # reviewer's); a story's model: field may choose any provider of the home, whose
+        # breaker is then its own (see _providers)
         self.providers = tuple(
             sorted({r.provider.name for n, r in config.roles.items() if n in _STORY_ROLES})
         )
+        self.known_providers = tuple(sorted({*self.providers, *config.providers}))
         self.breakers = Breakers(
             breakers_path(self.home),
             Backoff(config.llm.outage_backoff_s, config.llm.outage_backoff_max_s),
@@ -156,7 +162,7 @@ class Dispatcher:
     def serve(self, *, exit_when_idle: bool = False) -> None:
         """Run until ``stop()``; with ``exit_when_idle``, until the inbox holds nothing to run."""
         self._load_hero_digests()
-        self.breakers.start(self.providers or None)
+        self.breakers.start(self.known_providers if self.providers else None)
         threading.Thread(target=self._housekeeper, name="housekeeping", daemon=True).start()
         stop_watching = start_watching(self.inbox)
         self.log.info(
@@ -291,6 +297,7 @@ class Dispatcher:
             return
         try:
             story = replace(parse_story(path), plan=plan)
+            story_config(self.config, story)  # its model: fields, checked against providers
         except StoryError as exc:
             self._refuse(path, sig, str(exc))
             return
@@ -413,15 +420,22 @@ class Dispatcher:
             rule = self._rule(entries)
             ready = [e for e in entries if self._gate(e, rule)]
             # a stopped provider's stories wait for a restart: nothing to stay up for
-            waiting = len(ready) if not self.breakers.stopped(self._providers()) else 0
+            waiting = sum(not self.breakers.stopped(self._providers(e.story)) for e in ready)
             if room <= 0 or not ready:
                 return waiting
-            entry = ready[0]
             with self._lock:
-                if self._ready.get(entry.path) is not entry:
-                    continue  # changed meanwhile: look again
-                # its providers' breakers: closed, or open and due (it is then their probe)
-                if not self.breakers.admit(self._providers(), entry.story.ref.key):
+                # the best whose providers' breakers are closed, or open and due (it is then
+                # their probe): a story on another provider is not held back by this one's
+                entry = next(
+                    (
+                        e
+                        for e in ready
+                        if self._ready.get(e.path) is e  # else changed meanwhile: looked at again
+                        and self.breakers.admit(self._providers(e.story), e.story.ref.key)
+                    ),
+                    None,
+                )
+                if entry is None:
                     return waiting
                 del self._ready[entry.path]
             try:
@@ -429,7 +443,7 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - one story must not stop the daemon
                 with self._lock:
                     self._running.pop(entry.story.ref.key, None)
-                self.breakers.ended(self._providers(), entry.story.ref.key)  # if its probe
+                self.breakers.ended(self._providers(entry.story), entry.story.ref.key)  # probe?
                 self._refuse_after_bug(entry.path, exc, "while starting it")
         return 0
 
@@ -465,7 +479,7 @@ class Dispatcher:
         story, path = entry.story, entry.path
         with self._lock:
             if not path.exists():
-                self.breakers.ended(self._providers(), story.ref.key)  # a probe that never ran
+                self.breakers.ended(self._providers(story), story.ref.key)  # a probe never run
                 return
             cancel = threading.Event()
             log = self.log.bind(story=story.ref.key)
@@ -477,14 +491,15 @@ class Dispatcher:
                 remote.on_record = lambda state, k=key: self._progressed(k, state)
                 run = remote
             else:
-                worker, reviewer = self.make_models(cancel)
+                config = story_config(self.config, story)  # checked as it was queued
+                worker, reviewer = self.make_models(cancel, config)
 
                 def progress(msg: str, log: Any = log) -> None:
                     log.info(msg)
 
                 story_run = StoryRun(
                     story,
-                    self.config,
+                    config,
                     worker,
                     reviewer,
                     self.repo,
@@ -528,7 +543,7 @@ class Dispatcher:
                 paused = True
             else:
                 if _calls_of(state) > running.calls_before:
-                    self.breakers.answered(self._providers(), story_id)
+                    self.breakers.answered(self._providers(running.story), story_id)
                 log.info(
                     "finished",
                     status=state.status,
@@ -554,7 +569,7 @@ class Dispatcher:
             self.notifier.story_recorded(running.story.ref, error=reason)
         finally:
             if not paused:  # a probe that ended otherwise, answered or not (busy, a bug)
-                self.breakers.ended(self._providers(), story_id)
+                self.breakers.ended(self._providers(running.story), story_id)
             self._remember_digest(running.story.ref)  # before its file is looked at again
             # owed before the story stops counting as running: an idle daemon has housekept
             self._housekeeping_due.set()
@@ -573,10 +588,11 @@ class Dispatcher:
         worker: only a provider of this home's roles is tripped, its words cut short."""
         outage = state.outage
         named = outage.get("provider", "")
-        if named in self.providers or (not self.providers and named):
+        own = self._providers(running.story) if self.providers else ()
+        if named in own or (not self.providers and named):
             providers = [named[:_REASON_CHARS]]
-        else:  # a name no role of this home has: what this home's stories use
-            providers = list(self.providers)
+        else:  # a name none of the story's roles has here: the providers it uses here
+            providers = list(own)
         kind = PERMANENT if outage.get("kind") == PERMANENT else TRANSIENT
         reason = " ".join(str(outage.get("error") or outage.get("reason") or "").split())
         reason = self._redactor.redact(reason[:_REASON_CHARS])
@@ -584,10 +600,16 @@ class Dispatcher:
         for provider in providers:
             self.breakers.trip(provider, kind, reason, running.story.ref.key)
 
-    def _providers(self) -> tuple[str, ...]:
-        """The providers a story's models use: its roles'; every provider a breaker
-        knows when no role is loaded (models made by a test's factory)."""
-        return self.providers or tuple(b.provider for b in self.breakers.snapshot())
+    def _providers(self, story: Story) -> tuple[str, ...]:
+        """The providers ``story``'s models use: its roles', its model: fields applied
+        (hero.models); every provider a breaker knows when no role is loaded (models made
+        by a test's factory)."""
+        if not self.providers:
+            return tuple(b.provider for b in self.breakers.snapshot())
+        try:
+            return providers_of(story_config(self.config, story))
+        except StoryError:  # checked as it was queued; should it fail now, the home's
+            return self.providers
 
     def _progressed(self, story_id: str, state: RunState) -> None:
         """The record of a running story was saved: once it has more answered model calls
@@ -595,7 +617,7 @@ class Dispatcher:
         with self._lock:
             running = self._running.get(story_id)
         if running is not None and _calls_of(state) > running.calls_before:
-            self.breakers.answered(self._providers(), story_id)
+            self.breakers.answered(self._providers(running.story), story_id)
 
     def _breaker_said(self, event: str, **fields: Any) -> None:
         if event in ("provider stopped", "breakers unreadable", "breakers not saved"):

@@ -68,7 +68,8 @@ def run(
 
 
 def model_factory(config: Config, log: Any) -> ModelFactory:
-    """A story's worker and reviewer clients, each cancelled by the story's event. One HTTP
+    """A story's worker and reviewer clients (its own models: the roles of the story's
+    configuration it is given), each cancelled by the story's event. One HTTP
     client serves every story's model calls: the pool is thread-safe, and a story picked up
     from the inbox then pays no client start-up before its first request."""
     from hero.llm import LlmClient
@@ -78,10 +79,11 @@ def model_factory(config: Config, log: Any) -> ModelFactory:
     def note(msg: str) -> None:
         log.info("model retry", detail=msg)
 
-    def make_models(cancel: threading.Event) -> tuple[Any, Any]:
+    def make_models(cancel: threading.Event, story: Config) -> tuple[Any, Any]:
+        # ``story``: the story's configuration, its roles carrying its models (hero.models)
         def client(role: str) -> LlmClient:
             return LlmClient(
-                config.role(role), config.llm, cancel=cancel, on_retry=note, share_http_with=shared
+                story.role(role), story.llm, cancel=cancel, on_retry=note, share_http_with=shared
             )
 
         return client("worker"), client("reviewer")

@@ -62,9 +62,10 @@ from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, git, push_env
 from hero.git.storyrepo import StoryRepo
 from hero.housekeeping import Housekeeper, Rules
+from hero.models import story_config
 from hero.redact import Redactor
 from hero.state import RunState, Status, load_state, save_state
-from hero.story import parse_story
+from hero.story import StoryError, parse_story
 
 LOG = logging.getLogger("hero.worker")
 #: How often a running story's files are looked at for publishing.
@@ -605,6 +606,13 @@ class _Run:
         config = replace(
             self.fleet.config, home=self.home, target_repo=repo.path, target_base_ref=target_base
         )
+        # the story's own model: fields, against this worker's providers (hero.models); a
+        # `hero run --model` override never comes here: it is not in the story file
+        try:
+            config = story_config(config, story)
+        except StoryError as exc:  # say, a provider it names has no key on this worker
+            self._record_error(f"worker {self.fleet.name}: {exc}")
+            return load_state(self.home, self.ref)
 
         def progress(message: str) -> None:
             try:

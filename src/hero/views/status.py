@@ -29,6 +29,11 @@ Model providers: ``breakers`` lists each provider's circuit breaker from
 ``runs/breakers.json`` (:mod:`hero.breaker`): its state, why it opened, when it lets a story
 try next; a story paused on its provider has the row's ``outage`` (provider, kind, reason).
 
+Models: each row has ``models``, the models its last run used, ``{worker: {provider,
+model, reasoning_effort}, reviewer: {...}}`` ({} for a record from before they were
+recorded); the text says them once above a table whose stories all used the same, else
+under each story's row.
+
 Cached input: each row has ``tokens_cached``, the part of ``tokens_in`` the provider read
 from its prompt cache (0 when it reports none); the TOKENS cell then ends with
 ``(8.1k cached)``.
@@ -213,10 +218,36 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         "branch": str(state.branch),
         "error": str(state.error or ""),
         "outage": dict(state.outage) if isinstance(state.outage, dict) else {},
+        "models": _models(state.models),
         "started_at": started or None,
         "finished_at": finished,
         "updated_at": updated or None,
     }
+
+
+def _models(models: Any) -> dict[str, dict[str, str | None]]:
+    """A record's ``models`` as plain text values (a hand-edited file may hold anything)."""
+    if not isinstance(models, dict):
+        return {}
+    return {
+        str(role): {str(k): None if v is None else str(v) for k, v in used.items()}
+        for role, used in models.items()
+        if isinstance(used, dict)
+    }
+
+
+def models_text(models: dict[str, Any]) -> str:
+    """``worker local:gpt-5 (high), reviewer local:gpt-5-mini``: the models a run used."""
+    said = []
+    for role, used in models.items():
+        if not isinstance(used, dict):
+            continue
+        text = f"{role} {used.get('provider')}:{used.get('model')}"
+        if used.get("reasoning_effort"):
+            text += f" ({used['reasoning_effort']})"
+        said.append(text)
+    # what a record holds is shown on one line, whatever it holds (no control characters)
+    return "".join(c if c.isprintable() else "?" for c in " ".join(", ".join(said).split()))
 
 
 def _unreadable(ref: StoryRef, path: Path, reason: str, home: Path) -> dict[str, Any]:
@@ -453,9 +484,13 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
             for row, line in zip(stories, cells, strict=True)
         ]
     table = _table(header, cells, shrink=(0, len(header) - 1))  # the id and the branch
-    out = [table[0]]
+    used = {models_text(row.get("models") or {}) for row in stories} - {""}
+    out = [cut(f"models: {used.pop()}", WIDTH)] if len(used) == 1 else []
+    out.append(table[0])
     for row, line in zip(stories, table[1:], strict=True):
         out.append(line)
+        if used and row.get("models"):  # the stories used different models: each says its
+            out.append(cut("    models: " + models_text(row["models"]), WIDTH))
         if row["error"]:  # a skipped story's says which ancestor failed
             out.append(cut("    error: " + " ".join(row["error"].split()), WIDTH))
         elif row.get("outage") and row["status"] == Status.INTERRUPTED:
