@@ -98,6 +98,7 @@ def test_every_round_exports_as_a_valid_chat_request(
         assert meta["turns"] == 3 and meta["tool_calls"] == 2
         assert meta["complete"] is True and meta["stop_reason"] == "done"
         assert meta["model"] == "scripted-test" and meta["history"] == "full"
+        assert meta["models"]["worker"]["model"] == "scripted-test"  # from the run record
         assert meta["condensed"] is None and meta["closed_calls"] == []
         assert meta["usage"]["llm_calls"] == 3 and meta["usage"]["tokens_in"] > 0
         assert meta["unreadable_lines"] == 0

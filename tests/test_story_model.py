@@ -341,6 +341,24 @@ def test_hero_run_model_overrides_the_story_for_that_run_only(
     assert done.read_text() == before  # the story keeps its own fields
 
 
+def test_a_dry_run_shows_and_sends_nothing_of_the_storys_models(
+    scripted, make_home, write_story, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = scripted(policy(good_worker()))
+    model = scripted(policy(good_worker()))
+    home = make_home(model)
+    add_provider(home, "other", other.base_url)
+    story = write_story(home, "s1", verify=["true"], model="from-the-story")
+
+    assert run_hero(home, story, "--dry-run", "--json", "--model", "reviewer=other:judge") == 0
+
+    plan = json.loads(capsys.readouterr().out)
+    assert not model.requests and not other.requests
+    assert plan["request"]["body"]["model"] == "from-the-story"
+    roles = {name: (r["provider"], r["model"]) for name, r in plan["roles"].items()}
+    assert roles == {"worker": ("scripted", "from-the-story"), "reviewer": ("other", "judge")}
+
+
 def test_bad_models_on_hero_run_are_usage_errors(
     scripted, make_home, write_story, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -292,7 +292,9 @@ def round_line(
         "status": str(state.status),
         "branch": state.branch,
         "history": history,
-        "model": model or None,
+        # the worker's model as the run recorded it (hero.models), else the config's today
+        "model": (state.models.get("worker") or {}).get("model") or model or None,
+        "models": state.models or None,
         "verify": _verify(record),
         "verdict": record.review.verdict or None if record else None,
         "verdict_summary": record.review.summary if record else "",
