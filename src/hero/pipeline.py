@@ -211,6 +211,7 @@ class StoryRun:
         is left as it is, its file moved to done/ if a crash kept it in the inbox."""
         state = self._take(self.start.state())
         state.outage = {}  # a pause on an outage is over once the story runs again
+        state.budget = ""  # so is a stop on a budget: the run says again if one is used up
         if state.status == Status.PASSED:
             finish_done_move(state, self.story.path)
         else:
@@ -498,6 +499,7 @@ class StoryRun:
             self.say(f"{self.key}: could not commit the work left: {err}")
         self._finish(Status.BUDGET_EXCEEDED)
         self.state.error = str(exc)
+        self.state.budget = exc.key
         self.say(
             f"{self.key}: {exc}; its commits are kept on {self.branch}. Raise {exc.key} in "
             f"config/roles.yaml and run `hero retry {self.key}` to continue"
