@@ -62,6 +62,9 @@ class Replayed:
     usage: Usage = field(default_factory=Usage)  # what the model calls replayed spent
     wall_s: float = 0.0
     condensations: int = 0
+    #: the tool results in a row, at the end, that were errors (hero's answers for lost
+    #: calls neither count nor reset): the resumed round's guardrail goes on counting
+    tool_errors: int = 0
     lost: list[LostCall] = field(default_factory=list)
     ended: dict[str, Any] | None = None  # the agent_end event, when the worker had ended
     #: (prompt tokens the provider counted, hero's raw estimate) of the last request
@@ -207,6 +210,8 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             messages.append({"role": "tool", "tool_call_id": call_id, "content": e.get("content")})
             if e.get("lost") != "not_run":
                 out.tool_calls += 1
+            if not e.get("lost"):
+                out.tool_errors = out.tool_errors + 1 if e.get("is_error") is True else 0
         elif kind == Event.CONDENSE:
             apply_condense(messages, e)
             out.condensations += 1
