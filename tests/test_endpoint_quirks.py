@@ -538,3 +538,17 @@ def test_a_200_carrying_an_error_and_no_choices_says_it(scripted: Start) -> None
     model = scripted([Raw(body), Raw(body)])
     with pytest.raises(ModelUnavailable, match="no choices: Upstream error from SomeProvider"):
         client(model).complete(MESSAGES)
+
+
+def test_an_answer_nested_past_the_parsers_depth_is_an_unusable_answer_retried(
+    scripted: Start,
+) -> None:
+    deep = '{"a":' * 100_000 + "1" + "}" * 100_000  # arguments sent as an object
+    call_ = '{"id": "c", "function": {"name": "bash", "arguments": ' + deep + "}}"
+    message = '{"role": "assistant", "content": null, "tool_calls": [' + call_ + "]}"
+    body = '{"choices": [{"message": ' + message + "}]}"
+    with pytest.raises(RecursionError):
+        json.loads(body)  # valid JSON, past the parser's depth
+    model = scripted([Raw(body), Raw(chat({"content": "ok"}))])
+    assert client(model).complete(MESSAGES).content == "ok"
+    assert len(model.requests) == 2

@@ -209,3 +209,18 @@ def test_answers_for_lost_calls_neither_count_nor_reset(
     # and the trace, replayed again, says the same
     again = replay_round(trace_path, base_sha=BASE, started_at=STARTED)
     assert again is not None and again.tool_errors == 2
+
+
+def test_arguments_nested_past_any_parser_are_a_tool_error_not_a_crash(
+    scripted: Start, ctx: ToolContext, tmp_path: Path
+) -> None:
+    """What the model writes is hostile: arguments nested deeper than Python's JSON parser
+    goes fail that call (and go back as ``{}``), they do not end the round."""
+    deep = "[" * 200_000
+    hostile = [Reply(tool_calls=(ToolCall("read_file", deep + str(n)),)) for n in range(2)]
+    model = scripted([*hostile, text("done")])
+    result, messages = run(model, ctx, tmp_path / "t.jsonl", WorkerLimits(max_tool_errors=2))
+
+    assert result.stop_reason == "tool_errors", result.detail
+    assert all("not valid JSON" in m["content"] for m in messages if m["role"] == "tool")
+    assert model.requests[-1].body["messages"][-2]["tool_calls"][0]["function"]["arguments"] == "{}"

@@ -249,7 +249,8 @@ class LlmClient:
         """The body of a 200 as a JSON object; _BadReply (retried) when it is not one."""
         try:
             data = json.loads(raw)
-        except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nested
+            # past the parser's depth (a model's tool arguments sent as an object)
             raise _BadReply(
                 f"HTTP 200 but the body was not JSON: {len(raw)} bytes {self._excerpt(raw)}"
             ) from None

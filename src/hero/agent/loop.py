@@ -359,9 +359,11 @@ def _unique_ids(completion: Completion, seen: set[str], turn: int) -> Completion
 
 
 def _canonical(arguments: str) -> str:
+    """The arguments in one spelling (key order aside), or as written when they are no
+    JSON: what the model writes may be nested past the parser's depth, too."""
     try:
         return json.dumps(json.loads(arguments), sort_keys=True)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
 
 
