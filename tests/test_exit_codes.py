@@ -7,14 +7,19 @@ tripped, in ``budget``), 75 and 2 for a pause on a provider, 1 for any other fai
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from helpers import is_review, step_of, verdict
 from test_e2e_plan import write_plan
 
+from hero.cli import main
 from hero.daemon.runplan import PlanRun, plan_exit_code
 from hero.errors import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNAVAILABLE, EXIT_USAGE
 from hero.plans.finish import PlanOutcome
+from hero.scripted_model import Raw, ScriptedModel, call, text
 from hero.state import (
     TIME_BUDGETS,
     RunState,
@@ -127,3 +132,68 @@ def test_run_plan_exits_1_when_nothing_failed_but_the_branch_was_not_made(
     assert plan_exit_code(tmp_path, "p", failed) == EXIT_FAILED
     made = PlanRun(interrupted=False, outcome=PlanOutcome("hero/plan/p", "f" * 40, "merged", ""))
     assert plan_exit_code(tmp_path, "p", made) == EXIT_OK
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def _handler(worker: list[Any]) -> Callable[[dict[str, Any]], Any]:
+    def handler(body: dict[str, Any]) -> Any:
+        if is_review(body):
+            return verdict("APPROVED", "Fine.")
+        return worker[min(step_of(body), len(worker) - 1)]
+
+    return handler
+
+
+def test_a_content_filtered_answer_ends_the_story_in_error_not_the_provider(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    withheld = Raw(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None},
+                    "finish_reason": "content_filter",
+                }
+            ],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 0},
+        }
+    )
+    model = scripted(_handler([withheld]))
+    home = make_home(model)
+    story = write_story(home, "s1")
+
+    assert main(["run", str(story), "--home", str(home)]) == EXIT_FAILED
+    state = load_state(home, "s1")
+    assert state is not None and state.status == Status.ERROR
+    assert "content filter withheld the answer" in state.error
+    assert state.outage == {}  # the provider is not paused: other stories run on
+    assert len(model.requests) == 1  # not asked again
+    assert "content filter" in capsys.readouterr().out
+
+
+def test_a_worker_calling_its_tools_wrongly_fails_its_round_with_the_reason(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+) -> None:
+    wrong = [call("read_file", path=f"missing-{n}.txt") for n in range(5)]
+    model = scripted(_handler([*wrong, text("Done.")]))
+    home = make_home(model, worker_max_tool_errors=3, max_retries=1)
+    story = write_story(home, "s1")
+
+    assert main(["run", str(story), "--home", str(home)]) == EXIT_FAILED
+    state = load_state(home, "s1")
+    assert state is not None and state.status == Status.GAVE_UP
+    (only,) = state.rounds
+    assert only.worker.stop_reason == "tool_errors"
+    assert "worker_max_tool_errors 3" in only.worker.detail
+    assert only.review.short_circuited and "worker_max_tool_errors 3" in only.review.summary
+    assert not any(is_review(r.body) for r in model.requests)
