@@ -552,3 +552,35 @@ def test_an_answer_nested_past_the_parsers_depth_is_an_unusable_answer_retried(
     model = scripted([Raw(body), Raw(chat({"content": "ok"}))])
     assert client(model).complete(MESSAGES).content == "ok"
     assert len(model.requests) == 2
+
+
+def test_a_resumed_round_sends_back_the_same_form(scripted: Start, tmp_path: Path) -> None:
+    """The history rebuilt from the trace after a restart is the one sent before it, byte
+    for byte: a cut-off call's ``{}``, an id hero made, the empty content."""
+    from hero.agent.replay import replay_round, round_start_fields
+
+    answer = chat(
+        {
+            "content": None,
+            "tool_calls": [
+                {"function": {"name": "ls", "arguments": {"path": "."}}},  # no id, an object
+                {"id": "c2", "function": {"name": "read_file", "arguments": '{"path": "a'}},
+            ],
+        },
+        finish="length",
+    )
+    model = scripted([Raw(answer), text("Done.")])
+    root = tmp_path / "wt"
+    root.mkdir()
+    ctx = ToolContext(root=root, env=child_env(), bash_timeout_s=30)
+    path = tmp_path / "t.jsonl"
+    with Trace(path) as trace:
+        trace.round_start(1, story="s", run=1, branch="b", **round_start_fields("0" * 40, 1.0))
+        run_agent(client(model), start_messages(), ctx, WorkerLimits(), trace)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1]) + "\n")  # as if killed before the round's end
+    replayed = replay_round(path, base_sha="0" * 40, started_at=1.0)
+    assert replayed is not None
+    sent = model.requests[1].body["messages"]
+    assert replayed.messages[: len(sent)] == sent
+    assert json.dumps(replayed.messages[2]) == json.dumps(sent[2])  # key order too
