@@ -10,6 +10,8 @@ real directory, a real trace file replayed as a restart replays it.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -224,3 +226,51 @@ def test_arguments_nested_past_any_parser_are_a_tool_error_not_a_crash(
     assert result.stop_reason == "tool_errors", result.detail
     assert all("not valid JSON" in m["content"] for m in messages if m["role"] == "tool")
     assert model.requests[-1].body["messages"][-2]["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+def test_kill_9_mid_round_and_the_count_goes_on_in_the_next_run(
+    scripted: Start,
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    tmp_path: Path,
+) -> None:
+    """Two wrong calls, then hero is killed (-9) while a command runs: the run after it
+    resumes the round with the count at two (the lost call neither counts nor resets),
+    so the third wrong call stops it."""
+    from helpers import Hero, is_review, long_command, step_of, verdict
+    from helpers import load_state as load_record
+
+    plan = [missing(1), missing(2), call("bash", command=long_command("stop.pid")), missing(3)]
+
+    def handler(body: dict[str, Any]) -> Reply:
+        if is_review(body):
+            return verdict("APPROVED", "Fine.")
+        return plan[step_of(body)] if step_of(body) < len(plan) else text("Done.")
+
+    model = scripted(handler)
+    home = make_home(model, sandbox="none", worker_max_tool_errors=3, max_retries=1)
+    story = write_story(home, "s1", verify=["true"])
+    first = Hero(home, story, tmp_path, "first")
+    try:
+        sleeper = first.wait_for_file(home / "worktrees" / "s1" / "stop.pid")
+        first.proc.kill()
+        assert first.proc.wait(timeout=60) == -9
+    finally:
+        if first.proc.poll() is None:
+            first.proc.kill()
+            first.proc.wait()
+    try:
+        os.kill(sleeper, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+    again = Hero(home, story, tmp_path, "again")
+    assert again.wait() == 1, again.output()
+    record = load_record(home)
+    assert record["status"] == "gave_up"
+    (round1,) = record["rounds"]
+    assert round1["worker"]["stop_reason"] == "tool_errors", again.output()
+    assert "3 tool calls in a row" in round1["worker"]["detail"]
+    # the run after the kill asked once (the third wrong call), and no more
+    asked = [step_of(r.body) for r in model.requests if not is_review(r.body)]
+    assert asked == [0, 1, 2, 3]
