@@ -197,3 +197,26 @@ def test_a_worker_calling_its_tools_wrongly_fails_its_round_with_the_reason(
     assert "worker_max_tool_errors 3" in only.worker.detail
     assert only.review.short_circuited and "worker_max_tool_errors 3" in only.review.summary
     assert not any(is_review(r.body) for r in model.requests)
+
+
+def test_hero_run_plan_exits_124_when_its_story_runs_out_of_time(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    tmp_path: Path,
+) -> None:
+    from test_e2e_plan import PLAN_TIMEOUT_S, PlanPolicy, RunPlan, state_of
+
+    # a's first command outlasts its round's time budget: the next model call is refused
+    model = scripted(PlanPolicy(commands={"a": ["sleep 1.5", "true"]}))
+    home = make_home(model, max_round_wall_s=1)
+    write_plan(home, "slow", {"a": [], "b": ["a"]})
+    hero = RunPlan(home, "slow", tmp_path, "run-plan")
+    try:
+        assert hero.wait(PLAN_TIMEOUT_S) == EXIT_TIMEOUT, hero.output()
+    finally:
+        if hero.proc.poll() is None:
+            hero.proc.kill()
+            hero.proc.wait()
+    a, b = state_of(home, "slow", "a"), state_of(home, "slow", "b")
+    assert (a["status"], a["budget"]) == ("budget_exceeded", "max_round_wall_s")
+    assert b["status"] == "skipped"
