@@ -226,6 +226,13 @@ def test_arguments_nested_past_any_parser_are_a_tool_error_not_a_crash(
     assert result.stop_reason == "tool_errors", result.detail
     assert all("not valid JSON" in m["content"] for m in messages if m["role"] == "tool")
     assert model.requests[-1].body["messages"][-2]["tool_calls"][0]["function"]["arguments"] == "{}"
+    # and `hero logs` shows the round's trace, those arguments too
+    from hero.views.logs import format_line
+
+    shown = [
+        out for line in (tmp_path / "t.jsonl").read_text().splitlines() for out in format_line(line)
+    ]
+    assert any("read_file" in out for out in shown)
 
 
 def test_kill_9_mid_round_and_the_count_goes_on_in_the_next_run(
