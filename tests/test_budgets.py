@@ -119,11 +119,12 @@ def test_story_tokens_stop_the_story_keep_its_work_and_show_in_status(
     home = make_home(model, max_story_tokens=1500)
     story = write_story(home, "s1")
 
-    assert run(home, story) == 1  # did not pass
+    assert run(home, story) == 1  # did not pass (a budget of tokens: no timeout, no 124)
 
     state = load_state(home)
     reason = "budget exceeded: story tokens 2000 > max_story_tokens 1500"
     assert state["status"] == "budget_exceeded"
+    assert state["budget"] == "max_story_tokens"
     assert state["error"] == reason
     assert worker_calls(model) == 2 and review_calls(model) == 0  # none after the trip
     assert tokens(state) == 2000
@@ -237,10 +238,11 @@ def test_story_wall_time_counts_across_runs_and_retry_waits_for_a_raised_budget(
 
     # a story wall budget below what its first run spent: the next run stops at once
     make_home(model, max_retries=1, max_story_wall_s=0.5)
-    assert run(home, story) == 1
+    assert run(home, story) == 124  # timed out, as timeout(1) says it
 
     state = load_state(home)
     assert state["status"] == "budget_exceeded"
+    assert state["budget"] == "max_story_wall_s"
     assert re.fullmatch(
         r"budget exceeded: story wall time \d+\.\d s > max_story_wall_s 0\.5", state["error"]
     )
@@ -262,6 +264,7 @@ def test_story_wall_time_counts_across_runs_and_retry_waits_for_a_raised_budget(
     assert run(home, story) == 0
     state = load_state(home)
     assert state["status"] == "passed"
+    assert "budget" not in state  # the next run cleared it
     assert [r["round"] for r in state["rounds"]] == [1, 2]
     assert subjects(target_repo) == ["one"]
 
@@ -286,7 +289,7 @@ def test_a_round_cut_short_by_the_story_wall_budget_counts_and_retry_waits_for_a
     home = make_home(model, max_retries=2, max_story_wall_s=1)
     story = write_story(home, "s1")
 
-    assert run(home, story) == 1
+    assert run(home, story) == 124
 
     state = load_state(home)
     assert state["status"] == "budget_exceeded"
@@ -412,10 +415,11 @@ def test_round_wall_time_stops_the_worker_between_turns(
     home = make_home(model, max_round_wall_s=1.5, worker_max_turns=60)
     story = write_story(home, "s1")
 
-    assert run(home, story) == 1
+    assert run(home, story) == 124
 
     state = load_state(home)
     assert state["status"] == "budget_exceeded"
+    assert state["budget"] == "max_round_wall_s"
     found = re.fullmatch(
         r"budget exceeded: round 1 wall time (\d+\.\d) s >=? max_round_wall_s 1\.5",
         state["error"],

@@ -137,7 +137,9 @@ def test_every_bypass_form_is_refused_and_the_file_survives(
 ) -> None:
     original = (target_repo / TARGET).read_text()
     model = scripted(worker)
-    home = make_home(model, deny_commands=["rm", "git rm"])
+    # every bypass in a row is refused: more refusals in a row than worker_max_tool_errors
+    # allows, which would stop the round before the last forms are tried
+    home = make_home(model, deny_commands=["rm", "git rm"], worker_max_tool_errors=0)
     story = write_story(home, "s1", verify=VERIFY)
 
     assert main(["run", str(story), "--home", str(home)]) == 0

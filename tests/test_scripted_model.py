@@ -22,6 +22,7 @@ import pytest
 from hero.scripted_model import (
     Drop,
     HttpError,
+    Raw,
     RecordedRequest,
     Reply,
     ScriptedModel,
@@ -595,3 +596,31 @@ def test_command_line_bad_handler(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "cannot load handler" in proc.stderr
+
+
+def test_raw_answers_send_the_body_status_and_headers_verbatim() -> None:
+    page = b"<html><body>\xe2\x9c\x93 502 Bad Gateway</body></html>"
+    script = [
+        Raw({"choices": [], "error": {"message": "upstream"}}),  # JSON of anything
+        Raw(page, status=502, content_type="text/html", headers={"X-Proxy": "edge-1"}),
+        Raw('{"half": '),  # text sent as it is, even no JSON
+    ]
+    with ScriptedModel(script) as m:
+        bodies = []
+        for _ in script:
+            request = urllib.request.Request(
+                m.base_url + "/chat/completions",
+                data=json.dumps({"model": "m", "messages": MESSAGES}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    bodies.append((response.status, response.headers, response.read()))
+            except urllib.error.HTTPError as exc:
+                bodies.append((exc.code, exc.headers, exc.read()))
+    assert bodies[0][0] == 200 and json.loads(bodies[0][2]) == script[0].body
+    status, headers, body = bodies[1]
+    assert (status, body) == (502, page)
+    assert headers["Content-Type"] == "text/html" and headers["X-Proxy"] == "edge-1"
+    assert bodies[2][2] == b'{"half": '
+    assert len(m.requests) == 3

@@ -1,10 +1,12 @@
 """Command line: parse arguments, call one command, map the result to an exit code.
 
 The commands live in ``hero.commands``, one module each. Exit codes: 0 passed, 1 did not
-pass (gave_up, budget_exceeded or error, including a story that could not start, e.g. its
-base_ref names no commit), 2 usage or configuration error, an invalid story, or a story id
-that already passed from another file; 130 interrupted. An error that ends a command is
-said here, once: see ``hero.errors``.
+pass (gave_up, budget_exceeded on tokens or cost, or error, including a story that could
+not start, e.g. its base_ref names no commit), 124 a story stopped on a time budget, 2
+usage or configuration error, an invalid story, or a story id that already passed from
+another file; 75 a model provider unavailable (`hero run`); 130 interrupted. The one table
+is in docs/run.md ("Exit codes"). An error that ends a command is said here, once: see
+``hero.errors``.
 """
 
 from __future__ import annotations

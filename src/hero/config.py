@@ -463,6 +463,18 @@ class WorkerLimits:
         minimum=2,
         section=_WORKER,
     )
+    max_tool_errors: int = knob(
+        "worker_max_tool_errors",
+        10,
+        "Tool errors in a row that stop a Worker round (0: no limit).",
+        note="A tool error is a call made wrongly: an unknown tool, arguments that are not "
+        "JSON or do not fit the tool, or a call the tool refused (a path outside the "
+        "worktree, a missing file, an edit whose old text is not found, a command the "
+        "policy forbids). A bash command that exits non-zero is not one. Any other call "
+        "resets the count.",
+        minimum=0,
+        section=_WORKER,
+    )
 
 
 @dataclass(frozen=True)

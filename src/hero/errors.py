@@ -18,7 +18,10 @@ The classes, by exit code (the contract for scripts is in :data:`EXIT_OK` and it
 - 130: :class:`Interrupted`, which is no HeroError: see its docstring.
 
 `hero run` also exits 75 (:data:`EXIT_UNAVAILABLE`, sysexits' EX_TEMPFAIL) when the
-story paused because its model's provider was unavailable: run it again later to resume.
+story paused because its model's provider was unavailable: run it again later to resume;
+and 124 (:data:`EXIT_TIMEOUT`, as timeout(1) does) when the story stopped on a time budget
+(``max_story_wall_s``, ``max_round_wall_s``). The one table of them all is in docs/run.md
+(``hero.state.exit_code`` maps a story's end to its code).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import ClassVar
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: `hero run`: the story paused on a model outage that heals by itself; try again later.
 EXIT_UNAVAILABLE = 75
+#: `hero run`, `hero run-plan`: a story stopped on a time budget (timeout(1)'s code).
+EXIT_TIMEOUT = 124
 
 
 class HeroError(Exception):

@@ -398,6 +398,7 @@ def run_result(state: RunState, home: Path, duration_s: float) -> dict[str, Any]
         "duration": round(duration_s, 3),  # seconds
         "error": state.error or None,
         "outage": state.outage or None,
+        "budget": state.budget or None,  # the budget that stopped it (budget_exceeded)
         "models": state.models or None,  # {role: {provider, model, reasoning_effort}}
         "state": str(state.ref.state_path(home)),
         "story": state.story_path,

@@ -40,7 +40,7 @@ STORY_STATUS = frozenset({413})
 #: refused by a content filter), not hero's requests as such: the story's own error. What
 #: the worker writes must not be able to stop every story of the provider.
 _STORY_REFUSAL = re.compile(
-    r"context[ _-]?length|context[ _-]?window|maximum context|too many tokens|too long|"
+    r"context[ _-]?(?:length|window|size)|maximum context|too many tokens|too long|"
     r"content[ _-]?(?:filter|policy|management)|safety system",
     re.IGNORECASE,
 )
@@ -82,6 +82,12 @@ class ModelRefused(ModelOutage):
     provider's settings."""
 
     kind = "permanent"
+
+
+class ContentFiltered(LlmError):
+    """The endpoint answered, but its content filter withheld the answer (``finish_reason``
+    ``content_filter`` and no tool call): what this story's conversation holds is refused,
+    as a 400 from a content filter is; the story ends in ``error``, other stories run on."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +261,8 @@ class LlmClient:
             return None, f"connection failed ({exc.__cause__ or exc})"
         if isinstance(exc, oa.APIResponseValidationError | _BadReply):
             return None, f"unusable answer ({exc})"
+        if isinstance(exc, LlmError):  # the answer was read, and refuses this story
+            raise exc
         raise LlmError(f"{self._where()}: {type(exc).__name__}: {exc}") from exc
 
     # -- helpers -----------------------------------------------------------------------
@@ -263,7 +271,8 @@ class LlmClient:
         """The body of a 200 as a JSON object; _BadReply (retried) when it is not one."""
         try:
             data = json.loads(raw)
-        except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nested
+            # past the parser's depth (a model's tool arguments sent as an object)
             raise _BadReply(
                 f"HTTP 200 but the body was not JSON: {len(raw)} bytes {self._excerpt(raw)}"
             ) from None
@@ -277,40 +286,45 @@ class LlmClient:
     def _excerpt(self, raw: bytes) -> str:
         """The start of a body for an error message: one line, short, with the role's key,
         its provider's header values and anything that looks like a key or token masked."""
+        text = self._masked(raw)
+        if not text:
+            return "(empty)" if not raw else "(blank)"
+        return f"starting {text!r}"
+
+    def _masked(self, raw: bytes, limit: int | None = None) -> str:
+        """``raw`` as one line of at most ``limit`` characters (default _EXCERPT_CHARS),
+        secrets masked (see _excerpt)."""
+        limit = _EXCERPT_CHARS if limit is None else limit
         text = raw[:_EXCERPT_SCAN_BYTES].decode("utf-8", errors="replace")
         secrets = [self.role.api_key or "", *self.role.provider.headers.values()]
         for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
             text = text.replace(secret, "***")
         text = _SECRET_LIKE.sub(lambda m: f"{m.group(1)}***", text)
         text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-        if not text:
-            return "(empty)" if not raw else "(blank)"
-        if len(text) > _EXCERPT_CHARS:
-            text = text[:_EXCERPT_CHARS] + "..."
-        return f"starting {text!r}"
+        if len(text) > limit:
+            text = text[:limit] + "..."
+        return text
 
     def _record(self, response: dict[str, Any], http_s: float) -> Completion:
         """Read the answer (a plain dict: parsing it into the SDK's pydantic models costs
         ~15 ms on a process's first call and buys nothing here)."""
         choices = response.get("choices")
         if not choices or not isinstance(choices, list):
-            raise _BadReply("the model's answer held no choices")
+            err = response.get("error")  # OpenRouter: an upstream's failure, under a 200
+            if isinstance(err, dict):
+                err = err.get("message") or json.dumps(err)
+            said = f": {self._masked(str(err).encode(), _MESSAGE_CHARS)}" if err else ""
+            raise _BadReply(f"the model's answer held no choices{said}")
         choice = choices[0]
         if not isinstance(choice, dict):
             raise _BadReply(f"the model's answer held a malformed choice ({_kind(choice)})")
         msg = choice.get("message")
         if not isinstance(msg, dict):
             raise _BadReply(f"the model's answer held a malformed message ({_kind(msg)})")
-        content = msg.get("content") or ""
-        if isinstance(content, list):  # some servers send a list of content parts
-            content = "".join(
-                text
-                for p in content
-                if isinstance(p, dict) and isinstance(text := p.get("text"), str)
-            )
-        elif not isinstance(content, str):
-            raise _BadReply(f"the model's answer held malformed content ({_kind(content)})")
+        content = _text_of(msg.get("content"))
         raw_calls = msg.get("tool_calls") or []
+        if not raw_calls and isinstance(msg.get("function_call"), dict):
+            raw_calls = [{"function": msg["function_call"]}]  # the legacy shape: one call
         if not isinstance(raw_calls, list) or not all(
             isinstance(tc, dict) and isinstance(tc.get("function"), dict) for tc in raw_calls
         ):
@@ -321,26 +335,17 @@ class LlmClient:
                 # matched to their calls by id, when they are sent and when they are condensed)
                 str(tc.get("id") or f"call_{uuid.uuid4().hex[:16]}"),
                 str(fn.get("name") or ""),
-                args if isinstance(args := fn.get("arguments") or "", str) else json.dumps(args),
+                _arguments_text(fn.get("arguments")),
             )
-            for i, tc in enumerate(raw_calls)
+            for tc in raw_calls
             if isinstance(fn := tc["function"], dict)
         )
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
-                }
-                for c in calls
-            ]
+        finish_reason = str(choice.get("finish_reason") or "")
         reasoning = msg.get("reasoning_content") or msg.get("reasoning")
         if not isinstance(reasoning, str):  # reasoning only informs: an odd one is dropped
             reasoning = ""
-        if reasoning and self.role.provider.send_reasoning:
-            message["reasoning_content"] = reasoning
+        sent = reasoning if reasoning and self.role.provider.send_reasoning else None
+        message = assistant_message(content, calls, sent)
         usage = response.get("usage")
         if not isinstance(usage, dict):
             usage = {}  # usage only counts: a missing or odd one is no reason to ask again
@@ -362,26 +367,44 @@ class LlmClient:
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             http_s=http_s,
-            finish_reason=str(choice.get("finish_reason") or ""),
+            finish_reason=finish_reason,
             cost_usd=cost,
             tokens_cached=tokens_cached,
             reasoning=reasoning,
         )
         with self.usage.lock:
             self.usage.add(completion.usage)
+        if finish_reason == "content_filter" and not calls:
+            # no answer to go on with, and asking again sends what was refused again
+            cut = f", after {len(content)} characters" if content else ""
+            raise ContentFiltered(
+                f"{self._where()}: the provider's content filter withheld the answer "
+                f"(finish_reason 'content_filter'{cut})"
+            )
         return completion
 
     def _where(self) -> str:
         return f"{self.role.role} model '{self.role.model}' at {self.role.provider.base_url}"
 
     def _describe(self, exc: Any, what: str) -> str:
-        body = getattr(exc, "body", None)
+        """``what`` (``HTTP 404``) and the error's own words, in whichever shape the
+        endpoint sent them: OpenAI's ``{"error": {"message": ...}}``, Ollama's and LM
+        Studio's ``{"error": "..."}``, vLLM's ``{"object": "error", "message": ...}``, a
+        ``{"detail": ...}``, or a body that is no JSON (a proxy's page: an excerpt)."""
+        body = getattr(exc, "body", None)  # the SDK's: the "error" entry of a JSON object
         detail = ""
         if isinstance(body, dict):
             err = body.get("error", body)
-            detail = err.get("message", "") if isinstance(err, dict) else str(err)
-        elif isinstance(body, str):  # not JSON: a proxy's page may echo the request's key
-            detail = f"body {self._excerpt(body.encode())}"
+            if isinstance(err, dict):
+                found = err.get("message") or err.get("detail")
+                detail = str(found) if found else json.dumps(err)[:300]
+            else:
+                detail = str(err)
+        elif isinstance(body, str):
+            if _is_json(getattr(getattr(exc, "response", None), "content", b"")):
+                detail = self._masked(body.encode(), _MESSAGE_CHARS)  # the server's words
+            else:  # not JSON: a proxy's page may echo the request's key
+                detail = f"body {self._excerpt(body.encode())}"
         elif body is not None:
             detail = json.dumps(body)[:300]
         if getattr(exc, "status_code", None) in (401, 403):  # say which key, never its value
@@ -431,6 +454,8 @@ class _BadReply(HeroError):
 
 #: How much of a body an error message quotes, and how much of it is searched for secrets.
 _EXCERPT_CHARS = 120
+#: How much of an error's own message (a JSON error's text) an error message quotes.
+_MESSAGE_CHARS = 500
 _EXCERPT_SCAN_BYTES = 4096
 #: Key- and token-like words a proxy's error page may echo back (an Authorization header).
 _SECRET_LIKE = re.compile(
@@ -449,6 +474,17 @@ def _error_words(exc: Any) -> str:
     if isinstance(err, dict):
         return " ".join(str(err.get(k) or "") for k in ("code", "type", "message"))[:2000]
     return str(err or "")[:2000]
+
+
+def _is_json(raw: object) -> bool:
+    """Whether ``raw`` (a response's bytes) is a JSON document."""
+    if not isinstance(raw, bytes | str):
+        return False
+    try:
+        json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _kind(value: object) -> str:
@@ -484,3 +520,73 @@ def _reported_cost(usage: dict[str, Any]) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return max(0.0, float(value))
+
+
+def assistant_message(
+    content: str, calls: Sequence[ToolCallRequest], reasoning: str | None = None
+) -> dict[str, Any]:
+    """The assistant message hero appends to the history and sends back: the one form every
+    endpoint hero knows of takes (docs/endpoints.md), built here only (hero.agent.replay
+    rebuilds a resumed round's history with it, byte for byte).
+
+    ``content`` is always a string, ``""`` beside tool calls: Ollama, LM Studio, llama.cpp's
+    server and mlx-lm refuse ``null`` (or a missing content); every call has its ``id`` and
+    ``type: "function"``, and arguments that are a JSON object, as text: vLLM and
+    llama.cpp's server parse them to render their chat template, so a call whose arguments
+    are not one (cut off by the output limit, or malformed) goes back as ``{}`` (its tool
+    result says what was wrong); ``reasoning`` is sent as ``reasoning_content`` when given."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _wire_arguments(c.arguments)},
+            }
+            for c in calls
+        ]
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def _wire_arguments(arguments: str) -> str:
+    """``arguments`` when they are a JSON object, else ``{}`` (see assistant_message)."""
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return "{}"
+    return arguments if isinstance(parsed, dict) else "{}"
+
+
+#: The types of content parts that are the answer's text (OpenAI's ``text``, the
+#: Responses-style ``output_text``); others (images, ``thinking``, ``refusal``) are not.
+_TEXT_PARTS = frozenset({"text", "output_text"})
+
+
+def _text_of(content: object) -> str:
+    """An answer's text: a string, or the text parts of a list of content parts joined;
+    "" for none. _BadReply for anything else."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            text
+            for p in content
+            if isinstance(p, dict)
+            and p.get("type", "text") in _TEXT_PARTS
+            and isinstance(text := p.get("text"), str)
+        )
+    raise _BadReply(f"the model's answer held malformed content ({_kind(content)})")
+
+
+def _arguments_text(arguments: object) -> str:
+    """A tool call's arguments as text: as sent when a string; an object (Ollama, some
+    gateways) as its JSON; none as ``""``."""
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments)

@@ -256,6 +256,7 @@ class StoryRun:
         state.outage = {}  # a pause on an outage is over once the story runs again
         if state.status != Status.PASSED:  # the models this run uses (the story's, if any)
             state.models = models_record(self.config)
+        state.budget = ""  # so is a stop on a budget: the run says again if one is used up
         if state.status == Status.PASSED:
             finish_done_move(state, self.story.path)
         else:
@@ -551,6 +552,7 @@ class StoryRun:
         self._finish(Status.BUDGET_EXCEEDED)
         self.state.error = str(exc)
         self.events.stop(StopReason.BUDGET, str(exc), setting=exc.key)
+        self.state.budget = exc.key
         self.say(
             f"{self.key}: {exc}; its commits are kept on {self.branch}. Raise {exc.key} in "
             f"config/roles.yaml and run `hero retry {self.key}` to continue"

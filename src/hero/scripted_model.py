@@ -3,8 +3,9 @@
 Give :class:`ScriptedModel` either a sequence of answers (served in order, one per request)
 or a handler (a callable that receives each parsed request body and returns the answer).
 An answer is a :class:`Reply` (one assistant message, text and/or tool calls), an
-:class:`HttpError` (an error status with OpenAI's error JSON), or :class:`Drop` (close the
-connection without answering).
+:class:`HttpError` (an error status with OpenAI's error JSON), :class:`Raw` (any status and
+body, verbatim: another server's response shape, a proxy's HTML page), or :class:`Drop`
+(close the connection without answering).
 
     with ScriptedModel([call("bash", command="ls"), text("done")]) as m:
         client = openai.OpenAI(base_url=m.base_url, api_key="x", max_retries=0)
@@ -17,7 +18,7 @@ Command line (foreground server, stops on SIGTERM or Ctrl-C)::
 
     python -m hero.scripted_model --handler MODULE:FUNC [--port N] [--latency S] [--host H]
 
-``FUNC`` must be a Handler itself (``def handler(body: dict) -> Reply | HttpError | Drop``),
+``FUNC`` must be a Handler itself (``def handler(body: dict) -> Reply | HttpError | Raw | Drop``),
 not a factory. The server prints ``listening on <base_url>`` on stdout once it accepts
 connections.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "Drop",
     "Handler",
     "HttpError",
+    "Raw",
     "RecordedRequest",
     "Reply",
     "ScriptedModel",
@@ -98,11 +100,30 @@ class HttpError:
 
 
 @dataclass(frozen=True)
+class Raw:
+    """Answer with ``body`` as it is: bytes or text sent verbatim, anything else as its
+    JSON. For replaying what a real endpoint sends (its own response shape, its error
+    body, a proxy's HTML page) exactly, rather than in the scripted model's own shape."""
+
+    body: object
+    status: int = 200
+    content_type: str = "application/json"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def encoded(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
+        if isinstance(self.body, str):
+            return self.body.encode()
+        return json.dumps(self.body).encode()
+
+
+@dataclass(frozen=True)
 class Drop:
     """Close the connection without answering."""
 
 
-Answer = Reply | HttpError | Drop
+Answer = Reply | HttpError | Raw | Drop
 Handler = Callable[[dict[str, Any]], Answer]
 
 
@@ -348,10 +369,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _send_json(
         self, status: int, payload: dict[str, Any], headers: Mapping[str, str] | None = None
     ) -> None:
-        body = json.dumps(payload).encode()
+        self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         lines = [
             f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
-            "Content-Type: application/json",
+            f"Content-Type: {content_type}",
             f"Content-Length: {len(body)}",
         ]
         if headers:
@@ -433,6 +462,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 self._send_json(200, payload)
         elif isinstance(answer, HttpError):
             self._send_error(answer.status, answer.message, answer.headers)
+        elif isinstance(answer, Raw):
+            self._send(answer.status, answer.encoded(), answer.content_type, answer.headers)
         else:  # Drop: no answer; the server closes the socket after this method returns.
             self.close_connection = True
 
@@ -476,10 +507,10 @@ class ScriptedModel:
         else:
             items = tuple(script)
             for i, item in enumerate(items):
-                if not isinstance(item, Reply | HttpError | Drop):
+                if not isinstance(item, Reply | HttpError | Raw | Drop):
                     raise TypeError(
                         f"script item {i} is {type(item).__name__}; "
-                        "expected Reply, HttpError or Drop"
+                        "expected Reply, HttpError, Raw or Drop"
                     )
             self._handler = None
             self._script = items
@@ -574,10 +605,10 @@ class ScriptedModel:
             answer: object = handler(request.body)  # test code: check what it gave back
         except Exception:  # noqa: BLE001 - the test sees a 500 with the traceback
             return None, "scripted model: handler raised:\n" + traceback.format_exc()
-        if not isinstance(answer, Reply | HttpError | Drop):
+        if not isinstance(answer, Reply | HttpError | Raw | Drop):
             return None, (
                 f"scripted model: handler returned {type(answer).__name__}; "
-                "expected Reply, HttpError or Drop"
+                "expected Reply, HttpError, Raw or Drop"
             )
         return answer, None
 
@@ -660,7 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--handler",
         required=True,
-        help="MODULE:FUNC, where FUNC(body: dict) returns a Reply, HttpError or Drop",
+        help="MODULE:FUNC, where FUNC(body: dict) returns a Reply, HttpError, Raw or Drop",
     )
     parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
     parser.add_argument("--host", default="127.0.0.1")

@@ -9,7 +9,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from hero.errors import UsageError
+from hero.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    UsageError,
+)
 from hero.fsio import atomic_write
 from hero.names import StoryRef
 from hero.redact import Redactor
@@ -49,6 +56,10 @@ TERMINAL = frozenset(
     }
 )
 
+
+#: The budgets of time (roles.yaml keys, see hero.budget): a story stopped by one of them
+#: ended on a timeout, which a command reports with exit 124 (see :func:`exit_code`).
+TIME_BUDGETS = frozenset({"max_story_wall_s", "max_round_wall_s"})
 
 #: A run record is a few KB per round; a file far larger than any could be is not one.
 MAX_STATE_BYTES = 64 * 1024 * 1024
@@ -169,6 +180,11 @@ class RunState:
     # reasoning_effort}, reviewer: {...}}, set when a run starts; {} (and left out of the
     # file) in a record from before, or of a story never run.
     models: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    # The roles.yaml key of the budget that stopped a ``budget_exceeded`` story
+    # (``max_story_wall_s``, ``max_story_tokens``, ...); "" (and left out of the file)
+    # otherwise. It tells a story that ran out of time (exit 124) from one that ran out of
+    # money, without reading the error's words; the next run clears it.
+    budget: str = ""
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -185,6 +201,8 @@ class RunState:
             for v in self.models.values()
         ):
             raise TypeError("models: expected an object of role -> object of text values")
+        if not isinstance(self.budget, str):
+            raise TypeError(f"budget: expected text, found {type(self.budget).__name__}")
 
     def max_rounds(self, budget: int) -> int:
         """The round count at which this run stops: ``budget`` rounds after the offset."""
@@ -227,6 +245,11 @@ class RunState:
         self.usage = {**old, **usage.to_dict()}
 
     @property
+    def timed_out(self) -> bool:
+        """The story ended on a time budget (``max_story_wall_s``, ``max_round_wall_s``)."""
+        return self.status == Status.BUDGET_EXCEEDED and self.budget in TIME_BUDGETS
+
+    @property
     def built_on(self) -> str:
         """The commit the next round must build on: the last round's head, else the base."""
         return (self.rounds[-1].head_sha if self.rounds else "") or self.base_sha
@@ -248,12 +271,29 @@ class RunState:
             del data["outage"]  # as before outages were told apart
         if not self.models:
             del data["models"]  # as before models were recorded
+        if not self.budget:
+            del data["budget"]  # as before time budgets were told apart
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
         """A state read from JSON; ValueError or TypeError for a record that does not fit."""
         return cls(**_known(cls, data))
+
+
+def exit_code(state: RunState) -> int:
+    """What a command that ran one story exits with, from how its run record ended (the
+    table is in docs/run.md#exit-codes): 0 passed; 124 ``budget_exceeded`` on a time
+    budget; 75 paused on a model provider that is unavailable, 2 on one that refuses every
+    request; 1 any other end. An interrupted run never gets here: it exits 130 where the
+    interrupt is caught."""
+    if state.status == Status.PASSED:
+        return EXIT_OK
+    if state.timed_out:
+        return EXIT_TIMEOUT
+    if state.status == Status.INTERRUPTED and state.outage:
+        return EXIT_USAGE if state.outage.get("kind") == "permanent" else EXIT_UNAVAILABLE
+    return EXIT_FAILED
 
 
 def file_digest(path: Path) -> str:

@@ -33,7 +33,14 @@ from hero.usage import Usage
 
 #: Stop reasons. ``done`` is the model's own end of turn; the rest are guardrails.
 DONE = "done"
-GUARDRAILS = ("max_turns", "max_tool_calls", "max_wall_time", "loop", "output_limit")
+GUARDRAILS = (
+    "max_turns",
+    "max_tool_calls",
+    "max_wall_time",
+    "loop",
+    "output_limit",
+    "tool_errors",
+)
 #: Replies in a row cut off by the model's output limit before the round stops.
 MAX_CUT_REPLIES = 3
 #: What the model is told when its reply was cut off by the output limit.
@@ -137,6 +144,7 @@ def run_agent(
         agent.begin()
     else:
         rails.started -= resume.wall_s
+        rails.tool_errors = resume.tool_errors
         agent.resume(resume)
     result = agent.result
     try:
@@ -174,6 +182,13 @@ class Guardrails:
         self.cut_off = False  # the last one was, and called no tool: no final answer
         self.last_call: tuple[str, str] | None = None
         self.repeats = 0  # the same call in a row
+        # tool results in a row that were errors (is_error: the call was made wrongly; a
+        # bash command that exits non-zero is not one). Carried over on a resume.
+        self.tool_errors = 0
+
+    def tool_result(self, is_error: bool) -> None:
+        """Count a tool call's result: an error adds one, anything else starts again."""
+        self.tool_errors = self.tool_errors + 1 if is_error else 0
 
     def replied(self, completion: Completion) -> bool:
         """Count a reply; whether it was cut off by the output limit and called no tool."""
@@ -185,6 +200,12 @@ class Guardrails:
         """Raise LimitReached for the first limit the next step would pass: the next turn,
         or (with ``call``) running that tool call."""
         limits = self.limits
+        if 0 < limits.max_tool_errors <= self.tool_errors:
+            why = (
+                f"{self.tool_errors} tool calls in a row were errors (worker_max_tool_errors "
+                f"{limits.max_tool_errors}): the worker keeps calling its tools wrongly"
+            )
+            raise LimitReached("tool_errors", why, mid_turn=call is not None)
         if call is None:
             if self.cut_off and self.cut >= MAX_CUT_REPLIES:
                 why = f"{self.cut} replies in a row were cut off by the model's output limit"
@@ -311,6 +332,7 @@ class Agent:
                 is_error=outcome.is_error,
                 duration_s=time.monotonic() - t0,
             )
+            rails.tool_result(outcome.is_error)
 
 
 def _unique_ids(completion: Completion, seen: set[str], turn: int) -> Completion:
@@ -337,9 +359,11 @@ def _unique_ids(completion: Completion, seen: set[str], turn: int) -> Completion
 
 
 def _canonical(arguments: str) -> str:
+    """The arguments in one spelling (key order aside), or as written when they are no
+    JSON: what the model writes may be nested past the parser's depth, too."""
     try:
         return json.dumps(json.loads(arguments), sort_keys=True)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
 
 

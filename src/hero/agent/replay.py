@@ -23,6 +23,7 @@ from typing import Any
 
 from hero.agent.window import apply_condense
 from hero.errors import HeroError
+from hero.llm import ToolCallRequest, assistant_message
 from hero.trace import Event
 from hero.usage import Usage
 
@@ -62,6 +63,9 @@ class Replayed:
     usage: Usage = field(default_factory=Usage)  # what the model calls replayed spent
     wall_s: float = 0.0
     condensations: int = 0
+    #: the tool results in a row, at the end, that were errors (hero's answers for lost
+    #: calls neither count nor reset): the resumed round's guardrail goes on counting
+    tool_errors: int = 0
     lost: list[LostCall] = field(default_factory=list)
     ended: dict[str, Any] | None = None  # the agent_end event, when the worker had ended
     #: (prompt tokens the provider counted, hero's raw estimate) of the last request
@@ -230,6 +234,8 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             messages.append({"role": "tool", "tool_call_id": call_id, "content": e.get("content")})
             if e.get("lost") != "not_run":
                 out.tool_calls += 1
+            if not e.get("lost"):
+                out.tool_errors = out.tool_errors + 1 if e.get("is_error") is True else 0
         elif kind == Event.CONDENSE:
             apply_condense(messages, e)
             out.condensations += 1
@@ -262,28 +268,22 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
 
 
 def _assistant(e: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The assistant message as it entered the history (the same keys in the same order
-    as ``hero.llm`` builds it), and its calls by id."""
-    message: dict[str, Any] = {"role": "assistant", "content": e.get("content") or ""}
-    calls: dict[str, str] = {}
-    wire = []
+    """The assistant message as it entered the history (built by the same
+    ``hero.llm.assistant_message``), and its calls by id."""
+    calls: list[ToolCallRequest] = []
     for call in e.get("tool_calls") or ():
         if not isinstance(call, dict):
             raise Unreplayable("a malformed tool call in the trace")
-        call_id, name = str(call.get("id")), str(call.get("name"))
-        wire.append(
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": name, "arguments": str(call.get("arguments", ""))},
-            }
+        calls.append(
+            ToolCallRequest(
+                str(call.get("id")), str(call.get("name")), str(call.get("arguments", ""))
+            )
         )
-        calls[call_id] = name
-    if wire:
-        message["tool_calls"] = wire
-    if isinstance(e.get("reasoning_sent"), str):
-        message["reasoning_content"] = e["reasoning_sent"]
-    return message, calls
+    sent = e.get("reasoning_sent")
+    message = assistant_message(
+        str(e.get("content") or ""), calls, sent if isinstance(sent, str) else None
+    )
+    return message, {c.id: c.name for c in calls}
 
 
 def _text(e: dict[str, Any], key: str) -> str:

@@ -435,7 +435,7 @@ def describe_call(call: tuple[str, str] | None) -> str:
     name, arguments = call
     try:
         args = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         args = None
     if isinstance(args, dict):
         for key in _MAIN_ARGUMENT:

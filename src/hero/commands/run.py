@@ -1,14 +1,16 @@
 """`hero run STORY.md`: run one story to a verdict, in the foreground; `hero run --task TEXT`:
 the same for a story made on the spot (:mod:`hero.adhoc`).
 
-Exit 0 passed; 1 did not pass (gave_up, budget_exceeded, cancelled or error, including a story that
-could not start); 2 a usage or configuration error, an invalid story, a story refused
-(its id already passed from another file, it belongs to a plan, its dependencies have not
-passed), another process running it, or the model's provider refused every request (a bad
-key, an unknown model: fix it, then run the same command to resume); 75 the model's
-provider was unavailable (refused connections, timeouts, 5xx, 429 until the attempts ran
-out: run the same command later to resume); 130 interrupted (run the same command to
-resume). A story paused on its provider keeps its rounds and spend, status ``interrupted``.
+Exit 0 passed; 1 did not pass (gave_up, budget_exceeded on a budget of tokens or cost,
+cancelled or error, including a story that could not start); 124 stopped on a time budget
+(max_story_wall_s, max_round_wall_s); 2 a usage or configuration error, an invalid story, a
+story refused (its id already passed from another file, it belongs to a plan, its
+dependencies have not passed), another process running it, or the model's provider refused
+every request (a bad key, an unknown model: fix it, then run the same command to resume);
+75 the model's provider was unavailable (refused connections, timeouts, 5xx, 429 until the
+attempts ran out: run the same command later to resume); 130 interrupted (run the same
+command to resume). A story paused on its provider keeps its rounds and spend, status
+``interrupted``. The table is docs/run.md's "Exit codes"; ``hero.state.exit_code`` maps.
 
 ``--dry-run`` (hero.dryrun) runs nothing: 0 when the story would run, 2 when it would not.
 ``--events`` prints the run's events on stdout, one JSON object a line, the last one the
@@ -30,14 +32,7 @@ from hero.adhoc import enqueue, run_or_follow
 from hero.commands import Subparsers, home, home_option, reader_gone, say, say_notices
 from hero.commands.model_options import add_options as add_model_options
 from hero.commands.run_task import add_task_arguments, task_of
-from hero.errors import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_UNAVAILABLE,
-    EXIT_USAGE,
-    UsageError,
-)
+from hero.errors import EXIT_INTERRUPTED, UsageError
 
 if TYPE_CHECKING:
     from hero.config import Config
@@ -75,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.errors import Interrupted
     from hero.events import EventSink
     from hero.models import override_of
-    from hero.state import Status
+    from hero.state import Status, exit_code
 
     if args.events and args.json:
         raise UsageError(
@@ -126,10 +121,10 @@ def run(args: argparse.Namespace) -> int:
     if state.status == Status.INTERRUPTED and state.outage:
         # paused, not ended: no alert (the daemon's breaker alerts on an outage)
         say(_outage_line(state.outage, story_path))
-        return EXIT_USAGE if state.outage.get("kind") == "permanent" else EXIT_UNAVAILABLE
+        return exit_code(state)
     if not followed:  # the process that ran it sent its alert
         _notify(config, state, duration)
-    return EXIT_OK if state.status == Status.PASSED else EXIT_FAILED
+    return exit_code(state)
 
 
 def _outage_line(outage: dict[str, str], story_path: Path) -> str:

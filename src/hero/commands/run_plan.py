@@ -1,8 +1,9 @@
 """`hero run-plan NAME`: run a plan's stories in dependency order (:mod:`hero.daemon.runplan`),
 then print a table of every story and the plan's branch.
 
-Exit 0 only if every story passed and the plan's branch was made; 1 otherwise; 2 usage or
-configuration error; 130 interrupted (running it again continues).
+Exit 0 only if every story passed and the plan's branch was made; 124 when the stories that
+failed all stopped on a time budget; 1 otherwise; 2 usage or configuration error; 130
+interrupted (running it again continues). The table is docs/run.md's "Exit codes".
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from typing import Any
 
 from hero.commands import Subparsers, home, home_option, say, say_notices
-from hero.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from hero.errors import EXIT_INTERRUPTED, UsageError
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -24,8 +25,9 @@ def add_parser(subparsers: Subparsers) -> None:
         "in parallel up to max_parallel. A story branches from its dependencies' branches "
         "(merged when there are several); a failure skips its descendants. Running it again "
         "continues. When every story passed, hero/plan/<NAME> holds the merge of the plan's "
-        "leaves. Exit 0 only if every story passed; 1 otherwise; 2 usage or configuration "
-        "error; 130 interrupted.",
+        "leaves. Exit 0 only if every story passed; 124 when the stories that failed all "
+        "stopped on a time budget; 1 otherwise; 2 usage or configuration error; 130 "
+        "interrupted.",
     )
     parser.add_argument("name", help="the plan's name (its folder in inbox/)")
     parser.add_argument(
@@ -37,7 +39,7 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from hero.config import load_config
     from hero.daemon.logsetup import configure
-    from hero.daemon.runplan import check_plan, plan_table, run_plan
+    from hero.daemon.runplan import check_plan, plan_exit_code, plan_table, run_plan
     from hero.engine.app import require_extra
     from hero.names import plan_name_problem
 
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"interrupted; run `hero run-plan {name}` again to continue")
         return EXIT_INTERRUPTED
     print(plan_table(config.home, name, ended.outcome))
-    return EXIT_OK if ended.passed else EXIT_FAILED
+    return plan_exit_code(config.home, name, ended)
 
 
 class _Quiet:

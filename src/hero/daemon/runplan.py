@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from hero.config import Config
-from hero.errors import UsageError
+from hero.errors import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, UsageError
 from hero.names import StoryRef, plan_branch
 from hero.plans.dag import layers, problems
 from hero.plans.finish import PlanOutcome, finish_plan
 from hero.plans.manifest import Plan, PlanError, read_plan
-from hero.state import StateError, Status, load_state
+from hero.state import TERMINAL, StateError, Status, exit_code, load_state
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,27 @@ def run_plan(config: Config, name: str, log: Any) -> PlanRun:
         if serve(dispatcher, log, exit_when_idle=True):
             return PlanRun(interrupted=True, outcome=None)
         return PlanRun(interrupted=False, outcome=finish_plan(config, dispatcher.repo, name))
+
+
+def plan_exit_code(home: Path, name: str, ended: PlanRun) -> int:
+    """What `hero run-plan` exits with once it ran (not interrupted): 0 when the plan's
+    branch was made; 124 when the stories that failed all stopped on a time budget (their
+    descendants skipped), as `hero run` of each would have exited; 1 otherwise."""
+    if ended.passed:
+        return EXIT_OK
+    try:
+        plan = read_plan(home, name)
+    except PlanError:
+        return EXIT_FAILED
+    codes: set[int] = set()
+    for story_id in plan.stories:
+        try:
+            state = load_state(home, StoryRef(name, story_id))
+        except StateError:
+            return EXIT_FAILED
+        if state is not None and state.status in TERMINAL - {Status.PASSED, Status.SKIPPED}:
+            codes.add(exit_code(state))
+    return EXIT_TIMEOUT if codes == {EXIT_TIMEOUT} else EXIT_FAILED
 
 
 def plan_table(home: Path, name: str, outcome: PlanOutcome | None) -> str:

@@ -650,7 +650,7 @@ def _args(arguments: Any) -> str:
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # the model wrote them: nested past any depth
             return _one_line(arguments)
     else:
         parsed = arguments

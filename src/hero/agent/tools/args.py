@@ -49,6 +49,10 @@ def _coerce(value: object, type_: str) -> tuple[bool, object]:
     return False, value
 
 
+#: How much of arguments that are no JSON a tool error quotes back to the model.
+_ECHO_CHARS = 200
+
+
 def parse_arguments(spec: ToolSpec, raw: str | Mapping[str, object] | None) -> dict[str, object]:
     """The keyword arguments for ``spec``'s handler; ToolError naming the expected shape."""
     expected = f"expected a JSON object {_shape(spec)}"
@@ -60,8 +64,12 @@ def parse_arguments(spec: ToolSpec, raw: str | Mapping[str, object] | None) -> d
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError) as exc:
+            # the history shows such a call with {} for its arguments (hero.llm's
+            # assistant_message): say here what the model sent
+            start = raw[:_ECHO_CHARS] + ("..." if len(raw) > _ECHO_CHARS else "")
             raise ToolError(
-                f"tool '{spec.name}': arguments are not valid JSON ({exc}); {expected}"
+                f"tool '{spec.name}': arguments are not valid JSON ({exc}); received "
+                f"{len(raw)} characters: {start!r}; {expected}"
             ) from None
     if not isinstance(data, dict):
         raise ToolError(
