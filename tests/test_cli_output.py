@@ -91,3 +91,18 @@ def test_a_broken_pipe_elsewhere_is_still_an_error(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(status, "run", broken)
     with pytest.raises(BrokenPipeError):
         cli.main(["status"])
+
+
+def test_hero_help_builds_every_command_without_the_heavy_modules() -> None:
+    """`hero --help` (and the parsing of any command line) builds every command's parser:
+    none of them may import the records, the story reader, YAML or the model client to do
+    it. That is what keeps `hero --help` and a refused command line quick."""
+    heavy = ("hero.state", "hero.story", "hero.config", "hero.pipeline", "openai", "yaml")
+    code = (
+        "import sys; from hero.cli import build_parser; build_parser(); "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    assert out.strip() == "[]"
