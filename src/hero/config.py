@@ -281,11 +281,21 @@ ROLES_SECTIONS = (
         "within notify_timeout_s; a failure is logged in one line and never stops a story or "
         "the daemon. No secret hero knows is ever sent.",
     ),
+    Section(
+        "status page",
+        "`hero serve` (and `hero watch --serve ADDR`): a read-only web page of the stories, "
+        "the queue and the daemon, with a JSON API (docs/serve.md). It listens on loopback by "
+        "default; to listen elsewhere it needs serve_token (in config.local.yaml, or "
+        "HERO_SERVE_TOKEN; never here), which every request must carry.",
+    ),
 )
 _TARGET, _ROUNDS, _SANDBOX, _LIMITS, _POLICY = (s.title for s in ROLES_SECTIONS[:5])
 _BUDGETS, _GITHUB, _HOUSEKEEPING, _WORKER, _REQUESTS = (s.title for s in ROLES_SECTIONS[5:10])
 _CONTEXT, _ENGINE = (s.title for s in ROLES_SECTIONS[10:12])
 _ALERTS = ROLES_SECTIONS[12].title
+_SERVE = ROLES_SECTIONS[13].title
+#: The shortest serve_token hero accepts (``secrets.token_urlsafe(32)`` makes 43 characters).
+SERVE_TOKEN_MIN_CHARS = 24
 
 
 @dataclass(frozen=True)
@@ -1155,6 +1165,20 @@ class Config:
     )
     github_api_url: str = GITHUB_API_URL
     """env GITHUB_API_URL, else the github block's api_url, else https://api.github.com."""
+    serve_token: str | None = knob(
+        "serve_token",
+        None,
+        "The token every request to `hero serve` must carry (`Authorization: Bearer TOKEN`, "
+        "or a `?token=TOKEN` link once): required to listen beyond loopback.",
+        note=f"At least {SERVE_TOKEN_MIN_CHARS} characters; make one with "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`.",
+        env="HERO_SERVE_TOKEN",
+        local=True,
+        secret=True,
+        shown="none",
+        repr=False,
+        section=_SERVE,
+    )
 
     def role(self, name: str) -> RoleConfig:
         """The loaded role ``name``; ConfigError naming config/roles.yaml when absent."""
@@ -1358,6 +1382,9 @@ def _load(
     github_token = (env.get("GITHUB_TOKEN") or "").strip() or _local_github_token(local, notices)
     if github_token:
         secrets.append(github_token)
+    serve_token = _serve_token(local, env, notices)
+    if serve_token:
+        secrets.append(serve_token)
     providers = _read_providers(home)  # read early too: their keys are scrubbed
     key_env_names = tuple(dict.fromkeys(p.api_key_env for p in providers.values() if p.api_key_env))
     for name in key_env_names:
@@ -1432,6 +1459,7 @@ def _load(
         notify=notify,
         github=github,
         github_token=github_token,
+        serve_token=serve_token,
         github_api_url=github.api_url if github is not None else _api_url_from(None, env),
     )
     for name in loaded:  # a cap that leaves no room for the conversation fails at start-up
@@ -1730,6 +1758,32 @@ def _local_github_token(local: Mapping[Any, Any], notices: list[str]) -> str | N
         notices.append(_placeholder_notice("github_token", "as if no token were set"))
         return None
     return value.strip() or None
+
+
+def _serve_token(
+    local: Mapping[Any, Any], env: Mapping[str, str], notices: list[str]
+) -> str | None:
+    """serve_token: env HERO_SERVE_TOKEN, else config.local.yaml's; never roles.yaml's.
+    None when neither is set (or the file holds a placeholder)."""
+    value = local.get("serve_token")
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(
+            LOCAL_FILE, "serve_token", f"expected a string (quote it); found {type_name(value)}"
+        )
+    if value and is_placeholder(value):
+        if not (env.get("HERO_SERVE_TOKEN") or "").strip():
+            notices.append(_placeholder_notice("serve_token", "as if no token were set"))
+        value = None
+    token = (env.get("HERO_SERVE_TOKEN") or "").strip() or (value or "").strip()
+    if token and len(token) < SERVE_TOKEN_MIN_CHARS:
+        raise ConfigError(
+            LOCAL_FILE,
+            "serve_token",
+            f"expected at least {SERVE_TOKEN_MIN_CHARS} characters (here or in "
+            f"HERO_SERVE_TOKEN); found {len(token)}. Make one with "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`",
+        )
+    return token or None
 
 
 def _role_missing_message(name: str) -> str:

@@ -165,6 +165,7 @@ LOCAL_EXAMPLES = {
     "state_url": "# state_url: redis://:PASSWORD@10.0.0.1:6379/1",
     "engine_key": "# engine_key: <64 hex characters>",
     "notify_webhook": "# notify_webhook: https://hooks.example.com/services/...",
+    "serve_token": "# serve_token: <at least 24 characters, e.g. secrets.token_urlsafe(32)>",
 }
 LOCAL_HEADER = """\
 Copy this file to config.local.yaml and fill in your keys (uncomment a line to set it).

@@ -8,6 +8,7 @@ with 130.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
 from hero.commands import (
     Subparsers,
@@ -20,6 +21,10 @@ from hero.commands import (
     say_notices,
 )
 from hero.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from hero.config import Config
+    from hero.web.server import Running
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -43,6 +48,12 @@ def add_parser(subparsers: Subparsers) -> None:
         help="print every story's events on stdout as JSON lines, each story's result last "
         "(see docs/events.md); the logs stay on stderr",
     )
+    parser.add_argument(
+        "--serve",
+        metavar="HOST:PORT",
+        help="serve the status page and its API in this process too, as `hero serve --bind "
+        "HOST:PORT` would (docs/serve.md); stopped with the daemon",
+    )
     add_log_format(parser)
     parser.set_defaults(handler=run)
 
@@ -60,5 +71,23 @@ def run(args: argparse.Namespace) -> int:
     preflight(config, say, repository=True)  # what would fail every story stops it here
     log = configure(json=json_logs(args), secrets=config.secrets)  # on stderr, never stdout
     sink = EventSink(on_gone=reader_gone) if args.events else None
-    watch.run(config, log, exit_when_idle=args.exit_when_idle, events=sink)
+    server = _start_server(config, args.serve, log) if args.serve else None
+    try:
+        watch.run(config, log, exit_when_idle=args.exit_when_idle, events=sink)
+    finally:
+        if server is not None:
+            server.stop()
     return EXIT_OK
+
+
+def _start_server(config: Config, bind: str, log: Any) -> Running:
+    """The status page in a thread of the daemon's process: it reads files, takes none of
+    the daemon's locks; a failure of it is logged and never stops the daemon."""
+    from hero.web.server import prepare, start_thread
+
+    prepared = prepare(config, bind, log, quiet=True)  # a refusal (no token, port taken) stops here
+
+    def failed(exc: BaseException) -> None:
+        log.error("the status page stopped", error=f"{type(exc).__name__}: {exc}")
+
+    return start_thread(prepared, failed)

@@ -157,6 +157,12 @@ def layers(nodes: Nodes) -> list[list[str]]:
     return ordered
 
 
+def partial_layers(nodes: Nodes) -> tuple[list[list[str]], list[str]]:
+    """:func:`layers` of every story that can be ordered, and the stories in or below a
+    cycle (which :func:`layers` refuses): for a view that draws a plan whatever it holds."""
+    return _layering(nodes)
+
+
 def _layering(nodes: Nodes) -> tuple[list[list[str]], list[str]]:
     """(layers of every story that can be ordered, the stories in or below a cycle)."""
     order = {node: i for i, node in enumerate(nodes)}

@@ -1,0 +1,194 @@
+"""Running the application: uvicorn in the foreground (``hero serve``) or in a thread of the
+daemon (``hero watch --serve ADDR``).
+
+The listening socket is bound here, before uvicorn starts, so that a bind error (the port
+taken, an address not of this machine) is a one-line error, and so that the real port of
+``--bind HOST:0`` is known: it is logged as ``serving on http://HOST:PORT``.
+
+Binding to anything but loopback needs ``serve_token`` (config.local.yaml or
+HERO_SERVE_TOKEN): :func:`check_bind` refuses to start without one.
+
+In the daemon's process the server has its own thread and event loop; it reads files only
+and takes none of the daemon's locks, so it cannot hold a story up. It stops with the
+daemon (:meth:`Running.stop`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hero.web import ServeError
+
+if TYPE_CHECKING:
+    from hero.config import Config
+
+DEFAULT_BIND = "127.0.0.1:8765"
+#: How long stopping waits for the server's thread (open connections are closed after it).
+STOP_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    def url(self, port: int | None = None) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port if port is None else port}"
+
+
+def parse_bind(text: str) -> Address:
+    """``HOST:PORT`` (``[::1]:8765`` for IPv6; port 0: any free port); ServeError naming
+    what is wrong otherwise."""
+    raw = text.strip()
+    if raw.startswith("["):
+        host, sep, port = raw[1:].partition("]:")
+    else:
+        host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535 or len(raw) > 300:
+        raise ServeError(
+            f"--bind: expected HOST:PORT (e.g. {DEFAULT_BIND}, or [::1]:8765); found {text!r}"
+        )
+    return Address(host, int(port))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(address: Address, token: str | None) -> None:
+    """ServeError when the address is not loopback and no token is set."""
+    if not address.loopback and not token:
+        raise ServeError(
+            f"--bind {address.host}:{address.port} listens beyond this machine: set "
+            "serve_token in config.local.yaml (or HERO_SERVE_TOKEN) first, so that every "
+            "request needs it; or bind to 127.0.0.1"
+        )
+
+
+def open_socket(address: Address) -> socket.socket:
+    """The listening socket; ServeError when it cannot be bound."""
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address.host, address.port))
+        sock.listen(128)
+        sock.set_inheritable(True)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(
+            f"--bind {address.host}:{address.port}: cannot listen there: {exc.strerror or exc}"
+        ) from None
+    return sock
+
+
+@dataclass
+class Prepared:
+    """An application and its bound socket, ready to run."""
+
+    app: Any
+    sock: socket.socket
+    url: str
+
+
+def prepare(config: Config, bind: str, log: Any, *, quiet: bool = False) -> Prepared:
+    """The application over ``config``'s home, and its socket bound to ``bind``; logs
+    ``serving on URL``. ``quiet``: log only the requests that failed (in the daemon)."""
+    from hero.web import require
+
+    require()
+    address = parse_bind(bind)
+    token = config.serve_token
+    check_bind(address, token)
+    from hero.web.app import create_app
+
+    def request_log(event: str, **fields: Any) -> None:
+        if not quiet or int(fields.get("status") or 0) >= 400:
+            log.info(event, **fields)
+
+    app = create_app(
+        config.home,
+        token=token,
+        repo=config.target_repo if config.target_repo.is_dir() else None,
+        secrets_known=config.secrets,
+        max_parallel=config.max_parallel,
+        loopback=address.loopback,
+        log=request_log,
+    )
+    sock = open_socket(address)
+    url = address.url(sock.getsockname()[1])
+    log.info(f"serving on {url}", url=url, token=bool(token))
+    return Prepared(app, sock, url)
+
+
+def _server(prepared: Prepared) -> Any:
+    import uvicorn
+
+    config = uvicorn.Config(
+        prepared.app,
+        log_level="warning",
+        access_log=False,  # hero logs each request itself, without its query string
+        lifespan="off",
+        server_header=False,
+        proxy_headers=False,
+    )
+    return uvicorn.Server(config)
+
+
+def serve_forever(prepared: Prepared) -> None:
+    """Serve until SIGTERM or Ctrl-C (uvicorn's handlers stop it cleanly; then the
+    signal is raised again, to the handlers the caller set)."""
+    server = _server(prepared)
+    try:
+        server.run(sockets=[prepared.sock])
+    finally:
+        prepared.sock.close()
+
+
+@dataclass
+class Running:
+    """A server running in a thread of this process."""
+
+    server: Any
+    thread: threading.Thread
+    sock: socket.socket
+    url: str
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(STOP_WAIT_S)
+        if self.thread.is_alive():
+            self.server.force_exit = True
+            self.thread.join(STOP_WAIT_S)
+        self.sock.close()
+
+
+def start_thread(prepared: Prepared, on_error: Callable[[BaseException], None]) -> Running:
+    """Run the server in a daemon thread with its own event loop (uvicorn installs no
+    signal handler outside the main thread: the daemon keeps its own)."""
+    server = _server(prepared)
+
+    def main() -> None:
+        try:
+            server.run(sockets=[prepared.sock])
+        except BaseException as exc:  # noqa: BLE001 - said by the daemon's log, never raised
+            on_error(exc)
+
+    thread = threading.Thread(target=main, name="hero-serve", daemon=True)
+    thread.start()
+    return Running(server, thread, prepared.sock, prepared.url)
