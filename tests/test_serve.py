@@ -223,6 +223,7 @@ def test_the_board_shows_the_story_its_queue_and_the_daemon(home: Path) -> None:
     assert "not running" in page.all_text  # no daemon
     assert "unreadable" in page.all_text
     assert "plan pl" not in page.all_text  # no story of the plan has run: it is in the queue
+    assert ("a", {"class": "plan-link", "href": "/plans/pl"}) in page.tags
     queue = page.all_text.split("Queue", 1)[1]
     assert "pl/a" in queue and "pl/b" in queue
     assert "waits for a" in queue  # why b waits
@@ -602,3 +603,81 @@ def test_hero_watch_serves_the_page_in_its_process(
             proc.kill()
             proc.wait()
     git(tmp_path / "repo", "status")  # the repository is untouched and fine
+
+
+def test_a_running_round_is_shown_from_its_trace(tmp_path: Path) -> None:
+    """A round in progress has no record yet: its page shows it from the trace, live; a
+    run folder that is a symlink out of runs/ is not read."""
+    home = tmp_path / "home"
+    state = home / "runs" / "state"
+    state.mkdir(parents=True)
+    record = {
+        "id": "r1",
+        "status": "running",
+        "title": "Live one",
+        "current_round": 1,
+        "started_at": time.time() - 5,
+    }
+    (state / "r1.json").write_text(json.dumps(record))
+    trace = home / "runs" / "r1" / "round-1.jsonl"
+    trace.parent.mkdir(parents=True)
+    events = [
+        {"event": "round_start", "round": 1},
+        {
+            "event": "assistant",
+            "turn": 1,
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "name": "read_file", "arguments": '{"path": "<x>.py"}'},
+                {"id": "c2", "name": "bash", "arguments": '{"command": "sleep 100"}'},
+            ],
+        },
+        {
+            "event": "tool_result",
+            "turn": 1,
+            "id": "c1",
+            "name": "read_file",
+            "is_error": True,
+            "content": "no such file <x>.py",
+        },
+    ]
+    trace.write_text("".join(json.dumps(e) + "\n" for e in events) + '{"event": "torn')
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "round-1.jsonl").write_text(json.dumps(events[1]) + "\n")
+    (outside / "verify-r1.log").write_text("outside log\n")
+    (state / "r2.json").write_text(json.dumps({**record, "id": "r2"}))
+    (home / "runs" / "r2").symlink_to(outside)
+    c = TestClient(create_app(home, token=None), base_url="http://127.0.0.1")
+    r = c.get("/stories/r1")
+    page = assert_inert(r.text)
+    assert "in progress" in page.all_text and 'data-live="1"' in r.text
+    assert "<x>.py" in page.all_text and "no such file <x>.py" in page.all_text
+    story = c.get("/api/stories/r1").json()
+    [only] = story["rounds"]
+    assert only["in_progress"] is True
+    assert [(t["name"], t["done"], t["is_error"]) for t in only["tools"]] == [
+        ("read_file", True, True),
+        ("bash", False, False),
+    ]
+    assert only["diff"]["note"] == "no commit recorded yet"
+    linked = c.get("/api/stories/r2").json()
+    assert all(not r["tools"] and not r["log_tail"] for r in linked["rounds"])
+    assert c.get("/raw/stories/r2/round-1.jsonl").status_code == 404
+    board = c.get("/api/stories").json()
+    assert {row["key"]: row.get("stale") for row in board["stories"]} == {"r1": True, "r2": True}
+
+
+def test_the_templates_and_assets_ship_in_the_package() -> None:
+    from importlib.resources import files
+
+    web = files("hero.web")
+    for name in ("base.html", "board.html", "story.html", "plan.html", "error.html"):
+        assert (web / "templates" / name).is_file()
+    for name in ("hero.css", "live.js"):
+        assert (web / "static" / name).is_file()
+    script = (web / "static" / "live.js").read_text()
+    assert "http" not in script.replace("HTTP ", "")  # no other origin
+    for name in ("base.html", "board.html", "story.html", "plan.html"):
+        html = (web / "templates" / name).read_text()
+        assert "<script>" not in html and " on" + "click" not in html and "style=" not in html

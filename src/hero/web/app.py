@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import json
 import secrets
+import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -63,6 +64,8 @@ SECURITY_HEADERS = (
 COOKIE = "hero_session"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 READ_METHODS = frozenset({"GET", "HEAD"})
+#: Answers kept by ETag (:meth:`_Pages._once`).
+MADE_KEPT = 32
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -249,6 +252,8 @@ class _Pages:
         )
         env.globals.update(version=__version__)
         self.env = env
+        self._lock = threading.Lock()
+        self._made: dict[str, tuple[int, bytes, str]] = {}  # by ETag, oldest first
 
     # -- helpers
 
@@ -267,6 +272,21 @@ class _Pages:
         headers = {"ETag": etag} if etag else None
         return Response(body, status_code=status, media_type="text/html", headers=headers)
 
+    def _once(self, etag: str, make: Callable[[], Response]) -> Response:
+        """The answer of version ``etag``, made once however many clients ask for it: a
+        board polled by fifty browsers while stories run is rendered once per change."""
+        with self._lock:
+            kept = self._made.get(etag)
+        if kept is None:
+            made = make()
+            kept = (made.status_code, bytes(made.body), made.media_type or "")
+            with self._lock:
+                self._made[etag] = kept
+                while len(self._made) > MADE_KEPT:
+                    self._made.pop(next(iter(self._made)))
+        status, body, media_type = kept
+        return Response(body, status_code=status, media_type=media_type, headers={"ETag": etag})
+
     def _not_found(self, request: Request, what: str) -> Response:
         if request.url.path.startswith("/api/"):
             return _error(404, what)
@@ -276,13 +296,15 @@ class _Pages:
 
     def board(self, request: Request) -> Response:
         etag = self._etag("board", data.board_signature(self.site))
-        return self._fresh(request, etag) or self._html(
-            "board.html", etag, board=data.board(self.site)
+        return self._fresh(request, etag) or self._once(
+            etag, lambda: self._html("board.html", etag, board=data.board(self.site))
         )
 
     def api_stories(self, request: Request) -> Response:
         etag = self._etag("api-board", data.board_signature(self.site))
-        return self._fresh(request, etag) or _json(data.board(self.site), etag)
+        return self._fresh(request, etag) or self._once(
+            etag, lambda: _json(data.board(self.site), etag)
+        )
 
     def api_health(self, request: Request) -> Response:
         report = data.board(self.site)

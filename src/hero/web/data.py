@@ -26,7 +26,7 @@ from typing import Any
 
 from hero.git.ops import GitError, diff_since, is_oid
 from hero.locks import daemon_lock_path, is_held
-from hero.names import StoryRef, plan_name_problem
+from hero.names import MANIFEST, StoryRef, plan_name_problem
 from hero.plans.dag import partial_layers
 from hero.plans.manifest import PlanError, read_plan
 from hero.redact import Redactor
@@ -114,6 +114,7 @@ def board_signature(site: Site) -> str:
         _listing(home / "runs" / "state" / "plans", depth=2),
         [home / "inbox"],
         _listing(home / "inbox", depth=2),
+        _listing(home / "done"),
         [daemon_lock_path(home), home / "runs" / "breakers.json"],
         f"daemon={held}",
     )
@@ -161,10 +162,21 @@ def board(site: Site, *, now: float | None = None) -> dict[str, Any]:
     for row in report["stories"]:
         groups.setdefault(str(row.get("plan") or ""), []).append(row)
     report["groups"] = [{"plan": plan, "stories": groups[plan]} for plan in sorted(groups)]
+    report["plans"] = plan_names(site)
     report["counts"] = _counts(report["stories"])
     report["running"] = running
     report["now"] = now
     return dict(site.clean(report))
+
+
+def plan_names(site: Site) -> list[str]:
+    """The plans of the home: the folders of ``inbox/`` and ``done/`` with a manifest."""
+    found: set[str] = set()
+    for where in ("inbox", "done"):
+        for path in _listing(site.home / where):
+            if plan_name_problem(path.name) is None and (path / MANIFEST).is_file():
+                found.add(path.name)
+    return sorted(found)
 
 
 def _counts(rows: list[dict[str, Any]]) -> dict[str, int]:
