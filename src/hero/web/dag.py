@@ -41,7 +41,8 @@ def render_svg(
     ``deps`` each story's dependencies (unknown ones are not drawn)."""
     rows = [list(layer) for layer in layers] + ([list(stuck)] if stuck else [])
     widest = max((len(row) for row in rows), default=0)
-    width = MARGIN * 2 + max(widest, 1) * NODE_W + max(widest - 1, 0) * GAP_X
+    # room on the right for the edges that bow aside round a layer they skip
+    width = MARGIN * 2 + max(widest, 1) * NODE_W + max(widest - 1, 0) * GAP_X + NODE_W // 2
     height = MARGIN * 2 + max(len(rows), 1) * NODE_H + max(len(rows) - 1, 0) * GAP_Y
     where: dict[str, tuple[float, float]] = {}
     for r, row in enumerate(rows):
@@ -65,10 +66,16 @@ def render_svg(
             if dep not in where or dep == node:
                 continue
             dx, dy = where[dep]
-            out.append(
-                f'<line class="edge" x1="{dx + NODE_W / 2:g}" y1="{dy + NODE_H:g}" '
-                f'x2="{x + NODE_W / 2:g}" y2="{y:g}" marker-end="url(#arrow)"/>'
-            )
+            x1, y1, x2, y2 = dx + NODE_W / 2, dy + NODE_H, x + NODE_W / 2, y
+            if y - dy > NODE_H + GAP_Y:  # it skips a layer: bowed aside, not hidden behind one
+                bow = NODE_W * 0.75 if x2 >= x1 else -NODE_W * 0.75
+                path = (
+                    f"M {x1:g} {y1:g} C {x1 + bow:g} {y1 + GAP_Y:g}, "
+                    f"{x2 + bow:g} {y2 - GAP_Y:g}, {x2:g} {y2:g}"
+                )
+            else:
+                path = f"M {x1:g} {y1:g} L {x2:g} {y2:g}"
+            out.append(f'<path class="edge" d="{path}" marker-end="url(#arrow)"/>')
     for node, (x, y) in where.items():
         status = statuses.get(node) or "unknown"
         title = " ".join((titles.get(node) or "").split())
