@@ -379,6 +379,16 @@ def test_the_token_is_needed_on_every_request(home: Path, monkeypatch: pytest.Mo
     cookie = r.cookies.get("hero_session")
     assert cookie and TOKEN not in cookie and "httponly" in r.headers["set-cookie"].lower()
     assert "samesite=strict" in r.headers["set-cookie"].lower()
+    guard = webapp.Guard(c.app, token=TOKEN, loopback=False, log=None)
+    scope = {
+        "method": "GET",
+        "headers": [],
+        "path": "//evil.example/",
+        "query_string": f"token={TOKEN}".encode(),
+    }
+    elsewhere = guard._refusal(scope)
+    assert elsewhere is not None and elsewhere.status_code == 303
+    assert elsewhere.headers["location"] == "/evil.example/"  # this server's, not another's
     fresh = client(home, token=TOKEN, loopback=False)
     fresh.cookies.set("hero_session", cookie + "0")
     assert fresh.get("/").status_code == 401
@@ -681,3 +691,24 @@ def test_the_templates_and_assets_ship_in_the_package() -> None:
     for name in ("base.html", "board.html", "story.html", "plan.html"):
         html = (web / "templates" / name).read_text()
         assert "<script>" not in html and " on" + "click" not in html and "style=" not in html
+
+
+def test_the_dag_escapes_what_it_draws() -> None:
+    from hero.web.dag import render_svg, status_class
+
+    svg = render_svg(
+        "p",
+        [["a"], ["b"]],
+        ["c"],
+        {"a": [], "b": ["a", "zz"], "c": ["c", "b"]},
+        {"a": "</svg><script>alert(1)</script>", "b": "x" * 500, "c": "&amp;"},
+        {"a": 'passed"><script>', "b": "running"},
+    )
+    page = Page(svg)
+    assert [t for t, _a in page.tags if t == "script"] == []
+    assert "</svg><script>alert(1)</script>" in page.all_text  # as text, in its <title>
+    assert svg.count("</svg>") == 1 and "&amp;amp;" in svg
+    classes = [a["class"] for t, a in page.tags if t == "a"]
+    assert classes == ["node status-passed---script-", "node status-running", "node status-unknown"]
+    assert status_class("GAVE_UP") == "status-gave_up"
+    assert svg.count('class="edge"') == 2  # b <- a, c <- b; the unknown and the self-loop not

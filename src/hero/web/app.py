@@ -197,7 +197,9 @@ class Guard:
         given = next((v for k, v in query if k == "token"), None)
         if given is not None and same_secret(given, self.token):
             rest = urlencode([(k, v) for k, v in query if k != "token"])
-            where = quote(str(scope.get("path") or "/")) + (f"?{rest}" if rest else "")
+            # back to this server's own path: "//host" would send the browser elsewhere
+            where = "/" + quote(str(scope.get("path") or "/")).lstrip("/")
+            where += f"?{rest}" if rest else ""
             response = Response(status_code=303, headers={"Location": where})
             response.set_cookie(COOKIE, self.session, httponly=True, samesite="strict", path="/")
             return response
