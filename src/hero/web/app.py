@@ -173,7 +173,7 @@ class Guard:
                 self.log(
                     "http request",
                     method=str(scope.get("method")),
-                    path=str(scope.get("path"))[:300],
+                    path=_printable(str(scope.get("path"))[:300]),
                     status=status_seen[0],
                     ms=round((time.monotonic() - started) * 1000, 1),
                 )
@@ -204,6 +204,11 @@ class Guard:
             response.set_cookie(COOKIE, self.session, httponly=True, samesite="strict", path="/")
             return response
         return _error(401, "a token is required", {"WWW-Authenticate": 'Bearer realm="hero"'})
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line: a path with a line break must not forge a log line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _host_name(host: str) -> str:

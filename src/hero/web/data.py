@@ -49,6 +49,8 @@ TOOL_TEXT_CHARS = 4_000
 TOOL_CALLS_SHOWN = 400
 #: Diffs kept in memory by commit pair (a pair's diff never changes).
 DIFF_CACHE = 64
+#: Trace summaries kept in memory, by file, size and mtime.
+TRACE_CACHE = 256
 
 
 @dataclass
@@ -61,6 +63,9 @@ class Site:
     redactor: Redactor
     max_parallel: int = 1
     _diffs: OrderedDict[tuple[str, str], dict[str, Any]] = field(
+        default_factory=OrderedDict, repr=False
+    )
+    _traces: OrderedDict[tuple[str, int, int], TraceSummary] = field(
         default_factory=OrderedDict, repr=False
     )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -225,8 +230,8 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
     previous = state.base_sha
     for n in numbers:
         record = records.get(n)
-        events = _trace_events(site, traces[n]) if n in traces else []
-        item = _round(site, ref, n, record, events, logs.get(n), previous)
+        found = _trace_summary(site, traces[n]) if n in traces else _EMPTY_TRACE
+        item = _round(site, n, record, found, logs.get(n), previous)
         item["in_progress"] = (
             record is None and n == state.current_round and (state.status == Status.RUNNING)
         )
@@ -266,28 +271,59 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
     return dict(site.clean(data))
 
 
+@dataclass(frozen=True)
+class TraceSummary:
+    """What a page shows of a round's trace: its tool calls, and its last checks, verdict
+    and worker's end (what a round in progress has before its record)."""
+
+    read: bool
+    tools: list[dict[str, Any]]
+    verify: dict[str, Any]
+    verdict: dict[str, Any]
+    worker: dict[str, Any]
+
+
+_EMPTY_TRACE = TraceSummary(False, [], {}, {}, {})
+
+
+def _trace_summary(site: Site, path: Path) -> TraceSummary:
+    """The summary of a trace, kept while the file's size and mtime stay the same: a page
+    of a running story reads only the trace that grew."""
+    try:
+        st = path.stat(follow_symlinks=False)
+        key = (str(path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        return _EMPTY_TRACE
+    with site._lock:
+        kept = site._traces.get(key)
+    if kept is not None:
+        return kept
+    events = _trace_events(site, path)
+    found = TraceSummary(
+        bool(events),
+        _tool_calls(events),
+        next((e for e in reversed(events) if e.get("event") == Event.VERIFY), {}),
+        next((e for e in reversed(events) if e.get("event") == Event.VERDICT), {}),
+        next((e for e in reversed(events) if e.get("event") == Event.AGENT_END), {}),
+    )
+    with site._lock:
+        site._traces[key] = found
+        while len(site._traces) > TRACE_CACHE:
+            site._traces.popitem(last=False)
+    return found
+
+
 def _round(
     site: Site,
-    ref: StoryRef,
     n: int,
     record: Any,
-    events: list[dict[str, Any]],
+    trace: TraceSummary,
     log: Path | None,
     previous: str,
 ) -> dict[str, Any]:
     """One round: the worker's summary and tool calls, the checks with their log's tail,
     the verdict and its comments, the diff; from the run record, else from the trace."""
-    verify: dict[str, Any] = {}
-    verdict: dict[str, Any] = {}
-    worker: dict[str, Any] = {}
-    for event in events:
-        kind = event.get("event")
-        if kind == Event.VERIFY:
-            verify = event
-        elif kind == Event.VERDICT:
-            verdict = event
-        elif kind == Event.AGENT_END:
-            worker = event
+    verify, verdict, worker = trace.verify, trace.verdict, trace.worker
     if record is not None:
         worker = {
             "turns": record.worker.turns,
@@ -310,11 +346,11 @@ def _round(
         "started_at": float(record.started_at) if record is not None else None,
         "duration_s": float(record.duration_s) if record is not None else None,
         "worker": _plain_worker(worker),
-        "tools": _tool_calls(events),
+        "tools": trace.tools,
         "verify": _plain_verify(verify),
         "log_tail": _tail(site, log) if log is not None else "",
         "has_log": log is not None,
-        "has_trace": bool(events),
+        "has_trace": trace.read,
         "review": _plain_review(verdict),
         "feedback": str(record.feedback) if record is not None else "",
         "head_sha": head,
