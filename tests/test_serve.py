@@ -534,7 +534,8 @@ def _get(url: str) -> tuple[int, bytes]:
         return r.status, r.read()
 
 
-def test_hero_serve_runs_and_stops_on_sigterm(home: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_hero_serve_runs_and_stops_on_a_signal(home: Path, stop: signal.Signals) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
         [
@@ -561,7 +562,7 @@ def test_hero_serve_runs_and_stops_on_sigterm(home: Path) -> None:
         assert status == 200 and b"s1" in body and SECRET.encode() not in body
         status, body = _get(url + "/api/stories/s1?token=ignored")
         assert status == 200 and json.loads(body)["status"] == "passed"
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(stop)
         assert proc.wait(timeout=60) == 0
     finally:
         if proc.poll() is None:

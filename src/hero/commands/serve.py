@@ -1,7 +1,7 @@
 """`hero serve`: the status page, a story's page, a plan's DAG and the JSON API, read-only
 (:mod:`hero.web`; docs/serve.md).
 
-Runs until SIGTERM (exit 0) or Ctrl-C (130). Exit 2 when the optional extra `serve` is
+Runs until SIGTERM or Ctrl-C (exit 0, as `hero watch`). Exit 2 when the optional extra `serve` is
 not installed (it says what to install), for a bad --bind, for a non-loopback --bind
 without serve_token, and for an address it cannot listen on.
 """
@@ -51,12 +51,14 @@ def run(args: argparse.Namespace) -> int:
     log = configure(json=json_logs(args), secrets=config.secrets)
     prepared = prepare(config, args.bind, log)
     stopped: list[int] = []
-    # uvicorn stops cleanly on SIGTERM, then raises it again to the handler found before:
-    # this one, so that a stop asked for is exit 0, not a death by signal
-    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: stopped.append(signum))
+    # uvicorn stops cleanly on SIGTERM and SIGINT, then raises the signal again to the
+    # handler found before: this one, so that a stop asked for is exit 0, as `hero watch`'s
+    stops = (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, lambda signum, _frame: stopped.append(signum)) for s in stops}
     try:
         serve_forever(prepared)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     log.info("stopped", url=prepared.url)
     return EXIT_OK
