@@ -398,6 +398,13 @@ def test_the_token_is_needed_on_every_request(home: Path, monkeypatch: pytest.Mo
     assert TOKEN not in page
 
 
+def test_a_websocket_is_refused(home: Path) -> None:
+    from starlette.websockets import WebSocketDisconnect
+
+    with pytest.raises(WebSocketDisconnect), client(home).websocket_connect("/"):
+        pass
+
+
 def test_a_loopback_server_answers_loopback_hosts_only(home: Path) -> None:
     c = client(home)
     assert c.get("/", headers={"Host": "evil.example:8765"}).status_code == 403

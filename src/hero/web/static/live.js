@@ -79,9 +79,38 @@
     });
   }
 
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", start);
-  } else {
+  // The running stories' elapsed time and the daemon's uptime go on counting between two
+  // renders, in the browser: the server's clock at render time (data-now) against the
+  // browser's, so a skewed clock does not show.
+  function duration(s) {
+    s = Math.max(0, Math.floor(s));
+    function two(n) { return (n < 10 ? "0" : "") + n; }
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + two(s % 60) + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + two(Math.floor(s % 3600 / 60)) + "m";
+    return Math.floor(s / 86400) + "d" + two(Math.floor(s % 86400 / 3600)) + "h";
+  }
+
+  var loaded = {};
+  function tick() {
+    document.querySelectorAll(".ticking[data-started][data-now]").forEach(function (el) {
+      var started = parseFloat(el.getAttribute("data-started"));
+      var now = parseFloat(el.getAttribute("data-now"));
+      if (!isFinite(started) || !isFinite(now)) return;
+      var key = el.getAttribute("data-now");
+      if (!(key in loaded)) loaded[key] = Date.now() / 1000;
+      el.textContent = duration(now - started + (Date.now() / 1000 - loaded[key]));
+    });
+  }
+
+  function boot() {
     start();
+    setInterval(tick, 1000);
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", boot);
+  } else {
+    boot();
   }
 })();
