@@ -34,8 +34,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.planning",
         "hero.doctor.*",
     ),
-    # 4  what `hero status` / `hero logs` show; `hero export`'s JSONL, `hero report`'s Markdown
-    ("hero.views.*", "hero.export", "hero.report"),
+    # 4  what `hero status` / `hero logs` show; `hero export`'s JSONL, `hero report`'s Markdown,
+    #    and `hero serve`'s pages and metrics, which read what they show
+    ("hero.views.*", "hero.export", "hero.report", "hero.web.*"),
     # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
     #    processes, which run the pipeline)
     ("hero.daemon.*", "hero.engine.*"),
