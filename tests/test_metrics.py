@@ -282,8 +282,11 @@ def test_a_record_is_parsed_again_only_when_it_changed(tmp_path: Path) -> None:
     assert value(s, "hero_rounds_total") == 120
     assert value(s, "hero_model_calls_total", **W) == 120
 
+    opened = m.files_opened
+    assert opened == 120
     s = scrape(m.exposition()[0])
-    assert m.records_parsed == 60 and m.trace_bytes_read == read  # nothing re-read
+    assert m.records_parsed == 60 and m.trace_bytes_read == read  # nothing re-read,
+    assert m.files_opened == opened  # nor even opened
     assert value(s, "hero_rounds_total") == 120
 
     state = story(home, "s7", status=Status.RUNNING, rounds=[Round(round=1)])
@@ -470,3 +473,39 @@ def test_hero_help_imports_no_serve_dependency() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_an_overlong_line_is_passed_over_not_held(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    story(home)
+    path = trace_path(home)
+    write_calls(path, worker=1)
+    with open(path, "ab") as fh:
+        fh.write(b'{"t": 1, "ts": 2, "event": "assistant", "content": "' + b"x" * 5000)
+    m = Metrics(home, max_line=1000)
+    s = scrape(m.exposition()[0])
+    assert value(s, "hero_model_calls_total", **W) == 1
+    assert value(s, "hero_metrics_trace_lines_skipped_total") == 1
+    read = m.trace_bytes_read
+    scrape(m.exposition()[0])
+    assert m.trace_bytes_read == read  # what was passed over is not read again
+    with open(path, "ab") as fh:  # the long line ends; a whole call follows
+        fh.write(b"x" * 3000 + b'", "tokens_in": 7}\n')
+    write_calls(path, worker=1)
+    s = scrape(m.exposition()[0])
+    assert value(s, "hero_model_calls_total", **W) == 2  # the long line's end is no call
+    assert value(s, "hero_model_tokens_total", **W, kind="in") == 200
+    assert value(s, "hero_metrics_trace_lines_skipped_total") == 1
+
+
+def test_runs_itself_may_be_a_link(tmp_path: Path) -> None:
+    """runs/ is the user's to place (another disk); below it nothing is a link."""
+    elsewhere = tmp_path / "disk" / "home"
+    story(elsewhere)
+    write_calls(trace_path(elsewhere), worker=2)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "runs").symlink_to(elsewhere / "runs")
+    s = scrape(Metrics(home).exposition()[0])
+    assert value(s, "hero_stories", status="queued") == 1
+    assert value(s, "hero_model_calls_total", **W) == 2

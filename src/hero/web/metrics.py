@@ -34,7 +34,7 @@ import os
 import stat
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -228,6 +228,18 @@ def _open_regular(path: Path) -> tuple[int, os.stat_result] | None:
     return fd, st
 
 
+def _lident(path: Path) -> Ident:
+    """``(device, inode, mtime_ns, size)`` of a regular file at ``path`` (not followed if
+    a link); zeros for anything else."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return (0, 0, 0, 0)
+    if not stat.S_ISREG(st.st_mode):
+        return (0, 0, 0, 0)
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 def _real_dir(path: Path) -> bool:
     """Whether ``path`` is a folder and not a symlink."""
     try:
@@ -252,8 +264,9 @@ class Metrics:
     what it read of each file between scrapes. Scrapes may overlap: one lock serializes
     them (a scrape of an unchanged home reads no trace byte, so waiting is short)."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, max_line: int = MAX_LINE) -> None:
         self.home = Path(home)
+        self.max_line = max_line
         self.registry = CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
         self._labels = Labels()
@@ -263,6 +276,7 @@ class Metrics:
         #: trace bytes read over the server's life (a scrape of an unchanged home adds 0)
         self.trace_bytes_read = 0
         self.records_parsed = 0
+        self.files_opened = 0  # records and traces opened (an unchanged one is not)
         self.lines_skipped = 0
         self._errors: dict[str, int] = {}
         self.registry.register(self)
@@ -271,9 +285,9 @@ class Metrics:
         """The body of a ``/metrics`` answer and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE
 
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            yield from self._families()
+    def collect(self) -> list[Metric]:
+        with self._lock:  # made whole under the lock, not yielded while holding it
+            return self._families()
 
     # -- reading ---------------------------------------------------------------------
 
@@ -298,7 +312,9 @@ class Metrics:
     def _read_records(self) -> dict[str, RecordSeen]:
         root = self.home / "runs" / "state"
         found: list[tuple[StoryRef, Path]] = []
-        if _real_dir(self.home / "runs") and _real_dir(root):
+        # runs/ itself is the user's to place (a link to another disk is fine); below it
+        # every folder is hero's, and a link there is not followed
+        if (self.home / "runs").is_dir() and _real_dir(root):
             folders = [("", root)]
             plans = root / "plans"
             if _real_dir(plans):
@@ -322,6 +338,9 @@ class Metrics:
         return now
 
     def _record(self, ref: StoryRef, path: Path, old: RecordSeen | None) -> RecordSeen:
+        if old is not None and old.ident == _lident(path):
+            return old  # unchanged since the last scrape: not even opened
+        self.files_opened += 1
         opened = _open_regular(path)
         if opened is None:
             return RecordSeen((0, 0, 0, 0), "unreadable", {}, None, Totals())
@@ -437,6 +456,11 @@ class Metrics:
     def _read_trace(
         self, path: Path, seen: TraceSeen | None, models: dict[str, tuple[str, str]]
     ) -> TraceSeen | None:
+        if seen is not None:
+            dev, ino, _, size = _lident(path)
+            if (dev, ino) == seen.ident and size == seen.offset:
+                return seen  # read to its end and not grown: not even opened
+        self.files_opened += 1
         opened = _open_regular(path)
         if opened is None:
             return None
@@ -459,7 +483,7 @@ class Metrics:
                         self._line(data[start:end], seen.totals, models)
                     start = end + 1
                 base, carry = base + start, data[start:]
-                if len(carry) > MAX_LINE:
+                if len(carry) > self.max_line:
                     self.lines_skipped += 0 if seen.skipping else 1
                     seen.skipping = True
                     base, carry = base + len(carry), b""
