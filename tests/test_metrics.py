@@ -509,3 +509,17 @@ def test_runs_itself_may_be_a_link(tmp_path: Path) -> None:
     s = scrape(Metrics(home).exposition()[0])
     assert value(s, "hero_stories", status="queued") == 1
     assert value(s, "hero_model_calls_total", **W) == 2
+
+
+def test_a_record_broken_by_hand_keeps_what_it_counted(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    story(home, "a", status=Status.PASSED, rounds=[Round(round=1), Round(round=2)])
+    m = Metrics(home)
+    assert value(scrape(m.exposition()[0]), "hero_rounds_total") == 2
+    (home / "runs" / "state" / "a.json").write_text("{broken")
+    s = scrape(m.exposition()[0])
+    assert value(s, "hero_stories", status="unreadable") == 1
+    assert value(s, "hero_stories", status="passed") == 0
+    assert value(s, "hero_rounds_total") == 2
+    story(home, "a", status=Status.PASSED, rounds=[Round(round=1), Round(round=2), Round(round=3)])
+    assert value(scrape(m.exposition()[0]), "hero_rounds_total") == 3

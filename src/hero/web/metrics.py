@@ -340,21 +340,28 @@ class Metrics:
     def _record(self, ref: StoryRef, path: Path, old: RecordSeen | None) -> RecordSeen:
         if old is not None and old.ident == _lident(path):
             return old  # unchanged since the last scrape: not even opened
+
+        def unreadable(ident: Ident) -> RecordSeen:
+            # what the record counted while it could be read stays counted: a record
+            # broken by hand (or for a moment) must not make the counters go down
+            kept = old.totals if old is not None else Totals()
+            return RecordSeen(ident, "unreadable", old.models if old else {}, None, kept)
+
         self.files_opened += 1
         opened = _open_regular(path)
         if opened is None:
-            return RecordSeen((0, 0, 0, 0), "unreadable", {}, None, Totals())
+            return unreadable((0, 0, 0, 0))
         fd, st = opened
         try:
             ident = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
             if old is not None and old.ident == ident:
                 return old
             if st.st_size > MAX_STATE_BYTES:
-                return RecordSeen(ident, "unreadable", {}, None, Totals())
+                return unreadable(ident)
             with os.fdopen(os.dup(fd), "rb") as fh:
                 data = fh.read(MAX_STATE_BYTES + 1)
         except OSError:
-            return RecordSeen((0, 0, 0, 0), "unreadable", {}, None, Totals())
+            return unreadable((0, 0, 0, 0))
         finally:
             os.close(fd)
         self.records_parsed += 1
@@ -368,7 +375,7 @@ class Metrics:
                 raise ValueError("not this story's record")
             state = RunState.from_dict(raw)
         except (ValueError, TypeError, RecursionError):
-            return RecordSeen(ident, "unreadable", {}, None, Totals())
+            return unreadable(ident)
         return RecordSeen(
             ident,
             state.status.value,
@@ -462,8 +469,8 @@ class Metrics:
                 return seen  # read to its end and not grown: not even opened
         self.files_opened += 1
         opened = _open_regular(path)
-        if opened is None:
-            return None
+        if opened is None:  # swapped for a link or a FIFO, or cannot be opened now:
+            return seen  # what it counted stays, nothing more is read
         fd, st = opened
         try:
             ident = (st.st_dev, st.st_ino)
