@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hero.cli import main
 from hero.llm import Completion, error_kind
-from hero.scripted_model import HttpError, Reply, ToolCall, text
+from hero.scripted_model import HttpError, Reply, ToolCall
 from hero.state import Round, RunState, Status, save_state
 from hero.trace import Trace, read_trace
 from hero.web.metrics import LABEL_CHARS, LABEL_VALUES, Metrics, exposition
@@ -62,15 +62,16 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 
 
 def verdict(v: str) -> Reply:
-    return text(
-        json.dumps(
+    return Reply(
+        cached_tokens=7,
+        content=json.dumps(
             {
                 "verdict": v,
                 "summary": "Looked.",
                 "ac_check": [{"ac": "`calc.sub(5, 3) == 2`", "satisfied": True, "commit": ""}],
                 "comments": [],
             }
-        )
+        ),
     )
 
 
@@ -146,6 +147,7 @@ def test_a_real_run_is_counted_as_its_record_and_traces_say(
     assert value(s, "hero_model_tokens_total", **r, kind="in") == sum(
         e["tokens_in"] for e in reviewer
     )
+    assert value(s, "hero_model_tokens_total", **r, kind="cached") == 14  # the reviewer's too
     assert value(s, "hero_model_latency_seconds_count", **w) == 6
     assert value(s, "hero_model_latency_seconds_sum", **w) == pytest.approx(
         sum(e["http_s"] for e in worker)
