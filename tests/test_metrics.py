@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hero.cli import main
 from hero.llm import Completion, error_kind
+from hero.locks import DaemonLock
 from hero.scripted_model import HttpError, Reply, ToolCall
 from hero.state import Round, RunState, Status, save_state
 from hero.trace import Trace, read_trace
@@ -454,11 +455,39 @@ def test_breakers_daemon_and_queue(tmp_path: Path, write_story) -> None:
     )
     write_story(home, "q1")
     write_story(home, "q2")
-    s = scrape(Metrics(home).exposition()[0])
+    m = Metrics(home)
+    s = scrape(m.exposition()[0])
     assert value(s, "hero_breaker_state", provider="acme", state="open") == 1
     assert value(s, "hero_breaker_state", provider="acme", state="closed") == 0
     assert value(s, "hero_queue_length") == 2
     assert value(s, "hero_daemon_up") == 0
+    lock = DaemonLock(home)  # the lock hero watch holds while it runs
+    lock.acquire()
+    try:
+        assert value(scrape(m.exposition()[0]), "hero_daemon_up") == 1
+    finally:
+        lock.release()
+    assert value(scrape(m.exposition()[0]), "hero_daemon_up") == 0
+    # a breakers file that is none: that part says unreadable, the rest is still scraped
+    (home / "runs" / "breakers.json").write_text("[1, 2")
+    s = scrape(m.exposition()[0])
+    assert value(s, "hero_breaker_state", provider="?", state="unreadable") == 1
+    assert value(s, "hero_queue_length") == 2
+
+
+def test_a_plan_s_stories_count_too(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    state = RunState(id="s1", plan="p1", status=Status.GAVE_UP, models=MODELS)
+    state.rounds = [Round(round=1)]
+    save_state(home, state)
+    write_calls(home / "runs" / "plans" / "p1" / "s1" / "round-1.jsonl", worker=2)
+    story(home, "s1", status=Status.PASSED)  # a loose story of the same id
+    write_calls(trace_path(home, "s1"), worker=1)
+    s = scrape(Metrics(home).exposition()[0])
+    assert value(s, "hero_stories", status="gave_up") == 1
+    assert value(s, "hero_stories", status="passed") == 1
+    assert value(s, "hero_rounds_total") == 1
+    assert value(s, "hero_model_calls_total", **W) == 3
 
 
 def test_hero_help_imports_no_serve_dependency() -> None:
