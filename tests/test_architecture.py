@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.doctor.*",
     ),
     # 4  what `hero status` / `hero logs` show; `hero export`'s JSONL, `hero report`'s Markdown;
-    #    `hero serve`'s pages and API (read-only, like them)
+    #    `hero serve`'s pages, API and metrics (read-only, like them)
     ("hero.views.*", "hero.export", "hero.report", "hero.web.*"),
     # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
     #    processes, which run the pipeline)

@@ -310,6 +310,23 @@ def test_the_api_serves_the_same_data(home: Path) -> None:
         assert r.status_code == 404 and "error" in r.json()
 
 
+def test_metrics_are_served_from_the_same_home(home: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    c = client(home)
+    r = c.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
+    assert samples[("hero_stories", (("status", "passed"),))] == 1
+    assert samples[("hero_queue_length", ())] == 3
+    assert SECRET not in r.text and HOSTILE_TITLE not in r.text
+    assert c.post("/metrics").status_code == 405  # read-only, as every route
+
+
 def test_an_unchanged_page_is_a_304(home: Path) -> None:
     c = client(home)
     for url in ("/", "/stories/s1", "/api/stories", "/api/stories/s1", "/plans/pl"):

@@ -309,7 +309,7 @@ class StoryEvents:
                 turn=None,
                 tokens_in=record.get("tokens_in", 0),
                 tokens_out=record.get("tokens_out", 0),
-                tokens_cached=0,
+                tokens_cached=record.get("tokens_cached", 0),  # in the trace since metrics
                 duration_s=record.get("http_s"),
                 finish_reason=None,
                 text=self._text(record.get("content")),

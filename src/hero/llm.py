@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hero.config import LlmSettings, RoleConfig
@@ -110,6 +110,9 @@ class Completion:
     tokens_cached: int = 0  # of tokens_in, those the provider read from its prompt cache
     reasoning: str = ""  # the reasoning text the endpoint returned; in `message` only when
     # the provider's send_reasoning is set
+    # the kinds of the errors retried before this answer (``error_kind``: ``http_503``,
+    # ``timeout``, ...), in order; the trace keeps them, and hero serve's metrics count them
+    errors: tuple[str, ...] = ()
 
     @property
     def usage(self) -> Usage:
@@ -201,6 +204,7 @@ class LlmClient:
     ) -> Completion:
         params = request_params(self.role, messages, tools)
         attempt = 0
+        errors: list[str] = []  # the kinds of the failed attempts before an answer
         while True:
             attempt += 1
             if self._cancel is not None and self._cancel.is_set():
@@ -213,7 +217,8 @@ class LlmClient:
                 # cast_to=bytes: the body as sent, parsed here, so that a body that is not
                 # JSON (a proxy's HTML page, a cut-off answer) is a fault retried like a 5xx.
                 raw = self._client.post("/chat/completions", body=params, cast_to=bytes)
-                return self._record(self._parse(raw), time.monotonic() - started)
+                completion = self._record(self._parse(raw), time.monotonic() - started)
+                return replace(completion, errors=tuple(errors)) if errors else completion
             except Exception as exc:  # noqa: BLE001 - sorted into retryable or not below
                 error: Exception = exc
             if self._cancel is not None and self._cancel.is_set():
@@ -225,6 +230,7 @@ class LlmClient:
                     provider=self.role.provider.name,
                     reason=reason,
                 ) from error
+            errors.append(error_kind(reason))
             wait = self._backoff(attempt) if delay is None else delay
             with self.usage.lock:
                 self.usage.retries += 1
@@ -464,6 +470,20 @@ _SECRET_LIKE = re.compile(
     re.IGNORECASE,
 )
 _JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+
+
+def error_kind(reason: str) -> str:
+    """A retried error's kind, from its reason (``LlmClient._classify``): ``http_<status>``,
+    ``timeout``, ``connection`` or ``unusable``; a short, fixed vocabulary a metric's label
+    can hold."""
+    if reason.startswith("HTTP "):
+        status = reason[5:].split()[0] if reason[5:].split() else ""
+        return f"http_{status}" if status.isdigit() and len(status) == 3 else "http"
+    if reason.startswith("timed out"):
+        return "timeout"
+    if reason.startswith("connection"):
+        return "connection"
+    return "unusable"
 
 
 def _error_words(exc: Any) -> str:

@@ -113,8 +113,7 @@ class Trace:
         extra: dict[str, Any] = {}
         if estimate is not None:
             extra["estimate"] = estimate
-        if completion.tokens_cached:
-            extra["tokens_cached"] = completion.tokens_cached
+        extra.update(_call_extras(completion))
         if completion.reasoning:
             extra["reasoning"] = completion.reasoning
             if "reasoning_content" in completion.message:
@@ -182,6 +181,7 @@ class Trace:
             tokens_in=completion.tokens_in,
             tokens_out=completion.tokens_out,
             http_s=round(completion.http_s, 4),
+            **_call_extras(completion),
         )
 
     def verdict(self, record: Mapping[str, Any]) -> None:
@@ -197,6 +197,21 @@ class Trace:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _call_extras(completion: Completion) -> dict[str, Any]:
+    """What a model call's event holds only when there is something to say: its cached
+    prompt tokens, its cost (the run record keeps only the story's total; this is the
+    call's, for cost by role and model) and the kinds of the errors retried before it
+    answered (``hero.llm.error_kind``), which nothing else keeps."""
+    extra: dict[str, Any] = {}
+    if completion.tokens_cached:
+        extra["tokens_cached"] = completion.tokens_cached
+    if completion.cost_usd:
+        extra["cost_usd"] = round(completion.cost_usd, 8)
+    if completion.errors:
+        extra["errors"] = list(completion.errors)
+    return extra
 
 
 def _torn(path: Path) -> bool:

@@ -2,11 +2,13 @@
 
 Read-only over the files of a home (``runs/``, ``inbox/``, ``done/``) and the target
 repository, like ``hero status`` and ``hero logs``; it takes no lock and changes nothing.
-Its modules need the optional extra ``serve`` (Starlette, uvicorn, Jinja2): :func:`require`
-says what to install when it is missing, and nothing of hero imports them otherwise.
+Its modules need the optional extra ``serve`` (Starlette, uvicorn, Jinja2,
+prometheus_client): :func:`require` says what to install when it is missing, and nothing of
+hero imports them otherwise.
 
 - :mod:`hero.web.data`: the data behind the pages and the API (plain dicts, redacted);
 - :mod:`hero.web.dag`: a plan's DAG drawn as SVG;
+- :mod:`hero.web.metrics`: ``/metrics``, the Prometheus text, from the home's files;
 - :mod:`hero.web.app`: the Starlette application, its guard (token, read-only, headers);
 - :mod:`hero.web.server`: uvicorn in the foreground (``hero serve``) or in a thread
   (``hero watch --serve``).
@@ -19,7 +21,7 @@ import importlib.util
 from hero.errors import UsageError
 
 #: What the extra brings, by module name.
-EXTRA_MODULES = ("starlette", "uvicorn", "jinja2")
+EXTRA_MODULES = ("starlette", "uvicorn", "jinja2", "prometheus_client")
 INSTALL_HINT = "pip install 'hero[serve]'"
 
 

@@ -108,7 +108,7 @@ def create_app(
         Route("/api/health", pages.api_health),
         Route("/raw/stories/{key:path}/round-{n:int}.jsonl", pages.raw_trace),
         Route("/raw/stories/{key:path}/verify-r{n:int}.log", pages.raw_log),
-        # ---- /metrics: the Prometheus exposition, hero.web.metrics (its own module) ----
+        # /metrics: the Prometheus exposition (hero.web.metrics)
         Route("/metrics", pages.metrics),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -242,8 +242,13 @@ class _Pages:
     thread pool runs it."""
 
     def __init__(self, site: Site, *, salt: str) -> None:
+        from hero.web.metrics import Metrics
+
         self.site = site
         self.salt = salt
+        # one reader of the home's files for /metrics, for the server's life: each scrape
+        # reads only what changed since the last (hero.web.metrics)
+        self._metrics = Metrics(site.home)
         env = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=True,  # every template, whatever its name: all text is escaped
@@ -412,14 +417,10 @@ class _Pages:
             headers={"Content-Disposition": "inline"},
         )
 
-    # -- metrics (hero.web.metrics, when installed beside this module)
+    # -- metrics (hero.web.metrics)
 
     def metrics(self, request: Request) -> Response:
-        try:
-            from hero.web import metrics  # type: ignore[attr-defined,unused-ignore]
-        except ImportError:
-            return _error(404, "metrics are not available in this build")
-        body, content_type = metrics.exposition(self.site.home)
+        body, content_type = self._metrics.exposition()
         return Response(body, media_type=content_type)
 
 
