@@ -83,7 +83,11 @@ def check_bind(address: Address, token: str | None) -> None:
 def open_socket(address: Address) -> socket.socket:
     """The listening socket; ServeError when it cannot be bound."""
     family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on a socket
+    # that says it is TCP, and a connection accepted here inherits the protocol. With Nagle
+    # on, an answer's body (written after its headers) waited for the client's delayed ACK:
+    # 40 ms on every page and API answer of a keep-alive connection (bench/serve.py).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((address.host, address.port))
