@@ -66,6 +66,11 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 #: Answers kept by ETag (:meth:`_Pages._once`).
 MADE_KEPT = 32
+#: The board's version (the size and mtime of its files) is looked up at most this often:
+#: while stories run it changes on every turn of each, and fifty clients polling it would
+#: otherwise have it looked up and rendered again and again, in the daemon's process under
+#: `hero watch --serve` (bench/serve.py). The board is at most this much older than its files.
+BOARD_RECHECK_S = 0.5
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -269,6 +274,11 @@ class _Pages:
         self.env = env
         self._lock = threading.Lock()
         self._made: dict[str, tuple[int, bytes, str]] = {}  # by ETag, oldest first
+        # One render at a time: the clients that ask for a version being made wait for it
+        # instead of each making it again (they all ask at once when it changes).
+        self._making = threading.Lock()
+        self._board_sig = ""
+        self._board_at = -BOARD_RECHECK_S  # time.monotonic() of the last look-up
 
     # -- helpers
 
@@ -293,12 +303,16 @@ class _Pages:
         with self._lock:
             kept = self._made.get(etag)
         if kept is None:
-            made = make()
-            kept = (made.status_code, bytes(made.body), made.media_type or "")
-            with self._lock:
-                self._made[etag] = kept
-                while len(self._made) > MADE_KEPT:
-                    self._made.pop(next(iter(self._made)))
+            with self._making:
+                with self._lock:
+                    kept = self._made.get(etag)
+                if kept is None:
+                    made = make()
+                    kept = (made.status_code, bytes(made.body), made.media_type or "")
+                    with self._lock:
+                        self._made[etag] = kept
+                        while len(self._made) > MADE_KEPT:
+                            self._made.pop(next(iter(self._made)))
         status, body, media_type = kept
         return Response(body, status_code=status, media_type=media_type, headers={"ETag": etag})
 
@@ -309,14 +323,25 @@ class _Pages:
 
     # -- the board
 
+    def _board_signature(self) -> str:
+        """The board's version, looked up again once it is BOARD_RECHECK_S old."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._board_at < BOARD_RECHECK_S:
+                return self._board_sig
+        sig = data.board_signature(self.site)
+        with self._lock:
+            self._board_sig, self._board_at = sig, now
+        return sig
+
     def board(self, request: Request) -> Response:
-        etag = self._etag("board", data.board_signature(self.site))
+        etag = self._etag("board", self._board_signature())
         return self._fresh(request, etag) or self._once(
             etag, lambda: self._html("board.html", etag, board=data.board(self.site))
         )
 
     def api_stories(self, request: Request) -> Response:
-        etag = self._etag("api-board", data.board_signature(self.site))
+        etag = self._etag("api-board", self._board_signature())
         return self._fresh(request, etag) or self._once(
             etag, lambda: _json(data.board(self.site), etag)
         )
