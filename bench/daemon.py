@@ -228,15 +228,16 @@ def _log_time(ev: dict) -> float | None:
 
 
 class Daemon:
-    """`python -m hero watch --home H --log-format json`; its JSON log lines are collected
-    as they come, each with the time it was written (its own `timestamp`)."""
+    """`python -m hero watch --home H --log-format json [extra_args]`; its JSON log lines
+    are collected as they come, each with the time it was written (its own `timestamp`)."""
 
-    def __init__(self, home: Path, work: Path) -> None:
+    def __init__(self, home: Path, work: Path, extra_args: Sequence[str] = ()) -> None:
         env = hero_env()
         self.home = home
         self.launched = time.time()
+        argv = [sys.executable, "-m", "hero", "watch", "--home", str(home), "--log-format", "json"]
         self.proc = _spawn(
-            [sys.executable, "-m", "hero", "watch", "--home", str(home), "--log-format", "json"],
+            [*argv, *extra_args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -338,16 +339,24 @@ def bench_home(base: Path, base_url: str, max_parallel: int) -> Path:
 
 @contextlib.contextmanager
 def model_and_daemon(
-    work: Path, name: str, latency_s: float, turns: int, max_parallel: int, idle_s: float
+    work: Path,
+    name: str,
+    latency_s: float,
+    turns: int,
+    max_parallel: int,
+    idle_s: float,
+    daemon_args: Sequence[str] = (),
 ) -> Iterator[tuple[ScriptedServer, Daemon, float]]:
-    """A section's scripted server and `hero watch` on a fresh home under work/name, given
-    ``idle_s`` after 'watching' was logged; yields (server, daemon, launch -> 'watching' in
-    seconds). Both are stopped on exit (the server's request record stays readable)."""
+    """A section's scripted server and `hero watch [daemon_args]` on a fresh home under
+    work/name, given ``idle_s`` after 'watching' was logged; yields (server, daemon, launch
+    -> 'watching' in seconds). Both are stopped on exit (the server's request record stays
+    readable)."""
     base = work / name
     base.mkdir()
     server = ScriptedServer(work, name, latency_s, turns)
     try:
-        daemon = Daemon(bench_home(base, server.base_url, max_parallel), work)
+        home = bench_home(base, server.base_url, max_parallel)
+        daemon = Daemon(home, work, daemon_args)
         try:
             ready = wait_watching(daemon)
             time.sleep(idle_s)
