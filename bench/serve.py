@@ -286,18 +286,12 @@ def report_runs(report: Report, runs: list[Run]) -> None:
                         f"{ms(quantile(mine, 0.5))} / {ms(quantile(mine, 0.95))}",
                     )
             fresh = [s.seconds for s in samples if s.status == 304]
-            report.add(
-                "304 share (p50 / p95 of a 304)",
-                f"{len(fresh) / len(samples):.0%} ({ms(quantile(fresh, 0.5))} / "
-                f"{ms(quantile(fresh, 0.95))})",
-            )
+            share = f"{len(fresh) / len(samples):.0%}"
+            if fresh:
+                share += f" ({ms(quantile(fresh, 0.5))} / {ms(quantile(fresh, 0.95))})"
+            report.add("304 share (p50 / p95 of a 304)", share)
         turns = [t for r in done for t in r.turns]
         loaded = median(turns)
-        if len(done) > 1:
-            report.add(
-                "  each run's median turn",
-                " / ".join(ms(median(r.turns)) for r in done),
-            )
         if kind == ALONE:
             report.add(
                 "daemon: client side of a worker turn, median / p90",
@@ -315,6 +309,11 @@ def report_runs(report: Report, runs: list[Run]) -> None:
             f"{median([x for r in done for x in r.story_runs]):.2f} s; "
             f"{median([r.wall for r in done]):.2f} s",
         )
+        if len(done) > 1:  # the spread from run to run: the noise the rows above carry
+            report.add(
+                "  each run: median turn; median story run",
+                " / ".join(f"{ms(median(r.turns))}; {median(r.story_runs):.2f} s" for r in done),
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
