@@ -118,8 +118,9 @@ def browser(tmp_path: Path) -> Browser:
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[[Path], str]]:
     """serve(home) -> the base URL of `hero serve --bind 127.0.0.1:0` on that home, a real
-    process, stopped with SIGTERM (and checked it exits 0) after the test."""
+    process, stopped with SIGTERM after the test: it exits 0 and logged no traceback."""
     procs: list[subprocess.Popen[str]] = []
+    logs: list[str] = []
 
     def start(home: Path) -> str:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -132,7 +133,11 @@ def serve(tmp_path: Path) -> Iterator[Callable[[Path], str]]:
             env=env,
         )
         procs.append(proc)
-        return _url_from(proc, [])
+        url = _url_from(proc, logs)
+        # Its log (a line a request) is read as it comes: a full pipe would stall it.
+        assert proc.stderr is not None
+        threading.Thread(target=logs.extend, args=(proc.stderr,), daemon=True).start()
+        return url
 
     yield start
     for proc in procs:
@@ -144,6 +149,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[[Path], str]]:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
+    assert "Traceback" not in "".join(logs), "".join(logs)[-3000:]
 
 
 def story_row(dom: str, key: str) -> Page:
@@ -206,7 +212,12 @@ def test_the_board_and_the_story_page_in_a_browser(
         browser.screenshot(url + "/", tmp_path / "board-running.png")
     finally:
         release.set()
-        out, _ = run.communicate(timeout=600)
+        try:
+            out, _ = run.communicate(timeout=600)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
     assert run.returncode == 0, out
 
     board = browser.dom(url + "/")
