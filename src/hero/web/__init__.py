@@ -22,7 +22,7 @@ from hero.errors import UsageError
 
 #: What the extra brings, by module name.
 EXTRA_MODULES = ("starlette", "uvicorn", "jinja2", "prometheus_client")
-INSTALL_HINT = "pip install 'hero[serve]'"
+INSTALL_HINT = "pip install 'hero[serve]' (in a checkout of hero: pip install -e '.[serve]')"
 
 
 class ServeError(UsageError):
