@@ -287,22 +287,11 @@ def _taken(home: Path, path: Path, wanted: Story, elsewhere: dict[str, str]) -> 
 def _inbox_ids(inbox: Path) -> dict[str, str]:
     """The ids of the loose stories of the inbox that can be read, each with its file's
     name (the first, by name, of several)."""
-    import os
-
-    from hero.daemon.inbox import is_story_name
-    from hero.story import StoryError, parse_story
+    from hero.daemon.inbox import loose_stories
 
     found: dict[str, str] = {}
-    try:
-        names = sorted(os.listdir(inbox))
-    except OSError:
-        return found
-    for name in names:
-        if is_story_name(name):
-            try:
-                found.setdefault(parse_story(inbox / name).id, name)
-            except (StoryError, OSError):
-                continue
+    for story in loose_stories(inbox):
+        found.setdefault(story.id, story.path.name)
     return found
 
 

@@ -6,7 +6,6 @@ neither imports the other.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,19 +92,6 @@ def admit_run(story_path: Path, config: Config) -> tuple[Story, Decision]:
 
 def _inbox_stories(home: Path) -> list[Story]:
     """The loose stories of the inbox that can be read: what a dependency may still be."""
-    from hero.daemon.inbox import is_story_name
-    from hero.story import StoryError, parse_story
+    from hero.daemon.inbox import loose_stories
 
-    found: list[Story] = []
-    inbox = home / "inbox"
-    try:
-        names = sorted(os.listdir(inbox))
-    except OSError:
-        return found
-    for name in names:
-        if is_story_name(name):
-            try:
-                found.append(parse_story(inbox / name))
-            except (StoryError, OSError):
-                continue
-    return found
+    return loose_stories(home / "inbox")

@@ -24,9 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hero.names import MANIFEST, plan_name_problem
+
+if TYPE_CHECKING:
+    from hero.story import Story
 
 #: A renamed-in file is looked at without delay.
 IMMEDIATE = 0.0
@@ -44,6 +47,25 @@ Signature = tuple[int, int]
 def is_story_name(name: str) -> bool:
     """Stories are visible ``*.md`` files; dot-files are a writer's temporary files."""
     return name.endswith(".md") and not name.startswith(".")
+
+
+def loose_stories(inbox: Path) -> list[Story]:
+    """The loose stories of ``inbox`` that can be read, by file name; a file that cannot be
+    read or is no valid story is passed over (the daemon says why when it meets it)."""
+    from hero.story import StoryError, parse_story
+
+    found: list[Story] = []
+    try:
+        names = sorted(os.listdir(inbox))
+    except OSError:
+        return found
+    for name in names:
+        if is_story_name(name):
+            try:
+                found.append(parse_story(inbox / name))
+            except (StoryError, OSError):
+                continue
+    return found
 
 
 def is_plan_dir(path: Path) -> bool:
