@@ -630,3 +630,12 @@ def test_whatever_a_worker_wrote_is_one_line_of_ascii() -> None:
     assert raw.isascii() and sink.open
     lines = raw.decode().splitlines()
     assert [json.loads(line)["message"] for line in lines] == [hostile, "after"]
+
+
+def test_a_dry_run_has_no_events_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before any file is read: --events would otherwise be ignored in silence."""
+    code = main(["run", str(tmp_path / "s.md"), "--dry-run", "--events"])
+    assert code == 2
+    assert "use --dry-run --json" in capsys.readouterr().err

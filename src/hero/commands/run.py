@@ -77,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
             "--events and --json: choose one (with --events, the last line is the result "
             "event, and its 'result' is the object --json prints)"
         )
+    if args.events and args.dry_run:  # a dry run runs nothing: there is no event to stream
+        raise UsageError("--events and --dry-run: a dry run has no events; use --dry-run --json")
     started = time.monotonic()
     task = task_of(args)  # None: a STORY file
     if task is None and not Path(args.story).exists():  # a FIFO: the reader says what it is
