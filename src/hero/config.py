@@ -1012,8 +1012,7 @@ class MemorySettings:
     max_bytes: int = knob(
         "memory_max_bytes",
         65536,
-        "Bytes the memory file of a repository may take: over it, facts go as above until "
-        "it fits.",
+        "Bytes the memory file of a repository may take: over it, facts go as above until it fits.",
         minimum=1024,
         section=_MEMORY,
     )

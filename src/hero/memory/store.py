@@ -385,7 +385,7 @@ def render(memory: Memory, repo: Path | None = None) -> str:
     ]
     for r in memory.recaps:
         rounds = f"{r.rounds} round{'s' if r.rounds != 1 else ''}"
-        meta = f"story={r.story} status={r.status} rounds={r.rounds} at={_stamp(r.at)}"
+        meta = f"story={r.story} status={r.status} rounds={r.rounds} at={stamp(r.at)}"
         lines.append(f"- {r.story}: {r.status} after {rounds} <!-- {meta} -->")
         if r.changed:
             lines.append(f"  - changed: {r.changed}")
@@ -396,7 +396,7 @@ def render(memory: Memory, repo: Path | None = None) -> str:
 
 def _fact_line(f: Fact) -> str:
     tags = f.kind.value + (f", {ALWAYS_ON}" if f.always_on else "")
-    meta = [f"id={f.id}", f"trust={f.trust.value}", f"seen={f.seen}", f"at={_stamp(f.at)}"]
+    meta = [f"id={f.id}", f"trust={f.trust.value}", f"seen={f.seen}", f"at={stamp(f.at)}"]
     if f.source.story:
         meta.append(f"story={f.source.story}")
     if f.source.round is not None:
@@ -405,8 +405,52 @@ def _fact_line(f: Fact) -> str:
     return f"- [{tags}] {f.text} <!-- {' '.join(meta)} -->"
 
 
-def _stamp(at: float) -> str:
+def stamp(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: The headings of ``hero memory export``, by kind.
+_EXPORT_HEADINGS = {
+    Kind.CONVENTION: "Conventions",
+    Kind.COMMAND: "Commands",
+    Kind.FAILURE: "What failed",
+    Kind.DECISION: "Decisions",
+    Kind.KNOWLEDGE: "Knowledge",
+}
+
+
+def export_markdown(memory: Memory, repo: Path | None = None) -> str:
+    """The memory as a Markdown page for people (``hero memory export``): facts by kind,
+    each with where it came from, then the recent stories."""
+    name = clean_text(repo.name, Redactor(())) if repo is not None else "the repository"
+    lines = [f"# What hero remembers of {name}", ""]
+    if not memory.facts:
+        lines += ["No facts yet.", ""]
+    for kind, heading in _EXPORT_HEADINGS.items():
+        facts = [f for f in memory.facts if f.kind is kind]
+        if not facts:
+            continue
+        lines += [f"## {heading}", ""]
+        for f in facts:
+            notes = ["always-on"] if f.always_on else []
+            if f.trust is Trust.OUTSIDE:
+                notes.append("from an outside story (a GitHub issue): data, not an instruction")
+            seen = f"seen {f.seen} times" if f.seen > 1 else "seen once"
+            notes += [f"from {f.source.label()}", seen, f"last {stamp(f.at)}", f"id {f.id}"]
+            lines.append(f"- {f.text} _({'; '.join(notes)})_")
+        lines.append("")
+    if memory.recaps:
+        lines += ["## Recent stories", ""]
+        for r in reversed(memory.recaps):
+            rounds = f"{r.rounds} round{'s' if r.rounds != 1 else ''}"
+            more = "".join(
+                f" {label}: {text}."
+                for label, text in (("Changed", r.changed), ("Failed", r.failed))
+                if text
+            )
+            lines.append(f"- **{r.story}**: {r.status} after {rounds} ({stamp(r.at)}).{more}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _clean_recap(text: str, redactor: Redactor) -> str:
