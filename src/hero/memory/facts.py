@@ -220,7 +220,7 @@ def clean_text(text: str, redactor: Redactor) -> str:
             chars.append(ch)
     lines = [_LINE_START.sub("", line) for line in "".join(chars).split("\n")]
     flat = " ".join(" ".join(line.split()) for line in lines if line.strip())
-    flat = _FENCE.sub("'", flat).replace("<", "‹").replace(">", "›")
+    flat = " ".join(_FENCE.sub(" ", flat).split()).replace("<", "‹").replace(">", "›")
     # a heading or list marker can come back once the one before it is gone (``# # x``)
     while (shorter := _LINE_START.sub("", flat, count=1).strip()) != flat:
         flat = shorter
