@@ -401,3 +401,58 @@ def test_two_processes_adding_at_once_lose_nothing(tmp_path: Path) -> None:
     shared = next(f for f in s.facts() if f.text == "shared command")
     assert shared.seen == 2 * n
     assert {r.story for r in s.recaps()} == {"alpha", "beta"}
+
+
+HOLDER = textwrap.dedent(
+    """\
+    import sys, time
+    from pathlib import Path
+    from hero.locks import memory_lock
+
+    with memory_lock(Path(sys.argv[1])):
+        Path(sys.argv[2]).write_text("held")
+        time.sleep(600)
+    """
+)
+
+
+def test_a_writer_killed_holding_the_lock_blocks_no_one(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    s = store(tmp_path)
+    s.add([fact("before")])
+    script, held = tmp_path / "holder.py", tmp_path / "held"
+    script.write_text(HOLDER)
+    proc = subprocess.Popen([sys.executable, str(script), str(s.path), str(held)])
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not held.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=TIMEOUT_S)
+    s.add([fact("after")])  # the kernel let go of the dead process's lock
+    assert {f.text for f in s.facts()} == {"before", "after"}
+
+
+def test_a_link_in_place_of_the_file_is_not_written_through(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.add([fact("one")])
+    elsewhere = tmp_path / "elsewhere.md"
+    elsewhere.write_text(s.path.read_text())
+    s.path.unlink()
+    s.path.symlink_to(elsewhere)
+    before = elsewhere.read_text()
+    with pytest.raises(MemoryFileError, match="cannot be written"):
+        s.add([fact("two")])
+    assert elsewhere.read_text() == before
+
+
+def test_a_time_out_of_range_is_clamped(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.add([fact("far", at=1e20), fact("before", at=-5)])
+    s.add_recap(Recap("s1", "passed", 1, at=1e30))
+    assert "9999-12-31T23:59:59Z" in s.path.read_text()
+    assert {f.at for f in s.facts()} == {0.0, 253402300799.0}

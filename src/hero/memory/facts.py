@@ -165,11 +165,23 @@ def new_fact(
         kind=kind,
         text=cleaned,
         source=source,
-        at=time.time() if at is None else at,
+        at=_when(at),
         trust=trust,
         always_on=always_on,
         seen=max(1, seen),
     )
+
+
+#: The latest time a fact may carry (the end of year 9999): its file shows it as a date.
+_LATEST_AT = 253402300799.0
+
+
+def _when(at: float | None) -> float:
+    """``at`` as a fact keeps it: now when not given, within 1970 .. 9999 (a caller's
+    nonsense clamped, so the file can always show it)."""
+    if at is None or at != at:  # None or NaN
+        return time.time()
+    return min(max(float(at), 0.0), _LATEST_AT)
 
 
 def parse_kind(value: Kind | str) -> Kind:

@@ -234,7 +234,7 @@ class MemoryStore:
             story=safe_word(recap.story),
             status=safe_word(recap.status),
             rounds=max(0, recap.rounds),
-            at=recap.at or time.time(),
+            at=min(max(recap.at, 0.0), 253402300799.0) if recap.at else time.time(),
             changed=_clean_recap(recap.changed, self.redactor),
             failed=_clean_recap(recap.failed, self.redactor),
         )
@@ -281,8 +281,14 @@ class MemoryStore:
             self._write(change.result)
 
     def _write(self, memory: Memory) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path, render(memory, self.repo).encode("utf-8"), follow_link=False)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # a link put in the file's place is not written through
+            atomic_write(self.path, render(memory, self.repo).encode("utf-8"), follow_link=False)
+        except OSError as exc:
+            raise MemoryFileError(
+                self.path, None, f"cannot be written: {exc.strerror}; nothing was written"
+            ) from None
 
     def _recleaned(self, fact: Fact) -> Fact:
         """``fact`` as the store keeps it: its text through this store's redactor and the
