@@ -48,7 +48,7 @@ _TOKEN_SHAPES = re.compile(
 #: ``password=...``, ``token: ...``, ``API_KEY="..."``: the value after a secret's name.
 _NAMED_SECRET = re.compile(
     r"(?i)\b([A-Z0-9_]*(?:password|passwd|secret|token|api[_-]?key)[A-Z0-9_]*)"
-    r"(\s*[:=]\s*)(['\"]?)[^\s'\"]{4,}\3"
+    r"(\s*[:=]\s*)(['\"]?)(?!\d+\b)[^\s'\"]{4,}\3"  # not a number: max_tokens=4096
 )
 _FENCE = re.compile(r"`{3,}|~{3,}")
 #: What a line may start with that Markdown reads as structure: a heading, a quote, a list
