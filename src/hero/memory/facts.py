@@ -165,7 +165,7 @@ def new_fact(
         kind=kind,
         text=cleaned,
         source=source,
-        at=_when(at),
+        at=when(at),
         trust=trust,
         always_on=always_on,
         seen=max(1, seen),
@@ -176,7 +176,7 @@ def new_fact(
 _LATEST_AT = 253402300799.0
 
 
-def _when(at: float | None) -> float:
+def when(at: float | None) -> float:
     """``at`` as a fact keeps it: now when not given, within 1970 .. 9999 (a caller's
     nonsense clamped, so the file can always show it)."""
     if at is None or at != at:  # None or NaN

@@ -56,6 +56,7 @@ from hero.memory.facts import (
     clean_text,
     merge,
     new_fact,
+    when,
 )
 from hero.redact import Redactor
 from hero.yamlio import ValueProblem, decode_text, read_file
@@ -234,7 +235,7 @@ class MemoryStore:
             story=safe_word(recap.story),
             status=safe_word(recap.status),
             rounds=max(0, recap.rounds),
-            at=min(max(recap.at, 0.0), 253402300799.0) if recap.at else time.time(),
+            at=when(recap.at or None),
             changed=_clean_recap(recap.changed, self.redactor),
             failed=_clean_recap(recap.failed, self.redactor),
         )
