@@ -1016,6 +1016,23 @@ class MemorySettings:
         minimum=1024,
         section=_MEMORY,
     )
+    recall_tokens: int = knob(
+        "memory_recall_tokens",
+        800,
+        "Tokens (estimated as the context window estimates) the facts told to a round's "
+        "worker may take: the always-on conventions, then the facts most relevant to the "
+        "story, while they fit; 0: none.",
+        minimum=0,
+        section=_MEMORY,
+    )
+    recap_tokens: int = knob(
+        "memory_recap_tokens",
+        400,
+        "Tokens the recap of the last stories told to the planner and the reviewer may "
+        "take, newest story first; 0: none.",
+        minimum=0,
+        section=_MEMORY,
+    )
     recap_stories: int = knob(
         "memory_recap_stories",
         5,

@@ -209,8 +209,9 @@ def _first_request(
     """The worker's first request of the next round, as the client would send it."""
     from hero.agent.replay import Unreplayable, replay_round
     from hero.agent.tools import tool_schemas
-    from hero.agent.window import Context, window_for
+    from hero.agent.window import Context, estimate_text, window_for
     from hero.llm import request_params
+    from hero.memory.recall import recall_for
     from hero.roles.worker import build_messages
 
     n = int(where["round"])
@@ -251,6 +252,10 @@ def _first_request(
                 feedback=feedback,
                 home=config.home,
                 builds_on=start.builds_on(),
+                # as the round would recall it at its start (hero.memory.recall)
+                memory=recall_for(
+                    config, story, estimate=estimate_text, say=where["notes"].append
+                ).section,
             )
     # as the worker's loop takes them in (hero.agent.loop.Agent.begin): redacted
     redactor = Redactor(config.secrets)

@@ -22,7 +22,7 @@ from typing import Any
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
 from hero.agent.tools import tool_schemas
-from hero.agent.window import Context, ContextOverflow, window_for
+from hero.agent.window import Context, ContextOverflow, estimate_text, window_for
 from hero.budget import BudgetExceeded, Meter
 from hero.cancel import StoryCancelled, cancel_at_start, mark_cancelled
 from hero.cancel import check as check_cancelled
@@ -35,6 +35,7 @@ from hero.git.phases import PhaseEnd
 from hero.llm import LlmError, Model, ModelOutage
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
+from hero.memory.recall import Recalled, recall_for
 from hero.models import models_record
 from hero.names import StoryRef
 from hero.prompting import PromptError
@@ -146,6 +147,10 @@ class StoryRun:
         #: back into the worktree; returns what the restart note says of the worktree
         #: ("": the default, the worktree as the stop left it)
         self.on_resume: Callable[[int], str] | None = None
+        #: what the repository's memory tells this story, when it was recalled elsewhere
+        #: (the Celery engine's coordinator, which keeps the memory, sends it); None: read
+        #: from this home's memory at each round's start (hero.memory.recall)
+        self.recalled: Recalled | None = None
         self._frozen = False
 
     # -- the loop ----------------------------------------------------------------------
@@ -354,8 +359,17 @@ class StoryRun:
             feedback=rounds[-1].feedback if rounds else "",
             home=self.home,
             builds_on=self.start.builds_on(),
+            # once, at the round's start: every turn of the round sends these same first
+            # messages (a resumed round replays them from its trace, above)
+            memory=self._recall().section,
         )
         return first, None, why
+
+    def _recall(self) -> Recalled:
+        """What the repository's memory tells the story now (see hero.memory.recall)."""
+        if self.recalled is not None:
+            return self.recalled
+        return recall_for(self.config, self.story, estimate=estimate_text, say=self.say)
 
     def _work(
         self,
@@ -483,6 +497,7 @@ class StoryRun:
             verify_summary=verify.summary(),
             home=self.home,
             trace=trace,
+            recap=self._recall().recap,
         )
         return verify, verdict
 
