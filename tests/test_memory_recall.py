@@ -453,3 +453,60 @@ def test_a_resumed_round_replays_its_first_messages_not_a_new_recall(
     assert len(requests) >= 2
     assert requests[-1]["messages"][1] == requests[0]["messages"][1]
     assert "-v for detail" not in worker_task(requests[-1])
+
+
+# ------------------------------------------------------------------ the Celery engine
+
+
+def test_on_the_celery_engine_the_coordinators_memory_travels_in_the_task(
+    cluster: Any, scripted: Callable[..., ScriptedModel], write_story: Callable[..., Path]
+) -> None:
+    """The memory is the coordinator's: a worker on another machine (its own home, no
+    memory) is sent what the coordinator recalled, and its worker and reviewer are told it."""
+    from engine_support import Policy, story_of
+    from helpers import backlog
+
+    model = scripted(Policy())
+    home = cluster.home(model)
+    store = memory_of(home)
+    store.add([COMMAND, NAMING])
+    store.add_recap(Recap("a", "passed", 2, changed="calc/__init__.py"))
+    backlog(write_story(home, "m1", body="## Goal\nMake the tests run with APP_ENV set.\n"))
+    worker = cluster.start_worker()
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+    assert worker.state("m1") is not None
+    asks = [r.body for r in list(model.requests) if story_of(r.body) == "m1"]
+    first = next(worker_task(b) for b in asks if not is_review(b))
+    assert '"Run the tests with APP_ENV=test python -m unittest"' in first
+    assert "Test methods are named" in first
+    review = next(worker_task(b) for b in asks if is_review(b))
+    assert RECAP_HEADING in review and '"calc/__init__.py"' in review
+    # the worker's home keeps no memory of its own
+    assert not (worker.run_home / "memory").exists()
+
+
+def test_a_task_carries_what_was_recalled_checked_and_bounded() -> None:
+    from hero.engine.trust import MAX_MEMORY_CHARS, Untrusted, contents, task_of
+
+    def task(memory: object) -> Any:
+        return task_of(
+            {
+                "key": "m1",
+                "plan": "",
+                "id": "m1",
+                "dispatch": "0" * 32,
+                "version": "1",
+                "file_name": "m1.md",
+                "story_text": "",
+                "memory": memory,
+            }
+        )
+
+    section = render_facts([COMMAND])
+    got = contents(task({"section": section, "recap": "r"}))
+    assert (got.memory_section, got.memory_recap) == (section, "r")
+    assert contents(task(None)).memory_section == ""  # nothing sent: nothing told
+    for bad in ("text", {"section": 3}, {"orders": "x"}, {"section": "x" * (MAX_MEMORY_CHARS + 1)}):
+        with pytest.raises(Untrusted, match="memory"):
+            contents(task(bad))

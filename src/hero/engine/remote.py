@@ -255,7 +255,22 @@ class RemoteRun:
             or self.config.target_base_ref
             or _current_branch(self.repo),
             "dispatch": self.dispatch,
+            "memory": self._recalled(),
         }
+
+    def _recalled(self) -> dict[str, str]:
+        """What the repository's memory tells the story, recalled here, where the memory
+        is (hero.memory.recall): the worker is sent it, it never reads a memory of its own."""
+        from hero.agent.window import estimate_text
+        from hero.memory.recall import recall_for
+
+        recalled = recall_for(
+            self.config,
+            self.story,
+            estimate=estimate_text,
+            say=lambda why: self.log.warning("memory", detail=why),
+        )
+        return {"section": recalled.section, "recap": recalled.recap}
 
     def _lost(self) -> bool:
         """Nobody runs the story and no queue holds it (read in this order: a worker takes
