@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,10 @@ def _restore_sigterm() -> Iterator[None]:
     old = signal.getsignal(signal.SIGTERM)
     yield
     signal.signal(signal.SIGTERM, old)
+
+
+def git_init(repo: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
 
 
 def fact(
@@ -510,3 +515,25 @@ def test_a_task_carries_what_was_recalled_checked_and_bounded() -> None:
     for bad in ("text", {"section": 3}, {"orders": "x"}, {"section": "x" * (MAX_MEMORY_CHARS + 1)}):
         with pytest.raises(Untrusted, match="memory"):
             contents(task(bad))
+
+
+def test_hero_plan_is_told_the_recap_unless_memory_is_off(tmp_path: Path) -> None:
+    from hero.errors import UsageError
+    from hero.planning import plan_recap
+
+    repo, home = tmp_path / "repo", tmp_path / "home"
+    git_init(repo)
+    (home / "config").mkdir(parents=True)
+    roles = home / "config" / "roles.yaml"
+    roles.write_text(f"target_repo: {repo}\n")
+    assert plan_recap(load_config(home, roles=(), env={})) == ""
+    store = memory_of(home)
+    store.add_recap(Recap("add-login", "gave_up", 3, failed="pytest without APP_ENV"))
+    told = plan_recap(load_config(home, roles=(), env={}))
+    assert RECAP_HEADING in told and '"pytest without APP_ENV"' in told
+    roles.write_text(f"target_repo: {repo}\nmemory_enabled: false\n")
+    assert plan_recap(load_config(home, roles=(), env={})) == ""
+    roles.write_text(f"target_repo: {repo}\n")
+    store.path.write_text(store.path.read_text().replace("## Recent stories", "## Nonsense"))
+    with pytest.raises(UsageError, match=str(store.path)):
+        plan_recap(load_config(home, roles=(), env={}))
