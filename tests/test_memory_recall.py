@@ -394,6 +394,7 @@ def test_the_dry_run_shows_the_section_the_run_would_send(
     messages = plan["request"]["body"]["messages"]
     expected = recall_for(config, parse_story(path), estimate=estimate_text).section
     assert expected and expected in messages[1]["content"]
+    assert any(COMMAND.id in note for note in plan["start"]["notes"])
     assert model.requests == []  # the dry run asked no model
 
 

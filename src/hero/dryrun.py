@@ -242,6 +242,13 @@ def _first_request(
         feedback = ""
     where["replay"] = replay
     if messages is None:
+        # as the round would recall it at its start (hero.memory.recall)
+        recalled = recall_for(config, story, estimate=estimate_text, say=where["notes"].append)
+        if recalled.facts:
+            ids = ", ".join(f.id for f in recalled.facts)
+            where["notes"].append(
+                f"memory: the worker would be told {len(recalled.facts)} fact(s): {ids}"
+            )
         with _rules_checkout(repo, worktree, where) as rules_root:
             messages = build_messages(
                 story,
@@ -252,10 +259,7 @@ def _first_request(
                 feedback=feedback,
                 home=config.home,
                 builds_on=start.builds_on(),
-                # as the round would recall it at its start (hero.memory.recall)
-                memory=recall_for(
-                    config, story, estimate=estimate_text, say=where["notes"].append
-                ).section,
+                memory=recalled.section,
             )
     # as the worker's loop takes them in (hero.agent.loop.Agent.begin): redacted
     redactor = Redactor(config.secrets)

@@ -365,11 +365,14 @@ class StoryRun:
         )
         return first, None, why
 
-    def _recall(self) -> Recalled:
-        """What the repository's memory tells the story now (see hero.memory.recall)."""
+    def _recall(self, *, facts: bool = True) -> Recalled:
+        """What the repository's memory tells the story now (see hero.memory.recall);
+        ``facts=False``: its recap alone."""
         if self.recalled is not None:
             return self.recalled
-        return recall_for(self.config, self.story, estimate=estimate_text, say=self.say)
+        return recall_for(
+            self.config, self.story, estimate=estimate_text, say=self.say, facts=facts
+        )
 
     def _work(
         self,
@@ -497,7 +500,7 @@ class StoryRun:
             verify_summary=verify.summary(),
             home=self.home,
             trace=trace,
-            recap=self._recall().recap,
+            recap=self._recall(facts=False).recap,
         )
         return verify, verdict
 

@@ -64,9 +64,6 @@ class Recalled:
     recap: str = ""
     facts: tuple[Fact, ...] = ()
 
-    def to_dict(self) -> dict[str, object]:
-        return {"section": self.section, "recap": self.recap, "facts": [f.id for f in self.facts]}
-
 
 NOTHING = Recalled()
 
@@ -197,9 +194,11 @@ def recall_for(
     *,
     estimate: Estimate,
     say: Callable[[str], None] | None = None,
+    facts: bool = True,
 ) -> Recalled:
-    """What ``story`` is told of the home's memory of its repository (see the module).
-    A memory file hero cannot read tells nothing: ``say`` is told why, the story runs."""
+    """What ``story`` is told of the home's memory of its repository (see the module);
+    ``facts=False``: the recap alone (the reviewer's, with no ranking to do). A memory file
+    hero cannot read tells nothing: ``say`` is told why, the story runs."""
     from hero.memory import enabled, store_for
 
     if not enabled(config, story):
@@ -208,10 +207,13 @@ def recall_for(
         memory = store_for(config).read()
     except MemoryFileError as exc:
         if say is not None:
-            say(f"memory: not used this round: {exc}")
+            say(f"memory: not used: {exc}")
         return NOTHING
     settings = config.memory
-    query = story_query(story)
-    facts = pick(memory.facts, query, budget_tokens=settings.recall_tokens, estimate=estimate)
     recap = render_recap(memory.recaps, budget_tokens=settings.recap_tokens, estimate=estimate)
-    return Recalled(render_facts(facts), recap, facts)
+    if not facts:
+        return Recalled(recap=recap)
+    chosen = pick(
+        memory.facts, story_query(story), budget_tokens=settings.recall_tokens, estimate=estimate
+    )
+    return Recalled(render_facts(chosen), recap, chosen)
