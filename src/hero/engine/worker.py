@@ -626,6 +626,7 @@ class _Run:
         reviewer = LlmClient(config.role("reviewer"), config.llm, cancel=self.cancel)
         run = StoryRun(story, config, worker, reviewer, repo, progress, self.cancel)
         run.on_save = self._saved
+        run.learns = False  # the coordinator keeps the memory and learns from the record
         run.on_turn_end = lambda: self.wip.take(run)
         run.on_resume = lambda n: self.wip.restore(run, n)
         publisher = threading.Thread(
