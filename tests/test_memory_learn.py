@@ -22,6 +22,7 @@ from hero.config import load_config
 from hero.memory import Kind, Role, Trust, store_for
 from hero.memory.facts import Fact
 from hero.memory.learn import (
+    MAX_LEARNED,
     extract,
     last_line,
     learn_story,
@@ -446,8 +447,41 @@ def test_extraction_rules() -> None:
     ]
     state = RunState(id="a", status=Status.PASSED, rounds=rounds)
     assert extract(state, "a", redactor=Redactor(()), trust=Trust.USER).facts == ()
+    # a flood of repeated asks teaches a bounded number of facts, conventions first
+    many = [f"Rule number {i} must hold." for i in range(50)]
+    flood = RunState(id="f", status=Status.GAVE_UP, rounds=[review(1, *many), review(2, *many)])
+    flood.rounds.append(review(3, short="no commit was made"))
+    taught = extract(flood, "f", redactor=Redactor(()), trust=Trust.USER).facts
+    assert len(taught) == MAX_LEARNED and all(f.kind is Kind.CONVENTION for f in taught)
     # a verify record of the wrong shape is skipped, not a crash
     odd = Round(round=1, verify={"commands": ["x", {"command": 3}, {"command": "c"}]})
     state = RunState(id="b", status=Status.ERROR, rounds=[odd], error="model error: down")
     lesson = extract(state, "b", redactor=Redactor(()), trust=Trust.USER)
     assert lesson.facts == () and lesson.recap.failed == "model error: down"
+
+
+# --------------------------------------------------------------------------- the Celery engine
+
+
+def test_with_the_celery_engine_the_coordinator_learns_and_the_worker_does_not(
+    cluster: Any, scripted: Callable[..., ScriptedModel], write_story
+) -> None:
+    from engine_support import Policy
+    from helpers import backlog
+
+    model = scripted(Policy())  # each round commits s1-r<n>.txt; the reviewer approves
+    home = cluster.home(model, max_retries=3)
+    backlog(write_story(home, "s1", verify=["test -f s1-r2.txt || { echo 'no r2 yet'; exit 3; }"]))
+    worker = cluster.start_worker()
+    coordinator = cluster.start_coordinator("--exit-when-idle")
+    assert coordinator.wait_exit() == 0, cluster.outputs()
+
+    assert coordinator.state("s1")["status"] == "passed"
+    (command,) = [f for f in facts(home) if f.kind is Kind.COMMAND]
+    assert "(exit 3: no r2 yet)" in command.text and command.source.round == 2
+    (recap,) = store_for(load_config(home, roles=())).recaps()
+    assert recap.story == "s1" and recap.rounds == 2
+    assert "s1-r1.txt" in recap.changed and "s1-r2.txt" in recap.changed  # the fetched branch
+    # the worker's machine keeps no memory: it lives with the coordinator
+    assert worker.ran("s1")
+    assert not [p for p in worker.workdir.rglob("memory") if p.is_dir()]

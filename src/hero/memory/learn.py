@@ -50,6 +50,10 @@ MAX_QUOTE_CHARS = 200
 MAX_RECAP_FILES = 10
 #: Characters of the recap's "failed" part.
 MAX_RECAP_FAILED = 300
+#: Facts one story's record may teach without a model: a reviewer that repeats fifty
+#: comments (a worker can steer it) must not push the other stories' facts out of the
+#: memory's bounds. Kept in this order: conventions, commands, failures, knowledge.
+MAX_LEARNED = 12
 #: Facts the distilling model may add per story (more in its answer are left out).
 MAX_DISTILLED = 5
 #: Characters of each part of the story and of its rounds sent to the distilling model.
@@ -106,7 +110,9 @@ def extract(
         *_reviewer_facts(state.rounds, maker),
         *_verifier_facts(state.rounds, maker),
     ]
-    return Lesson(_unique(facts), _recap(state, story_key, list(changed)))
+    order = (Kind.CONVENTION, Kind.COMMAND, Kind.FAILURE, Kind.KNOWLEDGE)
+    ranked = sorted(_unique(facts), key=lambda f: order.index(f.kind))
+    return Lesson(tuple(ranked[:MAX_LEARNED]), _recap(state, story_key, list(changed)))
 
 
 # -- the reviewer ---------------------------------------------------------------------------
