@@ -2,7 +2,7 @@
 
 Layout (relative to the home directory)::
 
-    config/roles.yaml              roles (worker, reviewer, planner) and knobs; target_repo
+    config/roles.yaml              roles (worker, reviewer, planner, memory) and knobs; target_repo
     config/providers/<name>.yaml   one OpenAI-compatible endpoint per file
     config.local.yaml              optional, git-ignored: keys: {<provider name>: <key>},
                                    github_token: <token>

@@ -507,12 +507,13 @@ class RemoteRun:
     def _learn(self, state: RunState) -> None:
         """The memory lives with the coordinator: it learns from the record the worker
         published, once the story has ended (the branch fetched: the recap's files)."""
+        from hero import memory
         from hero.memory.learn import learn_story, memory_model
 
-        if state.finished_at is None:  # no ending of a run's own (a record made up here)
-            return
+        if state.finished_at is None or not memory.enabled(self.config, self.story):
+            return  # a record made up here has no ending of a run's own
         try:
-            model = memory_model(self.config, self.cancel) if self.config.memory.enabled else None
+            model = memory_model(self.config, self.cancel)
         except Exception as exc:  # noqa: BLE001 - the deterministic facts need no model
             self.log.warning("memory model not used", error=str(exc)[:300])
             model = None
