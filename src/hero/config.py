@@ -2,7 +2,7 @@
 
 Layout (relative to the home directory)::
 
-    config/roles.yaml              roles (worker, reviewer, planner) and knobs; target_repo
+    config/roles.yaml              roles (worker, reviewer, planner, memory) and knobs; target_repo
     config/providers/<name>.yaml   one OpenAI-compatible endpoint per file
     config.local.yaml              optional, git-ignored: keys: {<provider name>: <key>},
                                    github_token: <token>
@@ -41,7 +41,10 @@ from hero.yamlio import (
     type_name,
 )
 
-ROLE_NAMES = ("worker", "reviewer", "planner")
+ROLE_NAMES = ("worker", "reviewer", "planner", "memory")
+#: Roles that are off unless config/roles.yaml has their block: asked for and absent, they
+#: are simply not loaded (``memory``: the model that distills a story's facts, docs/memory.md).
+OPTIONAL_ROLES = frozenset({"memory"})
 ROLES_FILE = "config/roles.yaml"
 PROVIDERS_DIR = "config/providers"
 LOCAL_FILE = "config.local.yaml"
@@ -1502,6 +1505,8 @@ def _load(
     for name in wanted:
         block = role_blocks[name]
         if block is None:
+            if name in OPTIONAL_ROLES:
+                continue
             raise ConfigError(ROLES_FILE, name, _role_missing_message(name))
         loaded[name] = _resolve_role(name, block, providers, local_keys, env)
 

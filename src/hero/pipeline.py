@@ -152,6 +152,11 @@ class StoryRun:
         #: from this home's memory at each round's start (hero.memory.recall)
         self.recalled: Recalled | None = None
         self._frozen = False
+        #: whether the story's end teaches the home's memory: not on a `hero worker`,
+        #: whose coordinator learns from the record it publishes (hero.engine.remote)
+        self.learns = True
+        #: this run ended the story (passed, gave up, error, budget): it may teach the memory
+        self._story_ended = False
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -165,7 +170,12 @@ class StoryRun:
             # The home's lock (one process per home), then the repository's (one home per
             # repository): either refuses with StoryBusy, before anything is touched.
             with _story_lock(self.home, self.ref), self.repo.story_lock(self.ref, self.home):
-                return self._run()
+                state = self._run()
+                if (
+                    self._story_ended and self.learns
+                ):  # learned under the story's locks: its record is final
+                    self._learn(state)
+                return state
         except StoryBusy as exc:
             self.events.error(str(exc))
             if self.events:
@@ -515,10 +525,26 @@ class StoryRun:
         self.say(message)
 
     def _finish(self, status: Status) -> None:
+        self._story_ended = True
         self.state.status = status
         self.state.phase = ""
         self.state.finished_at = time.time()
         self.state.story_digest = file_digest(Path(self.state.story_path))
+
+    def _learn(self, state: RunState) -> None:
+        """Teach the repository's memory what the story learned (hero.memory.learn), when
+        memory is on for the home and the story; a failure is said and the result stands."""
+        from hero import memory
+        from hero.memory.learn import learn_story, memory_model
+
+        if not memory.enabled(self.config, self.story):
+            return
+        try:
+            model = memory_model(self.config, self.cancel)
+        except Exception as exc:  # noqa: BLE001 - the deterministic facts need no model
+            self.say(f"{self.key}: memory: the memory model cannot be used: {exc}")
+            model = None
+        learn_story(state, self.story, self.config, model=model, say=self.say)
 
     def _fail(self, message: str) -> None:
         self._finish(Status.ERROR)

@@ -631,6 +631,7 @@ class _Run:
         # worker's own home (which keeps no memory of the repository) is never read for it
         run.recalled = Recalled(sent.memory_section, sent.memory_recap)
         run.on_save = self._saved
+        run.learns = False  # the coordinator keeps the memory and learns from the record
         run.on_turn_end = lambda: self.wip.take(run)
         run.on_resume = lambda n: self.wip.restore(run, n)
         publisher = threading.Thread(
