@@ -1,4 +1,4 @@
-"""Learning after a story (hero.memory.learn): real `hero run`s against the scripted model
+"""Learning after a story (hero.roles.learner): real `hero run`s against the scripted model
 over real HTTP, real git and real checks; the memory file read back through its store.
 
 The scripted model plays the worker, the reviewer and (when configured) the memory role; a
@@ -21,7 +21,8 @@ from hero.cli import main
 from hero.config import load_config
 from hero.memory import Kind, Role, Trust, store_for
 from hero.memory.facts import Fact
-from hero.memory.learn import (
+from hero.redact import Redactor
+from hero.roles.learner import (
     MAX_LEARNED,
     extract,
     last_line,
@@ -29,7 +30,6 @@ from hero.memory.learn import (
     normalize,
     parse_distilled,
 )
-from hero.redact import Redactor
 from hero.scripted_model import Reply, ScriptedModel, call, text
 from hero.state import ReviewRecord, Round, RunState, Status
 from hero.story import parse_story

@@ -532,10 +532,10 @@ class StoryRun:
         self.state.story_digest = file_digest(Path(self.state.story_path))
 
     def _learn(self, state: RunState) -> None:
-        """Teach the repository's memory what the story learned (hero.memory.learn), when
+        """Teach the repository's memory what the story learned (hero.roles.learner), when
         memory is on for the home and the story; a failure is said and the result stands."""
         from hero import memory
-        from hero.memory.learn import learn_story, memory_model
+        from hero.roles.learner import learn_story, memory_model
 
         if not memory.enabled(self.config, self.story):
             return

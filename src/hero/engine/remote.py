@@ -523,7 +523,7 @@ class RemoteRun:
         """The memory lives with the coordinator: it learns from the record the worker
         published, once the story has ended (the branch fetched: the recap's files)."""
         from hero import memory
-        from hero.memory.learn import learn_story, memory_model
+        from hero.roles.learner import learn_story, memory_model
 
         if state.finished_at is None or not memory.enabled(self.config, self.story):
             return  # a record made up here has no ending of a run's own
