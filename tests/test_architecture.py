@@ -59,6 +59,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.events",
         "hero.prompting",
         "hero.locks",
+        "hero.memory.*",
         "hero.budget",
         "hero.cancel",
         "hero.notify",

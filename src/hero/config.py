@@ -2,7 +2,7 @@
 
 Layout (relative to the home directory)::
 
-    config/roles.yaml              roles (worker, reviewer, planner) and knobs; target_repo
+    config/roles.yaml              roles (worker, reviewer, planner, memory) and knobs; target_repo
     config/providers/<name>.yaml   one OpenAI-compatible endpoint per file
     config.local.yaml              optional, git-ignored: keys: {<provider name>: <key>},
                                    github_token: <token>
@@ -41,7 +41,10 @@ from hero.yamlio import (
     type_name,
 )
 
-ROLE_NAMES = ("worker", "reviewer", "planner")
+ROLE_NAMES = ("worker", "reviewer", "planner", "memory")
+#: Roles that are off unless config/roles.yaml has their block: asked for and absent, they
+#: are simply not loaded (``memory``: the model that distills a story's facts, docs/memory.md).
+OPTIONAL_ROLES = frozenset({"memory"})
 ROLES_FILE = "config/roles.yaml"
 PROVIDERS_DIR = "config/providers"
 LOCAL_FILE = "config.local.yaml"
@@ -288,12 +291,20 @@ ROLES_SECTIONS = (
         "default; to listen elsewhere it needs serve_token (in config.local.yaml, or "
         "HERO_SERVE_TOKEN; never here), which every request must carry.",
     ),
+    Section(
+        "memory",
+        "What stories on the target repository learned, kept for the stories after them "
+        "(docs/memory.md): facts (a command, a convention, a failure, ...) and a recap of the "
+        "last stories, in memory/<repository>.md in this home, a Markdown file you can read "
+        "and edit (`hero memory`). No secret hero knows is ever stored.",
+    ),
 )
 _TARGET, _ROUNDS, _SANDBOX, _LIMITS, _POLICY = (s.title for s in ROLES_SECTIONS[:5])
 _BUDGETS, _GITHUB, _HOUSEKEEPING, _WORKER, _REQUESTS = (s.title for s in ROLES_SECTIONS[5:10])
 _CONTEXT, _ENGINE = (s.title for s in ROLES_SECTIONS[10:12])
 _ALERTS = ROLES_SECTIONS[12].title
 _SERVE = ROLES_SECTIONS[13].title
+_MEMORY = ROLES_SECTIONS[14].title
 #: The shortest serve_token hero accepts (``secrets.token_urlsafe(32)`` makes 43 characters).
 SERVE_TOKEN_MIN_CHARS = 24
 
@@ -979,6 +990,63 @@ class NotifySettings:
 
 
 @dataclass(frozen=True)
+class MemorySettings:
+    """A repository's memory (roles.yaml's memory keys; see hero.memory)."""
+
+    enabled: bool = knob(
+        "memory_enabled",
+        True,
+        "Whether stories learn facts about the target repository and later stories are "
+        "told them; false: nothing is stored and prompts are as without memory.",
+        note="On by default: what is learned without a model costs nothing and stays in "
+        "this home, and a memory with nothing in it changes no prompt. A story turns it off "
+        "for itself with `memory: false`. (The key `memory:` itself is kept for the model "
+        "role that distills what a story learned.)",
+        section=_MEMORY,
+    )
+    max_facts: int = knob(
+        "memory_max_facts",
+        200,
+        "Facts kept per repository: over it, the least kept go first (an outside story's "
+        "before a person's, seen once before seen often, older before newer; a person's "
+        "always-on conventions last).",
+        section=_MEMORY,
+    )
+    max_bytes: int = knob(
+        "memory_max_bytes",
+        65536,
+        "Bytes the memory file of a repository may take: over it, facts go as above until it fits.",
+        minimum=1024,
+        section=_MEMORY,
+    )
+    recall_tokens: int = knob(
+        "memory_recall_tokens",
+        800,
+        "Tokens (estimated as the context window estimates) the facts told to a round's "
+        "worker may take: the always-on conventions, then the facts most relevant to the "
+        "story, while they fit; 0: none.",
+        minimum=0,
+        section=_MEMORY,
+    )
+    recap_tokens: int = knob(
+        "memory_recap_tokens",
+        400,
+        "Tokens the recap of the last stories told to the planner and the reviewer may "
+        "take, newest story first; 0: none.",
+        minimum=0,
+        section=_MEMORY,
+    )
+    recap_stories: int = knob(
+        "memory_recap_stories",
+        5,
+        "The last stories on the repository whose recap (status, rounds, what changed, what "
+        "failed) is kept; 0: none.",
+        minimum=0,
+        section=_MEMORY,
+    )
+
+
+@dataclass(frozen=True)
 class GitHubLabels:
     """The labels hero puts on an issue while and after its story runs."""
 
@@ -1141,6 +1209,7 @@ class Config:
     context: ContextSettings = ContextSettings()
     engine: EngineSettings = EngineSettings()
     notify: NotifySettings = NotifySettings()
+    memory: MemorySettings = MemorySettings()
     github: GitHubSettings | None = knob(
         "github",
         None,
@@ -1222,6 +1291,7 @@ def roles_settings() -> tuple[Setting, ...]:
         *settings_of(ContextSettings),
         *settings_of(EngineSettings),
         *settings_of(NotifySettings),
+        *settings_of(MemorySettings),
     )
     order = {section.title: n for n, section in enumerate(ROLES_SECTIONS)}
     return tuple(sorted(found, key=lambda s: order[s.section]))
@@ -1435,6 +1505,8 @@ def _load(
     for name in wanted:
         block = role_blocks[name]
         if block is None:
+            if name in OPTIONAL_ROLES:
+                continue
             raise ConfigError(ROLES_FILE, name, _role_missing_message(name))
         loaded[name] = _resolve_role(name, block, providers, local_keys, env)
 
@@ -1457,6 +1529,7 @@ def _load(
         context=_record(ContextSettings, values),
         engine=engine,
         notify=notify,
+        memory=_record(MemorySettings, values),
         github=github,
         github_token=github_token,
         serve_token=serve_token,

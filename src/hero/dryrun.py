@@ -209,8 +209,9 @@ def _first_request(
     """The worker's first request of the next round, as the client would send it."""
     from hero.agent.replay import Unreplayable, replay_round
     from hero.agent.tools import tool_schemas
-    from hero.agent.window import Context, window_for
+    from hero.agent.window import Context, estimate_text, window_for
     from hero.llm import request_params
+    from hero.memory.recall import recall_for
     from hero.roles.worker import build_messages
 
     n = int(where["round"])
@@ -241,6 +242,13 @@ def _first_request(
         feedback = ""
     where["replay"] = replay
     if messages is None:
+        # as the round would recall it at its start (hero.memory.recall)
+        recalled = recall_for(config, story, estimate=estimate_text, say=where["notes"].append)
+        if recalled.facts:
+            ids = ", ".join(f.id for f in recalled.facts)
+            where["notes"].append(
+                f"memory: the worker would be told {len(recalled.facts)} fact(s): {ids}"
+            )
         with _rules_checkout(repo, worktree, where) as rules_root:
             messages = build_messages(
                 story,
@@ -251,6 +259,7 @@ def _first_request(
                 feedback=feedback,
                 home=config.home,
                 builds_on=start.builds_on(),
+                memory=recalled.section,
             )
     # as the worker's loop takes them in (hero.agent.loop.Agent.begin): redacted
     redactor = Redactor(config.secrets)

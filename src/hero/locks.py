@@ -224,3 +224,38 @@ class DaemonLock(PidLock):
                 f"hero watch is already running for {path.parent.parent} (pid {pid})"
             ),
         )
+
+
+class MemoryBusy(UsageError):
+    """A repository's memory stayed locked by another process for too long."""
+
+
+#: How long a writer of a repository's memory waits for another one; its critical section
+#: is a read, a merge and a write of a small file, so this long means something is wrong.
+MEMORY_LOCK_WAIT_S = 60.0
+
+
+@contextmanager
+def memory_lock(path: Path, *, wait_s: float = MEMORY_LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the lock of a repository's memory file ``path`` (``<path>.lock`` beside it) for
+    a read-modify-write: two stories ending at once in ``hero watch`` both add their facts.
+    Waits for another holder up to ``wait_s``, then ``MemoryBusy``."""
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    with open(lock, "a") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise MemoryBusy(
+                        f"{path}: another hero process has held the memory's lock ({lock}) "
+                        f"for over {wait_s:g}s; try again"
+                    ) from None
+                time.sleep(_RETRY_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

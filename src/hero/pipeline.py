@@ -22,7 +22,7 @@ from typing import Any
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
 from hero.agent.tools import tool_schemas
-from hero.agent.window import Context, ContextOverflow, window_for
+from hero.agent.window import Context, ContextOverflow, estimate_text, window_for
 from hero.budget import BudgetExceeded, Meter
 from hero.cancel import StoryCancelled, cancel_at_start, mark_cancelled
 from hero.cancel import check as check_cancelled
@@ -35,6 +35,7 @@ from hero.git.phases import PhaseEnd
 from hero.llm import LlmError, Model, ModelOutage
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
+from hero.memory.recall import Recalled, recall_for
 from hero.models import models_record
 from hero.names import StoryRef
 from hero.prompting import PromptError
@@ -146,7 +147,16 @@ class StoryRun:
         #: back into the worktree; returns what the restart note says of the worktree
         #: ("": the default, the worktree as the stop left it)
         self.on_resume: Callable[[int], str] | None = None
+        #: what the repository's memory tells this story, when it was recalled elsewhere
+        #: (the Celery engine's coordinator, which keeps the memory, sends it); None: read
+        #: from this home's memory at each round's start (hero.memory.recall)
+        self.recalled: Recalled | None = None
         self._frozen = False
+        #: whether the story's end teaches the home's memory: not on a `hero worker`,
+        #: whose coordinator learns from the record it publishes (hero.engine.remote)
+        self.learns = True
+        #: this run ended the story (passed, gave up, error, budget): it may teach the memory
+        self._story_ended = False
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -160,7 +170,12 @@ class StoryRun:
             # The home's lock (one process per home), then the repository's (one home per
             # repository): either refuses with StoryBusy, before anything is touched.
             with _story_lock(self.home, self.ref), self.repo.story_lock(self.ref, self.home):
-                return self._run()
+                state = self._run()
+                if (
+                    self._story_ended and self.learns
+                ):  # learned under the story's locks: its record is final
+                    self._learn(state)
+                return state
         except StoryBusy as exc:
             self.events.error(str(exc))
             if self.events:
@@ -354,8 +369,20 @@ class StoryRun:
             feedback=rounds[-1].feedback if rounds else "",
             home=self.home,
             builds_on=self.start.builds_on(),
+            # once, at the round's start: every turn of the round sends these same first
+            # messages (a resumed round replays them from its trace, above)
+            memory=self._recall().section,
         )
         return first, None, why
+
+    def _recall(self, *, facts: bool = True) -> Recalled:
+        """What the repository's memory tells the story now (see hero.memory.recall);
+        ``facts=False``: its recap alone."""
+        if self.recalled is not None:
+            return self.recalled
+        return recall_for(
+            self.config, self.story, estimate=estimate_text, say=self.say, facts=facts
+        )
 
     def _work(
         self,
@@ -483,6 +510,7 @@ class StoryRun:
             verify_summary=verify.summary(),
             home=self.home,
             trace=trace,
+            recap=self._recall(facts=False).recap,
         )
         return verify, verdict
 
@@ -497,10 +525,26 @@ class StoryRun:
         self.say(message)
 
     def _finish(self, status: Status) -> None:
+        self._story_ended = True
         self.state.status = status
         self.state.phase = ""
         self.state.finished_at = time.time()
         self.state.story_digest = file_digest(Path(self.state.story_path))
+
+    def _learn(self, state: RunState) -> None:
+        """Teach the repository's memory what the story learned (hero.roles.learner), when
+        memory is on for the home and the story; a failure is said and the result stands."""
+        from hero import memory
+        from hero.roles.learner import learn_story, memory_model
+
+        if not memory.enabled(self.config, self.story):
+            return
+        try:
+            model = memory_model(self.config, self.cancel)
+        except Exception as exc:  # noqa: BLE001 - the deterministic facts need no model
+            self.say(f"{self.key}: memory: the memory model cannot be used: {exc}")
+            model = None
+        learn_story(state, self.story, self.config, model=model, say=self.say)
 
     def _fail(self, message: str) -> None:
         self._finish(Status.ERROR)

@@ -108,6 +108,7 @@ def draft_plan(
             rules=repo_rules(config.target_repo),
             home=config.home,
             check=lambda d: _policy_problems(config.safety, d),
+            recap=plan_recap(config),
         )
     except PromptError as exc:
         raise Refusal(str(exc)) from None
@@ -118,6 +119,24 @@ def draft_plan(
         source=plan_file.resolve(),
         sha256=hashlib.sha256(data).hexdigest(),
     )
+
+
+def plan_recap(config: Config) -> str:
+    """The recap of the last stories on the repository the planner is told
+    (hero.memory.recall); "" when memory is off or holds none. A memory file hero cannot
+    read is a Refusal naming it: the person who asked for the plan can fix it."""
+    from hero.agent.window import estimate_text
+    from hero.memory import enabled, store_for
+    from hero.memory.recall import render_recap
+    from hero.memory.store import MemoryFileError
+
+    if not enabled(config):
+        return ""
+    try:
+        recaps = store_for(config).recaps()
+    except MemoryFileError as exc:
+        raise Refusal(str(exc)) from None
+    return render_recap(recaps, budget_tokens=config.memory.recap_tokens, estimate=estimate_text)
 
 
 def write_plan(home: Path, drafted: Drafted, *, force: bool) -> Path:

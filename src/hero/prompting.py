@@ -84,5 +84,17 @@ def render(name: str, home: Path | None, /, **values: object) -> str:
     return load_template(name, home).render(**values)
 
 
+def render_added(name: str, home: Path | None, added: dict[str, str], /, **values: object) -> str:
+    """Like :func:`render`, with ``added``: placeholders newer than a home's override may
+    be (the memory's ``{{memory}}``). The built-in template places each; an override
+    without one gets its text at the end, so that an override written before it still
+    works, and what it adds is never silently dropped. An empty value adds nothing: the
+    prompt is then byte for byte what it was before the placeholder existed."""
+    template = load_template(name, home)
+    used = template.placeholders()
+    text = template.render(**values, **{k: v for k, v in added.items() if k in used})
+    return text + "".join(v for k, v in added.items() if k not in used and v)
+
+
 def _braced(names: Iterable[str]) -> str:
     return ", ".join(f"{{{{{n}}}}}" for n in sorted(names))

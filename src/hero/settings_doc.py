@@ -56,7 +56,9 @@ def settings_reference() -> str:
         "",
         f"Each role, `{'`, `'.join(config.ROLE_NAMES)}`, is a block naming a provider, like "
         "`worker: {provider: local, model: qwen2.5-coder:32b}`; the planner is needed only by "
-        "the planning commands. Its keys:",
+        "the planning commands, and `memory` (a cheap model that distills what a story "
+        "learned, [memory](memory.md#the-memory-model)) is off unless its block is there. "
+        "Its keys:",
         "",
         *_table(config.ROLE_SETTINGS),
     ]

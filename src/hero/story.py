@@ -149,6 +149,9 @@ class Story:
     depends_on: tuple[str, ...] = ()
     base_ref: str | None = None
     allow_empty: bool = False  # may pass without a commit of its own
+    # False: the repository's memory is neither told this story nor learns from it; None:
+    # as the home says (memory_enabled); True cannot turn on what the home turned off
+    memory: bool | None = None
     # the story's model and reasoning effort, as written: one string for both roles, or
     # {worker: ..., reviewer: ...}; None: config/roles.yaml's (resolved by hero.models)
     model: str | Mapping[str, str] | None = field(default=None, hash=False)
@@ -621,6 +624,12 @@ def _read_allow_empty(value: Any, path: Path, fields: Mapping[str, Any]) -> bool
     return bool(value)
 
 
+def _read_memory(value: Any, path: Path, fields: Mapping[str, Any]) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise StoryError(path, "memory", f"expected true or false; found {describe(value)}")
+    return value if isinstance(value, bool) else None
+
+
 def _per_role(
     value: Any, path: Path, name: str, check: Callable[[str], str | None], what: str
 ) -> str | dict[str, str] | None:
@@ -749,6 +758,14 @@ FIELDS = (
         "Whether the story may pass without a commit of its own.",
         _read_allow_empty,
         "false",
+    ),
+    StoryField(
+        "memory",
+        "true or false",
+        "false: the repository's memory (docs/memory.md) is neither shown to this story nor "
+        "learns from it; true cannot turn on a memory the home turned off.",
+        _read_memory,
+        "memory_enabled of config/roles.yaml",
     ),
     StoryField(
         "model",

@@ -101,7 +101,7 @@ def _edit_loop(editor: list[str], draft: Path, template: str, inbox: Path) -> Pa
     shown = template
     while True:
         draft.write_text(shown, encoding="utf-8")
-        _run_editor(editor, draft)
+        run_editor(editor, draft)
         try:
             edited = draft.read_bytes()
         except OSError as exc:
@@ -134,7 +134,8 @@ def _edit_loop(editor: list[str], draft: Path, template: str, inbox: Path) -> Pa
         return target
 
 
-def _run_editor(editor: list[str], draft: Path) -> None:
+def run_editor(editor: list[str], draft: Path) -> None:
+    """Run the editor on ``draft``; HeroError (naming the draft) when it fails."""
     try:
         code = subprocess.run([*editor, str(draft)], check=False).returncode
     except OSError as exc:

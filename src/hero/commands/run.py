@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if task is None and not Path(args.story).exists():  # a FIFO: the reader says what it is
         raise UsageError(f"{args.story}: no such story file")
     models = override_of(args)  # a bad --model fails before anything is loaded
-    config = load_config(home(args), roles=("worker", "reviewer"))
+    config = load_config(home(args), roles=("worker", "reviewer", "memory"))
     say_notices(config)
     if args.dry_run:
         from hero.dryrun import dry_run_command

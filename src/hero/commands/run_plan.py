@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     problem = plan_name_problem(name)
     if problem:
         raise UsageError(f"plan name: {problem}")
-    config = load_config(home(args), roles=("worker", "reviewer"))
+    config = load_config(home(args), roles=("worker", "reviewer", "memory"))
     say_notices(config)
     require_extra(config.engine)
     check_plan(config, name)

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.doctor import preflight
     from hero.events import EventSink
 
-    config = load_config(home(args), roles=("worker", "reviewer"))
+    config = load_config(home(args), roles=("worker", "reviewer", "memory"))
     say_notices(config)
     watch.check(config)
     preflight(config, say, repository=True)  # what would fail every story stops it here

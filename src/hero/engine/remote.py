@@ -255,7 +255,22 @@ class RemoteRun:
             or self.config.target_base_ref
             or _current_branch(self.repo),
             "dispatch": self.dispatch,
+            "memory": self._recalled(),
         }
+
+    def _recalled(self) -> dict[str, str]:
+        """What the repository's memory tells the story, recalled here, where the memory
+        is (hero.memory.recall): the worker is sent it, it never reads a memory of its own."""
+        from hero.agent.window import estimate_text
+        from hero.memory.recall import recall_for
+
+        recalled = recall_for(
+            self.config,
+            self.story,
+            estimate=estimate_text,
+            say=lambda why: self.log.warning("memory", detail=why),
+        )
+        return {"section": recalled.section, "recap": recalled.recap}
 
     def _lost(self) -> bool:
         """Nobody runs the story and no queue holds it (read in this order: a worker takes
@@ -501,7 +516,25 @@ class RemoteRun:
             return None
         self._fetch_branch(state)
         self.store.forget(self.key)
+        self._learn(state)
         return state
+
+    def _learn(self, state: RunState) -> None:
+        """The memory lives with the coordinator: it learns from the record the worker
+        published, once the story has ended (the branch fetched: the recap's files)."""
+        from hero import memory
+        from hero.roles.learner import learn_story, memory_model
+
+        if state.finished_at is None or not memory.enabled(self.config, self.story):
+            return  # a record made up here has no ending of a run's own
+        try:
+            model = memory_model(self.config, self.cancel)
+        except Exception as exc:  # noqa: BLE001 - the deterministic facts need no model
+            self.log.warning("memory model not used", error=str(exc)[:300])
+            model = None
+        learn_story(
+            state, self.story, self.config, model=model, say=lambda m: self.log.warning(m[:500])
+        )
 
     def _fetch_branch(self, state: RunState) -> None:
         """The story branch from the remote into this home's repository, as with the local

@@ -32,6 +32,9 @@ MAX_FILE_BYTES = 256 << 20
 MAX_FILES = 1000
 #: How many dependencies' records a task may carry.
 MAX_DEPS = 1000
+#: The longest text of what the memory tells a story (its section, its recap) a task carries:
+#: the coordinator keeps them within a few thousand tokens (memory_recall_tokens).
+MAX_MEMORY_CHARS = 256 << 10
 #: A progress line longer than this is cut.
 MAX_LOG_CHARS = 4000
 #: A published file's name: one plain name (``round-2.jsonl``, ``verify-r1.log``).
@@ -197,6 +200,11 @@ class Contents:
     files: dict[str, bytes]
     deps: tuple[RunState, ...]
     base_ref: str
+    memory_section: str = ""
+    """What the repository's memory tells the worker, recalled by the coordinator (which
+    keeps the memory: hero.memory.recall); "" for nothing."""
+    memory_recap: str = ""
+    """The recap of the last stories the reviewer is told; "" for none."""
 
 
 def task_of(payload: dict[str, Any]) -> Task:
@@ -237,6 +245,9 @@ def contents(task: Task) -> Contents:
         or any(c.isspace() or ord(c) < 32 for c in base_ref)
     ):
         raise Untrusted(f"base_ref: not a branch name: {_shown(base_ref)}")
+    memory = _mapping(p.get("memory"), 2, "memory")
+    if memory.keys() - {"section", "recap"}:
+        raise Untrusted("memory: expected only a section and a recap")
     return Contents(
         file_name=story_file_name(p.get("file_name"), ref),
         story_text=bounded_text(p.get("story_text") or "", MAX_STORY_BYTES, "story_text"),
@@ -247,6 +258,10 @@ def contents(task: Task) -> Contents:
         },
         deps=tuple(dep_records),
         base_ref=base_ref,
+        memory_section=bounded_text(
+            memory.get("section") or "", MAX_MEMORY_CHARS, "memory.section"
+        ),
+        memory_recap=bounded_text(memory.get("recap") or "", MAX_MEMORY_CHARS, "memory.recap"),
     )
 
 

@@ -290,7 +290,7 @@ class _Run:
         with self.fleet.lock:
             self.fleet.cancels.add(self.cancel)
         try:
-            state = self._run(story_path, repo, sent.base_ref)
+            state = self._run(story_path, repo, sent)
         finally:
             with self.fleet.lock:
                 self.fleet.cancels.discard(self.cancel)
@@ -585,10 +585,12 @@ class _Run:
 
     # -- running ----------------------------------------------------------------------------
 
-    def _run(self, story_path: Path, repo: TargetRepo, base: str) -> RunState | None:
+    def _run(self, story_path: Path, repo: TargetRepo, sent: Contents) -> RunState | None:
         from hero.llm import LlmClient
+        from hero.memory.recall import Recalled
         from hero.pipeline import StoryRun
 
+        base = sent.base_ref
         story = replace(parse_story(story_path), plan=self.ref.plan)
         if story.id != self.ref.id:  # the file sent (or published) is another story's
             raise Untrusted(f"the story file is story {story.id!r}'s, not {self.ref.key}'s")
@@ -625,7 +627,11 @@ class _Run:
         worker = LlmClient(config.role("worker"), config.llm, cancel=self.cancel)
         reviewer = LlmClient(config.role("reviewer"), config.llm, cancel=self.cancel)
         run = StoryRun(story, config, worker, reviewer, repo, progress, self.cancel)
+        # the memory is the coordinator's: what it recalled travels in the task, and this
+        # worker's own home (which keeps no memory of the repository) is never read for it
+        run.recalled = Recalled(sent.memory_section, sent.memory_recap)
         run.on_save = self._saved
+        run.learns = False  # the coordinator keeps the memory and learns from the record
         run.on_turn_end = lambda: self.wip.take(run)
         run.on_resume = lambda n: self.wip.restore(run, n)
         publisher = threading.Thread(

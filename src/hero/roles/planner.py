@@ -23,7 +23,7 @@ from hero.errors import HeroError
 from hero.llm import Model
 from hero.names import ID_RE, is_story_id
 from hero.plans.dag import problems as dag_problems
-from hero.prompting import render
+from hero.prompting import render, render_added
 from hero.roles.answers import FENCE, find_object
 from hero.story import Story, StoryError, dumps_story, parse_story_text
 from hero.yamlio import ValueProblem, describe, string_list
@@ -86,12 +86,21 @@ class Draft:
 
 
 def planner_messages(
-    plan_text: str, *, plan_file: str, layout: str, rules: str, home: Path | None
+    plan_text: str,
+    *,
+    plan_file: str,
+    layout: str,
+    rules: str,
+    home: Path | None,
+    recap: str = "",
 ) -> list[dict[str, Any]]:
-    """The system and task messages; PromptError for a template that does not fit."""
-    task = render(
+    """The system and task messages; PromptError for a template that does not fit.
+    ``recap``: the last stories on the repository (hero.memory.recall.render_recap), ""
+    for none."""
+    task = render_added(
         "planner_task.md",
         home,
+        {"recap": recap},
         plan_file=plan_file,
         plan=plan_text.strip(),
         layout=layout.strip() or "(no tracked files)",
@@ -112,6 +121,7 @@ def plan_stories(
     rules: str,
     home: Path | None,
     check: Callable[[Draft], list[str]] | None = None,
+    recap: str = "",
 ) -> Draft:
     """Ask the planner for the plan's stories and check its answer.
 
@@ -121,7 +131,7 @@ def plan_stories(
     refusals of its verify commands). LlmError from the model passes through.
     """
     messages = planner_messages(
-        plan_text, plan_file=plan_file, layout=layout, rules=rules, home=home
+        plan_text, plan_file=plan_file, layout=layout, rules=rules, home=home, recap=recap
     )
     errors: list[str] = []
     for answer in range(1, MAX_ANSWERS + 1):

@@ -8,7 +8,7 @@ from typing import Any
 
 from hero.git.ops import Bounded, diff_since, log_since
 from hero.llm import Model
-from hero.prompting import render
+from hero.prompting import render, render_added
 from hero.roles.answers import find_object
 from hero.story import Story
 from hero.trace import Trace
@@ -124,6 +124,7 @@ def review_commits(
     verify_summary: str,
     home: Path | None,
     trace: Trace,
+    recap: str = "",
 ) -> Verdict:
     """Review the story's commits from ``base_sha`` to ``tip``, read in ``repo`` (the user's
     repository, where hero brought them): their log and their diff, cut for size with a
@@ -142,6 +143,7 @@ def review_commits(
         diff=_diff_text(diff),
         home=home,
         trace=trace,
+        recap=recap,
     )
 
 
@@ -169,11 +171,15 @@ def review(
     diff: str,
     home: Path | None,
     trace: Trace,
+    recap: str = "",
 ) -> Verdict:
-    """One model call; raises PromptError for a template that does not fit its values."""
-    task = render(
+    """One model call; raises PromptError for a template that does not fit its values.
+    ``recap``: the last stories on the repository (hero.memory.recall.render_recap), ""
+    for none (the prompt is then as without memory)."""
+    task = render_added(
         "reviewer_task.md",
         home,
+        {"recap": recap},
         id=story.id,
         title=story.title,
         body=story.body.strip(),

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hero.prompting import load_template, render
+from hero.prompting import load_template, render, render_added
 from hero.roles.repo import MAX_RULES_CHARS as MAX_RULES_CHARS
 from hero.roles.repo import repo_rules
 from hero.story import Story, VerifyTier
@@ -38,12 +38,20 @@ def build_messages(
     feedback: str,
     home: Path | None,
     builds_on: str = "",
+    memory: str = "",
 ) -> list[dict[str, Any]]:
-    """The system and task messages; raises PromptError for a template that does not fit."""
+    """The system and task messages; raises PromptError for a template that does not fit.
+
+    ``memory``: what the repository's memory tells the story (hero.memory.recall), computed
+    once at the round's start. It goes into the task message, after the repository's rules
+    and before the feedback, never into the system message: the system message and the
+    task are the same on every turn of the round (the prompt's cached prefix), and ""
+    leaves the task byte for byte as without memory."""
     system = render("worker_system.md", home)
-    task = render(
+    task = render_added(
         "worker_task.md",
         home,
+        {"memory": memory},
         id=story.id,
         title=story.title,
         body=story.body.strip(),
