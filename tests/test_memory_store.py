@@ -26,6 +26,8 @@ from hero.memory.facts import (
     new_fact,
 )
 from hero.memory.store import (
+    FORGOTTEN_HEADING,
+    MAX_FORGOTTEN,
     Bounds,
     MemoryFileError,
     MemoryStore,
@@ -233,6 +235,59 @@ def test_forget_by_id_or_unique_prefix(tmp_path: Path) -> None:
     gone = facts[0]
     assert s.forget(gone.id[:8].upper()) == gone
     assert gone.id not in {f.id for f in s.facts()} and len(s.facts()) == 16
+
+
+def test_a_forgotten_fact_is_not_learned_again_until_its_id_is_deleted(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    wrong = fact("Run the tests with make check-all")
+    s.add([wrong, fact("kept")])
+    s.forget(wrong.id)
+    text = s.path.read_text()
+    assert f"{FORGOTTEN_HEADING}\n\n- {wrong.id}\n" in text
+    assert s.read().forgotten == (wrong.id,)
+    # a later story learns it again, in other spacing and case: it stays forgotten
+    assert s.add([fact("run the tests  with MAKE check-all", at=5000)]) == ()
+    assert wrong.id not in {f.id for f in s.facts()}
+    # a person deletes the id: hero may learn it again
+    s.path.write_text(text.replace(f"\n{FORGOTTEN_HEADING}\n\n- {wrong.id}\n", "\n"))
+    assert [f.id for f in s.add([wrong])] == [wrong.id]
+
+
+def test_an_edit_that_deletes_a_fact_forgets_it_and_one_that_brings_it_back_does_not(
+    tmp_path: Path,
+) -> None:
+    s = store(tmp_path)
+    gone, stays = fact("Use tox"), fact("Use nox")
+    s.add([gone, stays])
+    before = s.path.read_text()
+    line = next(x for x in before.splitlines() if "Use tox" in x)
+    edited = s.replace_text(before.replace(line + "\n", ""), expect=before)
+    assert edited.forgotten == (gone.id,) and [f.id for f in edited.facts] == [stays.id]
+    assert s.add([gone]) == ()  # not learned again
+    # a person writes the same fact back by hand: it is no longer forgotten
+    now = s.path.read_text()
+    back = s.replace_text(
+        now.replace("- [command] Use nox", "- [command] Use tox\n- [command] Use nox"), expect=now
+    )
+    assert back.forgotten == () and {f.id for f in back.facts} == {gone.id, stays.id}
+    assert FORGOTTEN_HEADING not in s.path.read_text()
+
+
+def test_the_forgotten_ids_are_bounded_and_checked(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    many = [fact(f"fact {n}") for n in range(MAX_FORGOTTEN + 5)]
+    s.add(many[:1])
+    text = s.path.read_text() + f"\n{FORGOTTEN_HEADING}\n\n" + "".join(f"- {f.id}\n" for f in many)
+    s.path.write_text(text)
+    s.add([fact("new")])
+    assert s.read().forgotten == tuple(f.id for f in many[-MAX_FORGOTTEN:])  # the newest kept
+    for bad in ("- not-an-id", "- [command] a fact here", "- 0123456789abcdef0"):
+        broken = s.path.read_text() + bad + "\n"
+        s.path.write_text(broken)
+        number = len(broken.splitlines())
+        with pytest.raises(MemoryFileError, match=f":{number}: expected a forgotten fact's id"):
+            s.facts()
+        s.path.write_text(broken.replace(bad + "\n", ""))
 
 
 def test_a_hand_edited_file_is_read_back(tmp_path: Path) -> None:

@@ -19,10 +19,16 @@ recap of its last stories::
       - changed: src/app/login.py, tests/test_login.py
       - failed: pytest without APP_ENV
 
+    ## Forgotten
+
+    - 9f8e7d6c5b4a
+
 A fact is one line: ``- [kind] text``, ``[convention, always-on]`` for an always-on one, and
 hero's record of it in the comment after it. A line without the comment is a fact a person
 wrote (trust user, source person). A person may change a text or a kind, delete a line or
-add one; the id follows the content. Everything read goes through the same cleaning as a
+add one; the id follows the content. A fact a person forgot (``hero memory forget``, or
+its line deleted in ``hero memory edit``) leaves its id under "Forgotten", and hero does
+not learn it again; deleting the id there lets it. Everything read goes through the same cleaning as a
 fact hero learned (:func:`hero.memory.facts.clean_text`), secrets included.
 
 Every write is a read, a merge and an atomic write under the memory's lock
@@ -47,6 +53,7 @@ from hero.errors import UsageError
 from hero.fsio import atomic_write
 from hero.locks import memory_lock
 from hero.memory.facts import (
+    ID_CHARS,
     Fact,
     FactError,
     Kind,
@@ -68,6 +75,10 @@ MEMORY_DIR = "memory"
 MAX_FILE_BYTES = 4 << 20
 FACTS_HEADING = "## Facts"
 RECAPS_HEADING = "## Recent stories"
+FORGOTTEN_HEADING = "## Forgotten"
+#: The ids of forgotten facts a file keeps (the oldest go first): a fact forgotten long ago
+#: may be learned again.
+MAX_FORGOTTEN = 200
 ALWAYS_ON = "always-on"
 #: The longest text of a recap's changed / failed line.
 MAX_RECAP_CHARS = 300
@@ -75,6 +86,7 @@ MAX_RECAP_CHARS = 300
 _FACT_LINE = re.compile(r"^- \[(?P<tags>[^\]]*)\]\s*(?P<text>.*?)\s*(?:<!--(?P<meta>.*?)-->)?\s*$")
 _RECAP_LINE = re.compile(r"^- (?P<text>.*?)\s*(?:<!--(?P<meta>.*?)-->)?\s*$")
 _RECAP_DETAIL = re.compile(r"^\s+- (?P<key>changed|failed):\s*(?P<text>.*?)\s*$")
+_FORGOTTEN_LINE = re.compile(rf"^- (?P<id>[0-9a-f]{{{ID_CHARS}}})\s*$")
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _META_KEYS = {
     "facts": ("id", "trust", "seen", "at", "story", "round", "role"),
@@ -119,10 +131,12 @@ class Recap:
 
 @dataclass(frozen=True)
 class Memory:
-    """What a memory file holds: its facts (in file order) and its recaps (oldest first)."""
+    """What a memory file holds: its facts (in file order), its recaps (oldest first) and
+    the ids of the facts a person forgot (oldest first), which hero does not learn again."""
 
     facts: tuple[Fact, ...] = ()
     recaps: tuple[Recap, ...] = ()
+    forgotten: tuple[str, ...] = ()
     dropped: tuple[Fact, ...] = field(default=(), compare=False)
     """The facts the last bounding dropped (for the caller to log)."""
 
@@ -211,15 +225,18 @@ class MemoryStore:
     def add(self, facts: Iterable[Fact]) -> tuple[Fact, ...]:
         """Add ``facts``, deduplicated by id (a fact learned again is merged: fresher, seen
         more, perhaps confirmed, see :func:`hero.memory.facts.merge`), then bounded. Returns
-        the facts that were new to the memory."""
+        the facts that were new to the memory. A fact a person forgot is not added again."""
         incoming = list(facts)
         added: list[Fact] = []
         with self._changing() as memory:
             known = {f.id: f for f in memory.facts}
+            forgotten = set(memory.forgotten)
             for fact in incoming:
                 fact = self._recleaned(fact)
                 if fact.id in known:
                     known[fact.id] = merge(known[fact.id], fact)
+                elif fact.id in forgotten:
+                    continue
                 else:
                     known[fact.id] = fact
                     added.append(fact)
@@ -243,18 +260,23 @@ class MemoryStore:
             memory.recaps = (*(r for r in memory.recaps if r.story != recap.story), recap)
 
     def forget(self, id_or_prefix: str) -> Fact:
-        """Remove the fact with this id (or the one whose id starts with it); returns it.
-        UnknownFact when none or several match."""
+        """Remove the fact with this id (or the one whose id starts with it), and keep its
+        id among the forgotten, so no later story learns it again; returns it. UnknownFact
+        when none or several match."""
         with self._changing() as memory:
             gone = _find(memory.facts, id_or_prefix, self.path)
             memory.facts = tuple(f for f in memory.facts if f.id != gone.id)
+            memory.forgotten = _forgetting(memory.forgotten, [gone.id])
         return gone
 
     def replace_text(self, text: str, *, expect: str | None) -> Memory:
         """Write a person's edit of the whole file, once it reads (MemoryFileError naming the
         line otherwise, and nothing written). ``expect``: the file's text when the edit
         began (None: there was no file); if the file changed meanwhile (a story ended and
-        added facts), UsageError and nothing written, so neither side is lost."""
+        added facts), UsageError and nothing written, so neither side is lost.
+
+        A fact whose line the edit deleted (or whose text or kind it changed: a new id) is
+        forgotten, as with :meth:`forget`; a fact the edit brings back is no longer."""
         edited = self.parse(text)
         with memory_lock(self.path):
             if self.read_text() != expect:
@@ -262,6 +284,10 @@ class MemoryStore:
                     f"{self.path} changed while you edited it (a story added to it); nothing "
                     "written"
                 )
+            kept = {f.id for f in edited.facts}
+            before = self.parse(expect).facts if expect is not None else ()
+            forgotten = _forgetting(edited.forgotten, [f.id for f in before if f.id not in kept])
+            edited = replace(edited, forgotten=tuple(i for i in forgotten if i not in kept))
             result = self._bounded(edited)
             self._write(result)
         return result
@@ -278,7 +304,7 @@ class MemoryStore:
         with memory_lock(self.path):
             change = _Change(self.read())
             yield change
-            change.result = self._bounded(Memory(change.facts, change.recaps))
+            change.result = self._bounded(Memory(change.facts, change.recaps, change.forgotten))
             self._write(change.result)
 
     def _write(self, memory: Memory) -> None:
@@ -312,6 +338,7 @@ class MemoryStore:
         person's goes last of all; then an outside fact goes before a person's, one seen
         less before one seen more, an older before a newer."""
         b = self.bounds
+        forgotten = memory.forgotten[-MAX_FORGOTTEN:]
         recaps = (
             tuple(sorted(memory.recaps, key=lambda r: r.at))[-b.recap_stories :]
             if b.recap_stories
@@ -329,14 +356,14 @@ class MemoryStore:
         dropped: list[Fact] = []
         while len(order) > b.max_facts:
             dropped.append(order.pop(0))
-        size = len(render(Memory(tuple(order), recaps), self.repo).encode())
+        size = len(render(Memory(tuple(order), recaps, forgotten), self.repo).encode())
         while order and size > b.max_bytes:
             gone = order.pop(0)
             dropped.append(gone)
             size -= len(_fact_line(gone).encode()) + 1
         gone_ids = {f.id for f in dropped}
         facts = tuple(f for f in memory.facts if f.id not in gone_ids)
-        return Memory(facts, recaps, tuple(dropped))
+        return Memory(facts, recaps, forgotten, tuple(dropped))
 
 
 @dataclass
@@ -346,10 +373,18 @@ class _Change:
     before: Memory
     facts: tuple[Fact, ...] = ()
     recaps: tuple[Recap, ...] = ()
+    forgotten: tuple[str, ...] = ()
     result: Memory = field(default_factory=Memory)
 
     def __post_init__(self) -> None:
         self.facts, self.recaps = self.before.facts, self.before.recaps
+        self.forgotten = self.before.forgotten
+
+
+def _forgetting(forgotten: Iterable[str], ids: Iterable[str]) -> tuple[str, ...]:
+    """``forgotten`` with ``ids`` added last (an id forgotten again moves to the end)."""
+    new = list(dict.fromkeys(ids))
+    return (*(i for i in forgotten if i not in new), *new)
 
 
 def _find(facts: Iterable[Fact], id_or_prefix: str, path: Path) -> Fact:
@@ -381,7 +416,8 @@ def render(memory: Memory, repo: Path | None = None) -> str:
         "Edit it with `hero memory edit`: change a fact's text or kind, delete its line, or "
         "add one as `- [kind] text` (kinds: " + ", ".join(k.value for k in Kind) + "; "
         f"`[convention, {ALWAYS_ON}]` puts it in every prompt). The comment after a fact is "
-        "hero's record of it.",
+        "hero's record of it. Under Forgotten, the ids of facts you forgot: hero does not "
+        "learn them again (delete an id to let it).",
         "",
         FACTS_HEADING,
         "",
@@ -398,6 +434,8 @@ def render(memory: Memory, repo: Path | None = None) -> str:
             lines.append(f"  - changed: {r.changed}")
         if r.failed:
             lines.append(f"  - failed: {r.failed}")
+    if memory.forgotten:
+        lines += ["", FORGOTTEN_HEADING, "", *(f"- {i}" for i in memory.forgotten)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -478,6 +516,7 @@ class _Parser:
     def parse(self, text: str) -> Memory:
         facts: dict[str, Fact] = {}
         recaps: list[Recap] = []
+        forgotten: list[str] = []
         section = ""  # before the first known heading: the title and the intro, free text
         for n, raw in enumerate(text.splitlines(), start=1):
             line = raw.rstrip()
@@ -489,11 +528,13 @@ class _Parser:
             if section == "facts":
                 fact = self._fact(n, line)
                 facts[fact.id] = merge(facts[fact.id], fact) if fact.id in facts else fact
+            elif section == "forgotten":
+                forgotten.append(self._forgotten(n, line))
             elif _RECAP_DETAIL.match(line):
                 self._detail(n, line, recaps)
             else:
                 recaps.append(self._recap(n, line))
-        return Memory(tuple(facts.values()), tuple(recaps))
+        return Memory(tuple(facts.values()), tuple(recaps), _forgetting((), forgotten))
 
     def _section(self, n: int, line: str) -> str:
         heading = " ".join(line.split())
@@ -501,9 +542,18 @@ class _Parser:
             return "facts"
         if heading == RECAPS_HEADING:
             return "recaps"
-        raise self.error(
-            n, f"unknown section {heading!r}; expected {FACTS_HEADING!r} or {RECAPS_HEADING!r}"
-        )
+        if heading == FORGOTTEN_HEADING:
+            return "forgotten"
+        known = f"{FACTS_HEADING!r}, {RECAPS_HEADING!r} or {FORGOTTEN_HEADING!r}"
+        raise self.error(n, f"unknown section {heading!r}; expected {known}")
+
+    def _forgotten(self, n: int, line: str) -> str:
+        m = _FORGOTTEN_LINE.match(line.strip().lower())
+        if m is None:
+            raise self.error(
+                n, f"expected a forgotten fact's id like `- 9f8e7d6c5b4a` ({ID_CHARS} hex digits)"
+            )
+        return m["id"]
 
     def _meta(self, n: int, text: str | None, section: str) -> dict[str, str]:
         out: dict[str, str] = {}
