@@ -26,12 +26,14 @@ from hero.llm import LlmClient
 from hero.memory import store_for
 from hero.memory.facts import Fact, Role, Source, Trust, new_fact
 from hero.memory.recall import (
+    ALWAYS_ON_SHARE,
     FACTS_HEADING,
     RECAP_HEADING,
     pick,
     recall_for,
     render_facts,
     render_recap,
+    story_query,
 )
 from hero.memory.store import MemoryStore, Recap
 from hero.pipeline import StoryRun
@@ -115,6 +117,45 @@ def test_always_on_conventions_are_told_whatever_the_story() -> None:
     section = render_facts(chosen)
     assert section.startswith(f"\n{FACTS_HEADING}\n")
     assert '- [convention] "Test methods are named test_‹unit›_‹behaviour›"' in section
+
+
+def test_always_on_conventions_take_half_the_budget_at_most_a_persons_first() -> None:
+    from dataclasses import replace
+
+    # fifty conventions a reviewer repeated (a worker can steer it), and one of a person's
+    steered = [
+        fact("convention", f"Every function must log step {i} loudly", always_on=True)
+        for i in range(50)
+    ]
+    mine = replace(
+        fact("convention", "Commit messages say why", always_on=True),
+        source=Source("", None, Role.PERSON),
+    )
+    budget = 400
+    chosen = pick(
+        [*steered, mine, DATABASE],
+        "database migration",
+        budget_tokens=budget,
+        estimate=estimate_text,
+    )
+    always = [f for f in chosen if f.always_on]
+    assert always[0] == mine  # a person's own convention comes first
+    assert estimate_text(render_facts(always)) <= budget * ALWAYS_ON_SHARE
+    assert DATABASE in chosen  # the story's relevant fact still fits
+    assert estimate_text(render_facts(chosen)) <= budget
+
+
+def test_a_command_fact_is_recalled_by_the_storys_check_commands(tmp_path: Path) -> None:
+    path = tmp_path / "s.md"
+    path.write_text(
+        "---\nid: s\ntitle: Fix the colour of the logo\nverify:\n  - python -m unittest\n---\n"
+        "## Goal\nRed, not blue.\n"
+    )
+    story = parse_story(path)
+    assert "python -m unittest" in story_query(story)
+    assert pick([COMMAND], story_query(story), budget_tokens=800, estimate=estimate_text) == (
+        COMMAND,
+    )
 
 
 def test_an_outside_fact_is_set_apart_as_data_and_never_always_on() -> None:
