@@ -8,6 +8,7 @@ handler tells them apart by the system prompt.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import signal
 import sys
@@ -194,6 +195,25 @@ def test_what_the_reviewer_asks_twice_is_an_always_on_convention(
     assert "calc/__init__.py" in recaps[0].changed
 
 
+def test_a_convention_a_person_forgot_is_not_learned_again(
+    scripted: Callable[..., ScriptedModel], make_home, write_story
+) -> None:
+    reviews = {1: asks(CONVENTION), 2: asks(CONVENTION), 3: APPROVE}
+    model = scripted(handler(reviews))
+    home = make_home(model, max_retries=3)
+    assert run(home, write_story(home, "first", verify=VERIFY)) == 0
+    (conv,) = [f for f in facts(home) if f.kind is Kind.CONVENTION]
+    assert main(["memory", "forget", conv.id, "--home", str(home)]) == 0
+
+    # the next story's reviewer insists on the same thing: it stays forgotten
+    assert run(home, write_story(home, "second", verify=VERIFY)) == 0
+    assert status(home, "second") == "passed"
+    assert conv.id not in {f.id for f in facts(home)}
+    assert f"- {conv.id}" in memory_file(home).read_text()  # kept under Forgotten
+    recaps = store_for(load_config(home, roles=())).recaps()
+    assert [r.story for r in recaps] == ["first", "second"]  # the story still taught its recap
+
+
 def test_a_github_storys_facts_are_outside_and_never_always_on(
     scripted: Callable[..., ScriptedModel], make_home, write_story
 ) -> None:
@@ -307,7 +327,7 @@ def test_memory_off_writes_nothing(
 
 
 def test_the_memory_role_distills_facts(
-    scripted: Callable[..., ScriptedModel], make_home, write_story
+    scripted: Callable[..., ScriptedModel], make_home, write_story, capsys
 ) -> None:
     answer = {
         "facts": [
@@ -329,8 +349,12 @@ def test_the_memory_role_distills_facts(
     add_memory_role(home)
     story = write_story(home, "dist", verify=VERIFY)
 
-    assert run(home, story) == 0
+    assert main(["run", str(story), "--home", str(home), "--verbose"]) == 0
     assert len(asked) == 1
+    # what the request cost is said, since no record counts it
+    err = capsys.readouterr().err
+    assert re.search(r"dist: memory: the memory model gave 2 fact\(s\) for \d+ tokens in", err)
+    assert re.search(r"dist: memory: learned 2 fact\(s\), 2 new, in \S+memory\S+\.md", err)
     assert "Add a `sub(a, b)` function to calc." in str(asked[0]["messages"][1]["content"])
     distilled = {f.text: f for f in facts(home) if f.source.role is Role.MEMORY}
     assert set(distilled) == {
@@ -485,3 +509,27 @@ def test_with_the_celery_engine_the_coordinator_learns_and_the_worker_does_not(
     # the worker's machine keeps no memory: it lives with the coordinator
     assert worker.ran("s1")
     assert not [p for p in worker.workdir.rglob("memory") if p.is_dir()]
+
+
+def test_the_dry_run_lists_the_memory_role_only_when_it_would_be_asked(
+    scripted: Callable[..., ScriptedModel], make_home, write_story, capsys
+) -> None:
+    model = scripted(handler({1: APPROVE}))
+    home = make_home(model)
+    story = write_story(home, "dry", verify=VERIFY)
+
+    def roles(*extra: str) -> dict[str, Any]:
+        args = ["run", str(story), "--home", str(home), "--dry-run", *extra]
+        assert main(args) == 0
+        return capsys.readouterr().out  # type: ignore[no-any-return]
+
+    assert "memory" not in json.loads(roles("--json"))["roles"]
+    add_memory_role(home)
+    plan = json.loads(roles("--json"))
+    assert plan["roles"]["memory"]["provider"] == "scripted"
+    assert "memory: " in roles() and "(one request after the story ends)" in roles()
+    # memory off for the story: no request after it either
+    off = write_story(home, "dry-off", verify=VERIFY, memory=False)
+    assert main(["run", str(off), "--home", str(home), "--dry-run", "--json"]) == 0
+    assert "memory" not in json.loads(capsys.readouterr().out)["roles"]
+    assert not model.requests  # a dry run asks no model

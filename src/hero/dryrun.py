@@ -64,6 +64,7 @@ def dry_run(story_path: Path, config: Config, models: Override | None = None) ->
     refuse the story; WouldNotStart when it would end in error before any model call."""
     from hero.app import admit_run
     from hero.daemon.queue import Admit
+    from hero.memory import enabled as memory_on
     from hero.run_start import RunStart, StartError
     from hero.workspace import Workspace
 
@@ -102,6 +103,9 @@ def dry_run(story_path: Path, config: Config, models: Override | None = None) ->
         raise WouldNotStart(f"{story_path}: would not start: {exc}") from exc
     result["verify"] = _verify_plan(config, tiers)
     result["roles"] = {name: _role(role) for name, role in roles.items()}
+    if "memory" in config.roles and memory_on(config, story):
+        # one request after the story ends, to distill what it learned (hero.roles.learner)
+        result["roles"]["memory"] = _role(config.role("memory"))
     result["budgets"] = _budgets(config, where)
     redacted: dict[str, Any] = redactor.redact_value(result)
     return redacted
@@ -454,9 +458,10 @@ def render_text(plan: Mapping[str, Any]) -> str:
             f", reasoning_effort {role['reasoning_effort']}" if role["reasoning_effort"] else ""
         )
         key = role["key_source"] or "no key sent"
+        after = " (one request after the story ends)" if name == "memory" else ""
         out.append(
             f"  {name}: {role['model']} from {role['provider']} at {role['base_url']}"
-            f"{effort}; key: {key}"
+            f"{effort}; key: {key}{after}"
         )
     out.append("")
     verify = plan["verify"]

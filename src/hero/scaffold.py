@@ -94,6 +94,13 @@ planner:
 # planner:
 #   provider: openai
 #   model: gpt-5
+
+# Memory (optional): after each story, one request to a cheap model distills a few facts
+# for the stories after it (docs/memory.md). Without it, hero learns without a model.
+# memory:
+#   provider: openai
+#   model: gpt-5-mini
+#   reasoning_effort: low
 """
 
 

@@ -533,7 +533,12 @@ class RemoteRun:
             self.log.warning("memory model not used", error=str(exc)[:300])
             model = None
         learn_story(
-            state, self.story, self.config, model=model, say=lambda m: self.log.warning(m[:500])
+            state,
+            self.story,
+            self.config,
+            model=model,
+            say=lambda m: self.log.warning(m[:500]),
+            note=lambda m: self.log.info(m[:500]),
         )
 
     def _fetch_branch(self, state: RunState) -> None:

@@ -308,15 +308,23 @@ def distill(
     redactor: Redactor,
     trust: Trust,
     say: Callable[[str], None],
+    note: Callable[[str], None] | None = None,
 ) -> list[Fact]:
     """A few facts the memory role's model distills from the story (one request, through
-    the redactor both ways); none, said once, when its answer is not usable."""
+    the redactor both ways); none, said once, when its answer is not usable. ``note``
+    (default ``say``) is told what the request cost."""
     from hero.redact import RedactingModel
 
     answer = RedactingModel(model, redactor).complete(distill_messages(state, story))
     last = state.rounds[-1].round if state.rounds else None
     facts, problem = parse_distilled(
         answer.content or "", story.ref.key, last, redactor=redactor, trust=trust
+    )
+    # not the story's spend (see the module), so said here: what the request cost
+    cost = f", ${answer.cost_usd:.4f}" if answer.cost_usd else ""
+    (note or say)(
+        f"{story.ref.key}: memory: the memory model gave {len(facts)} fact(s) for "
+        f"{answer.tokens_in} tokens in, {answer.tokens_out} out{cost}"
     )
     if problem:
         say(f"{story.ref.key}: memory: {problem}")
@@ -354,11 +362,13 @@ def learn_story(
     *,
     model: Model | None = None,
     say: Callable[[str], None] = lambda _msg: None,
+    note: Callable[[str], None] | None = None,
 ) -> Lesson | None:
     """Teach the home's memory what ``story`` (its ended record ``state``) learned: facts,
     then the recap, through the store. Does nothing (None) when memory is off for the home
     or the story, or the story did not end in one of :data:`LEARNED`. Never raises: a
-    failure is said once and swallowed, so the story's result stands."""
+    failure is said once and swallowed, so the story's result stands. ``note`` (default
+    ``say``) is told what was learned and what the memory model's request cost."""
     from hero import memory
 
     if not memory.enabled(config, story) or not learns_from(state.status):
@@ -377,12 +387,19 @@ def learn_story(
         facts = list(lesson.facts)
         if model is not None and state.rounds:
             try:
-                facts += distill(model, state, story, redactor=store.redactor, trust=trust, say=say)
+                facts += distill(
+                    model, state, story, redactor=store.redactor, trust=trust, say=say, note=note
+                )
             except Exception as exc:  # noqa: BLE001 - the deterministic facts are kept
                 say(f"{story.ref.key}: memory: the memory model failed: {exc}")
         lesson = Lesson(_unique(facts), lesson.recap)
-        store.add(lesson.facts)
+        new = store.add(lesson.facts)
         store.add_recap(lesson.recap)
+        if lesson.facts:
+            (note or say)(
+                f"{story.ref.key}: memory: learned {len(lesson.facts)} fact(s), "
+                f"{len(new)} new, in {store.path}"
+            )
         return lesson
     except Exception as exc:  # noqa: BLE001 - learning never changes a story's result
         say(f"{story.ref.key}: memory: nothing learned: {type(exc).__name__}: {exc}")
