@@ -31,7 +31,7 @@ from hero.roles.learner import (
     normalize,
     parse_distilled,
 )
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
 from hero.state import ReviewRecord, Round, RunState, Status
 from hero.story import parse_story
 
@@ -383,6 +383,28 @@ def test_a_garbage_answer_of_the_memory_role_gives_no_facts_and_the_story_stands
     assert recap.story == "junk"
     err = capsys.readouterr().err
     assert err.count("the memory model's answer was not the JSON asked for") == 1
+
+
+def test_a_memory_model_that_is_down_is_tried_twice_and_the_story_keeps_its_facts(
+    scripted: Callable[..., ScriptedModel], make_home, write_story, capsys
+) -> None:
+    asked: list[Mapping[str, Any]] = []
+
+    def down(body: Mapping[str, Any]) -> Any:
+        asked.append(body)
+        return HttpError(503, "the memory model is down")
+
+    reviews = {1: asks(CONVENTION), 2: asks(CONVENTION), 3: APPROVE}
+    model = scripted(handler(reviews, memory=down))
+    home = make_home(model, max_retries=3, llm_max_attempts=6)
+    add_memory_role(home)
+    story = write_story(home, "down", verify=VERIFY)
+
+    assert main(["run", str(story), "--home", str(home), "--verbose"]) == 0
+    assert status(home, "down") == "passed"
+    assert len(asked) == 2  # MEMORY_ATTEMPTS, not the home's six
+    assert [f.kind for f in facts(home)] == [Kind.CONVENTION]  # the deterministic fact kept
+    assert "down: memory: the memory model failed" in capsys.readouterr().err
 
 
 def test_parse_distilled_refuses_every_shape_but_the_one_asked() -> None:

@@ -58,6 +58,10 @@ MAX_LEARNED = 12
 MAX_DISTILLED = 5
 #: Characters of each part of the story and of its rounds sent to the distilling model.
 MAX_DISTILL_INPUT = 6000
+#: Attempts of the memory model's one request, and the timeout of each, in seconds (the
+#: home's llm_max_attempts and llm_timeout_s when lower): see :func:`memory_model`.
+MEMORY_ATTEMPTS = 2
+MEMORY_TIMEOUT_S = 120.0
 
 _NOT_WORD = re.compile(r"[^\w]+")
 #: A line of output with nothing to say: blank, a rule, a bare prompt or bracket.
@@ -346,13 +350,26 @@ def changed_files(repo: Path, base: str, head: str) -> list[str]:
 
 
 def memory_model(config: Config, cancel: Any = None) -> Model | None:
-    """The memory role's client when config/roles.yaml has one (and it was loaded), else None."""
+    """The memory role's client when config/roles.yaml has one (and it was loaded), else None.
+
+    Its request is an extra, made while the story's lock (and, under `hero watch`, its slot)
+    is held: it gets at most :data:`MEMORY_ATTEMPTS` attempts of at most
+    :data:`MEMORY_TIMEOUT_S` each (the home's llm settings when shorter), so a memory model
+    that is down or hangs costs a story's end minutes, not the hour six attempts of a
+    worker's timeout could take."""
     role = config.roles.get("memory")
     if role is None:
         return None
+    from dataclasses import replace
+
     from hero.llm import LlmClient
 
-    return LlmClient(role, config.llm, cancel=cancel)
+    llm = replace(
+        config.llm,
+        max_attempts=min(config.llm.max_attempts, MEMORY_ATTEMPTS),
+        timeout_s=min(config.llm.timeout_s, MEMORY_TIMEOUT_S),
+    )
+    return LlmClient(role, llm, cancel=cancel)
 
 
 def learn_story(
