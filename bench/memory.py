@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from report import GIT_ISOLATION, Report, env_line, hero_env, print_report
+from report import GIT_ISOLATION, Report, env_line, hero_env, make_home, print_report
 
 from hero.git.ops import DEFAULT_IDENTITY, git
 from hero.memory.recall import FACTS_HEADING
@@ -242,18 +242,8 @@ def run_sequence(
     model_logic = Model({s.id: s for s in stories})
     model = ScriptedModel(model_logic).start()
     try:
-        repo = make_repo(base / "repo")
-        home = base / "home"
-        (home / "config" / "providers").mkdir(parents=True)
-        (home / "inbox").mkdir()
-        (home / "config" / "providers" / "scripted.yaml").write_text(
-            f"name: scripted\nbase_url: {model.base_url}\ndefault_model: scripted-bench\n"
-        )
-        (home / "config" / "roles.yaml").write_text(
-            f"target_repo: {json.dumps(str(repo))}\nllm_max_attempts: 1\n"
-            f"max_retries: {MAX_ROUNDS}\nmemory_enabled: {str(memory).lower()}\n"
-            "worker:\n  provider: scripted\nreviewer:\n  provider: scripted\n"
-        )
+        knobs = f"max_retries: {MAX_ROUNDS}\nmemory_enabled: {str(memory).lower()}\n"
+        home = make_home(base, model.base_url, knobs, repo_maker=make_repo)
         out = []
         for s in stories:
             path = home / "inbox" / f"{s.id}.md"

@@ -147,11 +147,13 @@ def make_repo(path: Path) -> Path:
     return path
 
 
-def make_home(base: Path, base_url: str, roles: str = "") -> Path:
-    """`base/repo` (make_repo) and a hero home `base/home` whose worker and reviewer use the
-    scripted model at ``base_url`` with one attempt per LLM call; ``roles`` is more
-    roles.yaml. Returns the home (its inbox/ exists)."""
-    repo = make_repo(base / "repo")
+def make_home(
+    base: Path, base_url: str, roles: str = "", repo_maker: Callable[[Path], Path] | None = None
+) -> Path:
+    """`base/repo` (``repo_maker``, default make_repo) and a hero home `base/home` whose
+    worker and reviewer use the scripted model at ``base_url`` with one attempt per LLM
+    call; ``roles`` is more roles.yaml. Returns the home (its inbox/ exists)."""
+    repo = (repo_maker or make_repo)(base / "repo")
     home = base / "home"
     (home / "config" / "providers").mkdir(parents=True)
     (home / "inbox").mkdir()
