@@ -20,7 +20,14 @@ from fakegithub import FakeGitHub
 
 from hero.config import load_config
 from hero.doctor import FAIL, OK, WARN, Finding, PreflightFailed, preflight, run_all
-from hero.doctor.local import free_disk, git_version, rg_finding, sandbox, target_repository
+from hero.doctor.local import (
+    free_disk,
+    git_version,
+    memory,
+    rg_finding,
+    sandbox,
+    target_repository,
+)
 from hero.doctor.network import PROBE_TOOL
 from hero.locks import daemon_lock_path, is_held
 from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
@@ -98,7 +105,15 @@ def test_a_home_that_is_fine_passes_every_check(scripted: Any, make_home: Any) -
     rc, out = doctor_cli(home)
     assert rc == 0, out
     assert "FAIL" not in out
-    for what in ("configuration", "git", "target repository", "sandbox", "free disk", "model"):
+    for what in (
+        "configuration",
+        "git",
+        "target repository",
+        "sandbox",
+        "free disk",
+        "memory",
+        "model",
+    ):
         assert f"ok   {what}" in out, out
     assert out.rstrip().endswith("all checks passed")
     # worker and reviewer share the endpoint and the model: asked once, with one attempt
@@ -339,6 +354,45 @@ def test_ripgrep() -> None:
     missing = rg_finding(None)
     assert missing.status == WARN
     assert "hero's own, slower search" in missing.detail and "ripgrep" in missing.fix
+
+
+def test_memory(make_home: Any, scripted: Any) -> None:
+    from hero.memory import store_for
+    from hero.memory.facts import Role, Source, Trust, new_fact
+
+    home = make_home(scripted(probe_ok), sandbox="none")
+    config = load_config(home)
+    found = memory(config)
+    assert found.status == OK and found.detail.startswith("empty;")
+    store = store_for(config)
+    store.add(
+        [
+            new_fact("command", "Run make test", Source(), redactor=store.redactor),
+            new_fact(
+                "convention",
+                "Snake case",
+                Source("s", 1, Role.REVIEWER),
+                redactor=store.redactor,
+                always_on=True,
+            ),
+            new_fact("failure", "eval", Source(), redactor=store.redactor, trust=Trust.OUTSIDE),
+        ]
+    )
+    found = memory(config)
+    assert found.status == OK
+    assert found.detail.startswith("3 facts (1 always-on, 1 from outside stories), 0 recent")
+    # a file a person broke: a warning naming the line (stories still run), never a failure
+    store.path.write_text(store.path.read_text().replace("[command]", "[rule]"))
+    found = memory(config)
+    assert found.status == WARN and f"{store.path}:" in found.detail
+    assert "unknown kind 'rule'" in found.detail and "hero memory edit" in found.fix
+    preflight(config, warn=lambda _msg: None, repository=True)  # does not stop a service
+    # memory off: said so, the file is not read
+    (home / "config" / "roles.yaml").write_text(
+        (home / "config" / "roles.yaml").read_text() + "memory_enabled: false\n"
+    )
+    found = memory(load_config(home))
+    assert found.status == OK and found.detail.startswith("off")
 
 
 def test_free_disk(tmp_path: Path) -> None:

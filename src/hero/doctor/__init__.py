@@ -5,7 +5,8 @@
 stop when one fails, since then every story they took would fail the same way.
 
 The checks, in order: the configuration loads; git is new enough; the target repository
-and its base ref; the sandbox works when it is on; ripgrep; free disk in the home. Then,
+and its base ref; the sandbox works when it is on; ripgrep; free disk in the home; the
+repository's memory file reads. Then,
 unless ``quick``, the ones that talk to something else: each configured role's model
 answers one tiny request with a tool call; the push remote answers ``git ls-remote``; the
 GitHub token can reach the repository with the scopes hero needs; Redis answers a PING.
@@ -26,7 +27,14 @@ from pathlib import Path
 
 from hero.config import ROLE_NAMES, ROLES_FILE, Config, ConfigError, load_config
 from hero.doctor.finding import CONFIGURATION, FAIL, OK, WARN, Finding
-from hero.doctor.local import free_disk, git_version, ripgrep, sandbox, target_repository
+from hero.doctor.local import (
+    free_disk,
+    git_version,
+    memory,
+    ripgrep,
+    sandbox,
+    target_repository,
+)
 from hero.doctor.network import (
     MODEL_TIMEOUT_S,
     github_token,
@@ -91,13 +99,15 @@ def run_all(
 def cheap_checks(config: Config, *, repository: bool) -> Iterator[Finding]:
     """The checks that cost nothing and ask no one: git, the target repository and its base
     ref (``repository``: a worker's clone is made when it starts, so not there), the
-    sandbox, ripgrep, free disk in the home."""
+    sandbox, ripgrep, free disk in the home, the repository's memory (not on a worker)."""
     yield git_version()
     if repository:
         yield target_repository(config)
     yield sandbox(config)
     yield ripgrep()
     yield free_disk(config.home, config.min_free_disk_mb)
+    if repository:  # a `hero worker` keeps no memory: the coordinator sends what it recalls
+        yield memory(config)
 
 
 def preflight(config: Config, warn: Callable[[str], None], *, repository: bool) -> None:

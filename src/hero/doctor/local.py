@@ -117,3 +117,32 @@ def free_disk(home: Path, min_mb: int) -> Finding:
 
 def _repo_fix() -> str:
     return f"point target_repo in {ROLES_FILE} at a git repository (or run `git init` there)"
+
+
+def memory(config: Config) -> Finding:
+    """The target repository's memory (hero.memory) can be read: a file hero cannot read
+    tells stories nothing and learns nothing until it is fixed (a warning: stories still
+    run, so it stops no service)."""
+    from hero.memory import enabled, store_for
+    from hero.memory.facts import Trust
+    from hero.memory.store import MemoryFileError
+
+    what = "memory"
+    if not enabled(config):
+        return Finding(OK, what, f"off (memory_enabled: false in {ROLES_FILE})")
+    store = store_for(config)
+    try:
+        kept = store.read()
+    except MemoryFileError as exc:
+        fix = "`hero memory edit` and fix the line it names (until then, stories are told nothing)"
+        return Finding(WARN, what, one_line(exc), fix)
+    if not kept.facts and not kept.recaps:
+        return Finding(OK, what, f"empty; {store.path} is written when a story ends")
+    always = sum(1 for f in kept.facts if f.always_on)
+    outside = sum(1 for f in kept.facts if f.trust is Trust.OUTSIDE)
+    return Finding(
+        OK,
+        what,
+        f"{len(kept.facts)} facts ({always} always-on, {outside} from outside stories), "
+        f"{len(kept.recaps)} recent stories in {store.path}",
+    )
