@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -165,6 +166,11 @@ def test_edit_saves_a_valid_edit(home: Path, tmp_path: Path) -> None:
     out = hero(home, "edit", **env)
     assert out.returncode == 0, out.stderr
     assert "saved" in out.stdout and "4 facts, 1 recent stories" in out.stdout
+    # the old wording is gone from the file: forgotten, so no story learns it again
+    assert re.search(
+        r"^forgot [0-9a-f]{12} \[command\] Run APP_ENV=test pytest -q$", out.stdout, re.M
+    )
+    assert len(s.read().forgotten) == 1
     texts = {f.text: f for f in s.facts()}
     assert "Run APP_ENV=test pytest -q -x" in texts
     mine = texts["Commit messages say why [redacted]"]

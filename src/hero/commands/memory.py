@@ -143,8 +143,8 @@ def run_edit(args: argparse.Namespace) -> int:
     if editor is None:
         raise UsageError(f"set $VISUAL or $EDITOR to edit {store.path}")
     before = store.read_text()
-    if before is not None:
-        store.parse(before)  # a file hero cannot read now: said first, with its line
+    # a file hero cannot read now: said first, with its line
+    was = store.parse(before) if before is not None else Memory()
     shown = before if before is not None else store.render(Memory())
     draft = Path(tempfile.mkdtemp(prefix="hero-memory-")) / store.path.name
     draft.write_text(shown, encoding="utf-8")
@@ -161,6 +161,9 @@ def run_edit(args: argparse.Namespace) -> int:
         raise UsageError(f"{exc}; your text is kept in {draft}") from None
     shutil.rmtree(draft.parent, ignore_errors=True)
     print(f"saved {store.path}: {len(saved.facts)} facts, {len(saved.recaps)} recent stories")
+    known = {f.id: f for f in was.facts}
+    for gone in (i for i in saved.forgotten if i not in was.forgotten and i in known):
+        print(f"forgot {gone} [{known[gone].kind.value}] {known[gone].text}")
     for fact in saved.dropped:
         say(f"dropped to stay within the memory's bounds: {fact.id} {fact.text}")
     return EXIT_OK
