@@ -6,8 +6,10 @@
   home (``memory/<repo-key>.md``), bounded, read back after a person's edit, written under
   a lock.
 
-What is learned after a story (extraction) and what goes into a prompt (recall) build on
-these; docs/memory.md says what exists today.
+- :mod:`hero.memory.recall`: what a round's prompts are told of it.
+
+What a story teaches it when it ends is hero.roles.learner's (it reads run records, a
+layer above); docs/memory.md is the whole account.
 """
 
 from __future__ import annotations
