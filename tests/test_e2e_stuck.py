@@ -107,6 +107,18 @@ def git_processes_in(directory: Path) -> list[int]:
     return found
 
 
+#: What hero's rescue commit says (hero.pipeline): its git's command line holds it.
+RESCUE = b"commit work left uncommitted"
+
+
+def cmdline(pid: int) -> bytes:
+    """The command line of process ``pid`` (b"" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
 def marked(marker: str) -> list[int]:
     """Live processes whose environment carries hero's story marker ``marker``."""
     needle = b"\0HERO_RUN_MARKER=" + marker.encode() + b"\0"
@@ -180,11 +192,16 @@ def test_kill_9_of_hero_and_its_git_mid_commit_then_rerun_clears_the_locks_and_p
     head_lock = own / "HEAD.lock"
     ref_lock = own / "refs" / "heads" / "hero" / "s1.lock"
 
+    def rescue_stuck() -> list[int]:
+        # hero's rescue commit, blocked on the trap. Not any git that holds the two locks:
+        # the worker's own commit holds them too, for a moment, and a kill then could land
+        # after that git let go of them.
+        if not (trap.is_fifo() and head_lock.exists() and ref_lock.exists()):
+            return []
+        return [pid for pid in git_processes_in(worktree) if RESCUE in cmdline(pid)]
+
     first = start(heroes, home, story, tmp_path, "first")
-    stuck = first.wait_until(
-        lambda: head_lock.exists() and ref_lock.exists() and git_processes_in(worktree),
-        "hero's git stuck in its commit",
-    )
+    stuck = first.wait_until(rescue_stuck, "hero's git stuck in its commit")
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     for pid in stuck:  # hero's git may be gone with its sandbox already (--die-with-parent)
