@@ -534,17 +534,9 @@ class StoryRun:
     def _learn(self, state: RunState) -> None:
         """Teach the repository's memory what the story learned (hero.roles.learner), when
         memory is on for the home and the story; a failure is said and the result stands."""
-        from hero import memory
-        from hero.roles.learner import learn_story, memory_model
+        from hero.roles.learner import learn_story
 
-        if not memory.enabled(self.config, self.story):
-            return
-        try:
-            model = memory_model(self.config, self.cancel)
-        except Exception as exc:  # noqa: BLE001 - the deterministic facts need no model
-            self.say(f"{self.key}: memory: the memory model cannot be used: {exc}")
-            model = None
-        learn_story(state, self.story, self.config, model=model, say=self.say)
+        learn_story(state, self.story, self.config, cancel=self.cancel, say=self.say)
 
     def _fail(self, message: str) -> None:
         self._finish(Status.ERROR)

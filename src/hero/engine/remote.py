@@ -522,21 +522,15 @@ class RemoteRun:
     def _learn(self, state: RunState) -> None:
         """The memory lives with the coordinator: it learns from the record the worker
         published, once the story has ended (the branch fetched: the recap's files)."""
-        from hero import memory
-        from hero.roles.learner import learn_story, memory_model
+        from hero.roles.learner import learn_story
 
-        if state.finished_at is None or not memory.enabled(self.config, self.story):
+        if state.finished_at is None:
             return  # a record made up here has no ending of a run's own
-        try:
-            model = memory_model(self.config, self.cancel)
-        except Exception as exc:  # noqa: BLE001 - the deterministic facts need no model
-            self.log.warning("memory model not used", error=str(exc)[:300])
-            model = None
         learn_story(
             state,
             self.story,
             self.config,
-            model=model,
+            cancel=self.cancel,
             say=lambda m: self.log.warning(m[:500]),
             note=lambda m: self.log.info(m[:500]),
         )

@@ -377,15 +377,16 @@ def learn_story(
     story: Story,
     config: Config,
     *,
-    model: Model | None = None,
+    cancel: Any = None,
     say: Callable[[str], None] = lambda _msg: None,
     note: Callable[[str], None] | None = None,
 ) -> Lesson | None:
     """Teach the home's memory what ``story`` (its ended record ``state``) learned: facts,
     then the recap, through the store. Does nothing (None) when memory is off for the home
-    or the story, or the story did not end in one of :data:`LEARNED`. Never raises: a
-    failure is said once and swallowed, so the story's result stands. ``note`` (default
-    ``say``) is told what was learned and what the memory model's request cost."""
+    or the story, or the story did not end in one of :data:`LEARNED`. The memory role's
+    model (:func:`memory_model`, stopped by ``cancel``) distills more when configured.
+    Never raises: a failure is said once and swallowed, so the story's result stands.
+    ``note`` (default ``say``) is told what was learned and what the model's request cost."""
     from hero import memory
 
     if not memory.enabled(config, story) or not learns_from(state.status):
@@ -402,7 +403,12 @@ def learn_story(
             state, story.ref.key, redactor=store.redactor, trust=trust, changed=changed
         )
         facts = list(lesson.facts)
-        if model is not None and state.rounds:
+        try:
+            model = memory_model(config, cancel) if state.rounds else None
+        except Exception as exc:  # noqa: BLE001 - the deterministic facts need no model
+            say(f"{story.ref.key}: memory: the memory model cannot be used: {exc}")
+            model = None
+        if model is not None:
             try:
                 facts += distill(
                     model, state, story, redactor=store.redactor, trust=trust, say=say, note=note
