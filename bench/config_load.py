@@ -4,14 +4,14 @@
     python bench/config_load.py                  # this checkout, about 5 s on 2 cores
     python bench/config_load.py --against HEAD~1 # and another commit's src/, taking turns
 
-Every setting is declared once (``hero.settings``: a record on each dataclass field) and the
+Every setting is declared once (``hero.config.settings``: a record on each dataclass field) and the
 loader, the ``hero init`` template and docs/settings.md derive from it. What that costs is
-paid where configuration is read: ``import hero.config`` and the first ``load_config`` of a
+paid where configuration is read: ``import hero.config.loader`` and the first ``load_config`` of a
 process (``hero run``, ``hero status``, ``hero watch``). ``hero --help`` imports neither (a row
 says so). Each launch is a fresh interpreter on a ``hero init`` home with hero's bytecode
 compiled first (``compileall``), as a user's second run has it.
 
-Rows: ``import hero.config`` and ``import hero.story`` (the story fields' declaration); the
+Rows: ``import hero.config.loader`` and ``import hero.story.format`` (the story fields' declaration); the
 first ``load_config`` (the declaration's derived tables are built on first use) and a warm
 one (median of 200 in the same process). With ``--against REF``, the same rows for
 ``git archive REF src`` (extracted to a temporary directory), launches of the two trees
@@ -40,29 +40,29 @@ _PROBE = r"""
 import json, subprocess, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-import hero.story
+import hero.story.format
 t1 = time.perf_counter()
-import hero.config
+import hero.config.loader
 t2 = time.perf_counter()
-from hero.scaffold import init_home
+from hero.config.scaffold import init_home
 base = Path(sys.argv[1])
 subprocess.run(["git", "init", "-q", str(base / "repo")], check=True)
 init_home(base / "home", target_repo=str(base / "repo"))
 t3 = time.perf_counter()
-hero.config.load_config(base / "home", env={})
+hero.config.loader.load_config(base / "home", env={})
 t4 = time.perf_counter()
 warm = []
 for _ in range(200):
     a = time.perf_counter()
-    hero.config.load_config(base / "home", env={})
+    hero.config.loader.load_config(base / "home", env={})
     warm.append(time.perf_counter() - a)
 warm.sort()
 print(json.dumps({"story": t1 - t0, "config": t2 - t1, "first": t4 - t3,
                   "warm": warm[len(warm) // 2], "pydantic": "pydantic" in sys.modules}))
 """
 ROWS = (
-    ("story", "import hero.story (story fields)"),
-    ("config", "import hero.config (settings declared)"),
+    ("story", "import hero.story.format (story fields)"),
+    ("config", "import hero.config.loader (settings declared)"),
     ("first", "first load_config of a process"),
     ("warm", "load_config again (median of 200)"),
 )
@@ -93,7 +93,7 @@ def help_imports(src: Path) -> list[str]:
         "import sys, runpy; sys.argv = ['hero', '--help']\n"
         "try:\n    runpy.run_module('hero', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
-        "names = ('hero.config', 'hero.settings', 'hero.story', 'pydantic')\n"
+        "names = ('hero.config.loader', 'hero.config.settings', 'hero.story.format', 'pydantic')\n"
         "print(' '.join(n for n in names if n in sys.modules), file=sys.stderr)"
     )
     proc = subprocess.run(

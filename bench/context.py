@@ -36,11 +36,12 @@ from run import TURN_TARGET_MS, HttpTimer, ServerProcess, TimedModel, _worker_sy
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.tools import ToolContext, tool_schemas
 from hero.agent.window import Context, Window, estimate_message, estimate_text
-from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
-from hero.llm import LlmClient
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings, WorkerLimits
+from hero.llm.client import LlmClient
+from hero.llm.scripted import Answer, Reply, ToolCall, text
 from hero.roles.worker import condense_prompt
 from hero.runner import child_env
-from hero.scripted_model import Answer, Reply, ToolCall, text
 from hero.trace import Trace, read_trace
 
 TURNS = 200
@@ -107,7 +108,7 @@ def serve_main(turns: int) -> int:
     """`context.py --serve N`: the scripted model in its own process, speaking run.py's
     ServerProcess protocol (a JSON line with base_url; then `dump` on stdin prints the
     request records so far and clears them, `quit` or EOF stops)."""
-    from hero.scripted_model import ScriptedModel
+    from hero.llm.scripted import ScriptedModel
 
     log: list[list[int]] = []
     with ScriptedModel(_handler(turns, log)) as m:

@@ -7,7 +7,7 @@
 
 Everything runs against a real `hero watch` subprocess (`python -m hero watch --home H
 --log-format json`) and hero's scripted model in a separate process (`python -m
-hero.scripted_model --handler daemon:handler --latency S`, with this file's directory on
+hero.llm.scripted --handler daemon:handler --latency S`, with this file's directory on
 PYTHONPATH, so `handler` below is its policy), so neither shares the bench's GIL. No key,
 no network. A report, not a test: it prints a table of metric | value | target | ok? and
 exits 0 even when a target is missed (a measurement it could not take shows FAILED, with the
@@ -63,7 +63,7 @@ TURNS_ENV = "HERO_BENCH_TURNS"  # server process: worker turns with a bash call
 BENCH_DIR = Path(__file__).resolve().parent
 
 # --------------------------------------------------------------------------- the model's policy
-# This part runs in the scripted server's process: `python -m hero.scripted_model --handler
+# This part runs in the scripted server's process: `python -m hero.llm.scripted --handler
 # daemon:handler` imports this file as the module `daemon`. Keep the module's top level light.
 
 _record_lock = threading.Lock()
@@ -75,7 +75,7 @@ def handler(body: dict) -> Any:
     different, so the loop guard stays quiet), then ends its turn; the reviewer approves.
     Every request is recorded first, with the server's time.time() (the clock the bench and
     the daemon's logs use), as `<time> <role> <story id> <assistant messages so far>`."""
-    from hero.scripted_model import call, text
+    from hero.llm.scripted import call, text
 
     now = time.time()
     messages = body.get("messages") or []
@@ -170,7 +170,7 @@ class Request:
 
 
 class ScriptedServer:
-    """`python -m hero.scripted_model --handler daemon:handler --latency S` in its own process."""
+    """`python -m hero.llm.scripted --handler daemon:handler --latency S` in its own process."""
 
     def __init__(self, work: Path, name: str, latency_s: float, turns: int) -> None:
         self.record = work / f"{name}-requests.txt"
@@ -183,7 +183,7 @@ class ScriptedServer:
         env[RECORD_ENV] = str(self.record)
         env[TURNS_ENV] = str(turns)
         self._log = open(work / f"{name}-server.log", "w")  # noqa: SIM115 - closed in stop()
-        argv = [sys.executable, "-m", "hero.scripted_model", "--handler", "daemon:handler"]
+        argv = [sys.executable, "-m", "hero.llm.scripted", "--handler", "daemon:handler"]
         self.proc = _spawn(
             [*argv, "--latency", str(latency_s)],
             stdin=subprocess.DEVNULL,
@@ -544,7 +544,7 @@ def bench_latency(report: Report, work: Path, drops: int, side: int, extra: dict
             f"inbox latency: a drop right after the previous story passed takes "
             f"{ms(rushed_lat - med)} more. If the passed story left inbox/ by a rename (an "
             "unpaired IN_MOVED_FROM), watchdog holds it 0.5 s and every later event waits "
-            "behind it: does it still leave by link + unlink (hero.pipeline)?"
+            "behind it: does it still leave by link + unlink (hero.run.pipeline)?"
         )
     if in_place < 0.9:
         report.notes.append(

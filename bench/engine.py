@@ -16,7 +16,7 @@
    vs engine celery with one idle worker: file renamed into inbox/ -> the coordinator's
    `runs/state/<id>.json` says passed; the difference is what the engine adds.
 
-The model is hero's scripted one in a separate process (`python -m hero.scripted_model
+The model is hero's scripted one in a separate process (`python -m hero.llm.scripted
 --handler daemon:handler --latency 0.5`, bench/daemon.py's stateless policy). No key, no
 network. A report, not a test: it prints a table and exits 0 even when a target is missed
 (a measurement it could not take shows FAILED, with the reason below the table). Every

@@ -14,7 +14,7 @@ process, which it writes itself when ``main`` returns, so that neither hero's gi
 worker's commands count. Section 3 runs such stories, and a normal one, in one `hero watch`,
 reads its ``VmHWM`` once all have ended, and stops it.
 
-The limits are hero's defaults (``hero.limits.Limits()``), but for the 4 GB row, which raises
+The limits are hero's defaults (``hero.sandbox.limits.Limits()``), but for the 4 GB row, which raises
 ``limit_file_size_mb`` to 5120 so that the file can be written at all (the row after it shows
 what the default does to it). A report, not a test: it prints a table and exits 0. PASS is a
 peak under the bound, FAIL one over it; FAILED a row that could not be measured (the reason
@@ -116,7 +116,7 @@ def story_id(body: dict[str, Any]) -> str:
 def handler_for(plans: dict[str, tuple[str, ...]]) -> Callable[[dict[str, Any]], Any]:
     """Stateless: the worker of story ``id`` runs ``plans[id]``, one bash call a turn, then
     its small change, then says it is done; the reviewer approves."""
-    from hero.scripted_model import call, text
+    from hero.llm.scripted import call, text
 
     approve = json.dumps({"verdict": "APPROVED", "summary": "ok", "ac_check": [], "comments": []})
 
@@ -165,7 +165,7 @@ class Outcome:
 
 def run_attack(attack: Attack, sid: str = "attack") -> Outcome:
     """`hero run` of one story doing ``attack`` in a fresh repo and home."""
-    from hero.scripted_model import ScriptedModel
+    from hero.llm.scripted import ScriptedModel
 
     with (
         tempfile.TemporaryDirectory(prefix="hero-bench-isolation-") as tmp,
@@ -235,7 +235,7 @@ def bench_row(report: Report, attack: Attack) -> None:
 
 def bench_watch(report: Report) -> None:
     """Three attackers and a normal story in one `hero watch` (max_parallel 2)."""
-    from hero.scripted_model import ScriptedModel
+    from hero.llm.scripted import ScriptedModel
 
     plans = {
         "big": committed("300M", text=True),
@@ -313,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     print(env_line("hero"), flush=True)
     report = Report()
-    from hero.limits import mechanism
-    from hero.sandbox import bwrap_problem
+    from hero.sandbox.bwrap import bwrap_problem
+    from hero.sandbox.limits import mechanism
 
     bwrap = shutil.which("bwrap")
     problem = bwrap_problem(bwrap) if bwrap else "bwrap is not installed"

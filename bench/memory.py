@@ -45,8 +45,8 @@ from typing import Any
 from report import GIT_ISOLATION, Report, env_line, hero_env, make_home, print_report
 
 from hero.git.ops import DEFAULT_IDENTITY, git
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.memory.recall import FACTS_HEADING
-from hero.scripted_model import Reply, ScriptedModel, call, text
 
 MAX_ROUNDS = 5
 CONVENTION = "Name test functions test_<unit>_<behaviour>, as the rest of the suite does."
@@ -274,7 +274,7 @@ def run_sequence(
                     told(mine),
                 )
             )
-        from hero.config import load_config
+        from hero.config.loader import load_config
         from hero.memory import store_for
 
         kept = [f"[{f.kind.value}] {f.text}" for f in store_for(load_config(home, env={})).facts()]

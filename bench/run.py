@@ -100,9 +100,9 @@ def server_timestamps(log: list[tuple[float, int]]) -> Iterator[bool]:
     Appends (busy_s, request body bytes) per answered request.
 
     Instrumentation only, in the server's process, undone on exit; hero's source is not
-    changed. Yields False (and records nothing) if hero.scripted_model's handler class moved.
+    changed. Yields False (and records nothing) if hero.llm.scripted's handler class moved.
     """
-    import hero.scripted_model as hs
+    import hero.llm.scripted as hs
 
     cls = getattr(hs, "_RequestHandler", None)
     names = ("parse_request", "_read_body", "_send_json")
@@ -139,7 +139,7 @@ def server_timestamps(log: list[tuple[float, int]]) -> Iterator[bool]:
 
 def _turn_handler(turns: int) -> Callable[[dict], Any]:
     """Stateless script: `bash echo hi` until the history holds `turns` assistant messages."""
-    from hero.scripted_model import call, text
+    from hero.llm.scripted import call, text
 
     def handler(body: dict) -> Any:
         done = sum(1 for m in body.get("messages", ()) if m.get("role") == "assistant")
@@ -190,7 +190,7 @@ def serve_main(turns: int) -> int:
     timestamps would include waiting for the other). Prints one JSON line with base_url
     and echo_port; then on stdin `dump` prints the server timestamps so far (and clears
     them), `quit` (or EOF) stops."""
-    from hero.scripted_model import ScriptedModel
+    from hero.llm.scripted import ScriptedModel
 
     log: list[tuple[float, int]] = []
     echo_port = _echo_server()
@@ -335,12 +335,13 @@ def one_turn_run(
 ) -> TurnRun:
     from hero.agent.loop import AgentResult, run_agent
     from hero.agent.tools import ToolContext
-    from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
-    from hero.limits import Limits
-    from hero.llm import LlmClient
+    from hero.config.providers import Provider, RoleConfig
+    from hero.config.sections import LlmSettings, WorkerLimits
+    from hero.llm.client import LlmClient
     from hero.runner import child_env
-    from hero.sandbox import build
-    from hero.sandbox_session import SandboxSession
+    from hero.sandbox.bwrap import build
+    from hero.sandbox.limits import Limits
+    from hero.sandbox.session import SandboxSession
     from hero.trace import Trace, read_trace
 
     with tempfile.TemporaryDirectory(prefix="hero-bench-") as tmp, contextlib.ExitStack() as stack:
@@ -417,7 +418,7 @@ def one_turn_run(
 
 
 def _worker_system() -> str:
-    from hero.prompting import load_template
+    from hero.roles.prompting import load_template
 
     return load_template("worker_system.md").text
 
@@ -450,7 +451,7 @@ def bench_turns(report: Report, runs: int, profile: bool, per_turn: bool = False
     have_server = all(len(r.server) == len(r.wall) for r in results)
     if not have_server:
         report.notes.append(
-            "WARNING: could not timestamp the scripted server (hero.scripted_model changed); "
+            "WARNING: could not timestamp the scripted server (hero.llm.scripted changed); "
             "overhead (b) is not available"
         )
 
@@ -586,7 +587,7 @@ def bench_sandbox_turns(report: Report, runs: int) -> None:
     ``runs`` 50-turn runs of each, taking turns run by run."""
     import shutil as _shutil
 
-    from hero.sandbox import bwrap_problem
+    from hero.sandbox.bwrap import bwrap_problem
 
     report.section(
         f"1b. the echo turn, sandbox on vs off ({TURNS} bash `echo hi` turns x {runs} runs "
@@ -865,7 +866,7 @@ def _short_path(p: str) -> str:
 
 
 def _quick_pass_handler(body: dict) -> Any:
-    from hero.scripted_model import text
+    from hero.llm.scripted import text
 
     system = next(
         (m.get("content") or "" for m in body.get("messages", ()) if m.get("role") == "system"), ""
@@ -884,10 +885,10 @@ _PROBE = r"""
 import json, sys, time
 t = {"start": time.monotonic()}
 import hero.cli
-import hero.config, hero.llm, hero.pipeline  # what `hero run` imports before building clients
+import hero.config.loader, hero.llm.client, hero.run.pipeline  # what `hero run` imports before building clients
 t["imported"] = time.monotonic()
-_load, _init, _run, _complete = (hero.config.load_config, hero.llm.LlmClient.__init__,
-                                 hero.pipeline.run_story, hero.llm.LlmClient.complete)
+_load, _init, _run, _complete = (hero.config.loader.load_config, hero.llm.client.LlmClient.__init__,
+                                 hero.run.pipeline.run_story, hero.llm.client.LlmClient.complete)
 def load_config(*a, **k):
     t.setdefault("config_start", time.monotonic())
     try:
@@ -904,8 +905,8 @@ def run_story(*a, **k):
 def complete(self, *a, **k):
     t.setdefault("first_complete", time.monotonic())
     return _complete(self, *a, **k)
-hero.config.load_config, hero.llm.LlmClient.__init__ = load_config, init
-hero.pipeline.run_story, hero.llm.LlmClient.complete = run_story, complete
+hero.config.loader.load_config, hero.llm.client.LlmClient.__init__ = load_config, init
+hero.run.pipeline.run_story, hero.llm.client.LlmClient.complete = run_story, complete
 try:
     rc = hero.cli.main(sys.argv[2:])
 finally:
@@ -924,7 +925,7 @@ def _hero_home(base: Path, base_url: str, story_id: str) -> Path:
 
 def _startup_steps(env: dict[str, str], runs: int) -> list[tuple[str, float]]:
     """Where `hero run`'s time to the first request goes (medians of `runs` probe runs)."""
-    from hero.scripted_model import ScriptedModel
+    from hero.llm.scripted import ScriptedModel
 
     keys = [
         ("interpreter + site start-up", "launch", "start"),
@@ -971,7 +972,7 @@ def _launch_runs(
 ) -> tuple[list[float], list[float], list[str]]:
     """`runs` launches of `hero run` on a quick-pass story; (launch -> first request at
     the server, launch -> exit, failures)."""
-    from hero.scripted_model import ScriptedModel
+    from hero.llm.scripted import ScriptedModel
 
     hero = hero_executable()
     launch_to_req: list[float] = []

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from hero.agent.tools.policy import Policy
 from hero.agent.tools.scope import path_rules, undo_outside
-from hero.limits import Limits
 from hero.redact import Redactor
 from hero.runner import run_command
-from hero.sandbox import build, bwrap_problem
-from hero.sandbox_session import SandboxSession
+from hero.sandbox.bwrap import build, bwrap_problem
+from hero.sandbox.limits import Limits
+from hero.sandbox.session import SandboxSession
 
 #: Targets: a command in the round's sandbox adds at most this much over a bare one (issue
 #: 17); the in-process checks of one tool result (redaction, policy) stay within the per-turn

@@ -439,9 +439,9 @@ def bench_layout(
 def bench_sandbox(table: Table, story: StoryRepo, runs: int) -> None:
     """``true`` through run_command: bare, in the sandbox without limits, with limits;
     interleaved, after 10 warm-up runs each."""
-    from hero.limits import Limits, mechanism
     from hero.runner import RUN_MARKER, run_command
-    from hero.sandbox import build, bwrap_problem
+    from hero.sandbox.bwrap import build, bwrap_problem
+    from hero.sandbox.limits import Limits, mechanism
 
     title = f"e. what the sandbox adds per command: `true` through run_command, {runs} runs each"
     table.section(title)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hero.git.ops import DEFAULT_IDENTITY
-from hero.sandbox import bwrap_problem
-from hero.scripted_model import ScriptedModel
+from hero.llm.scripted import ScriptedModel
+from hero.sandbox.bwrap import bwrap_problem
 
 GIT_ENV = {**DEFAULT_IDENTITY, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 

@@ -50,7 +50,7 @@ from helpers import (
     worker_round,
 )
 
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 
 # Generous "did not hang" bounds, not speed checks: the tests run on small machines, beside
 # other work.

@@ -13,7 +13,7 @@ import pytest
 from helpers import is_review, review_round, step_of, verdict, worker_round
 
 from hero.cli import main
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 
 Start = Callable[..., ScriptedModel]
 PY = sys.executable

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import git
 
-from hero.scripted_model import Reply, text
+from hero.llm.scripted import Reply, text
 
 
 def is_review(body: dict[str, Any]) -> bool:

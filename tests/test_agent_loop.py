@@ -11,10 +11,11 @@ import pytest
 
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.tools import TOOL_NAMES, ToolContext
-from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
-from hero.llm import LlmClient
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings, WorkerLimits
+from hero.llm.client import LlmClient
+from hero.llm.scripted import Reply, ScriptedModel, ToolCall, call, calls, text
 from hero.runner import child_env
-from hero.scripted_model import Reply, ScriptedModel, ToolCall, call, calls, text
 from hero.trace import Trace, read_trace
 
 Start = Callable[..., ScriptedModel]

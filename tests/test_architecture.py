@@ -1,8 +1,14 @@
-"""The package's layout rule, checked from its source: imports point down, never in a circle.
+"""The package's layout rules, checked from its source: imports point down, never in a circle,
+and no file grows past its size.
 
-LAYERS below is the one place the rule lives. A module may import modules of its own layer
-and of the layers below it, never one above. Every module must sit in a layer: a new module
-that matches no pattern fails here until its author places it.
+LAYERS below is the one place the layer rule lives. A module may import modules of its own
+layer and of the layers below it, never one above. Every module must sit in a layer: a new
+module that matches no pattern fails here until its author places it.
+
+SIZES below holds the sizes: no module over MAX_MODULE_LINES lines, at most
+MAX_TOP_LEVEL_MODULES modules loose in ``src/hero/`` (the records and foundations every layer
+uses; everything else lives in the package of its subject), and the few pieces that grow
+back when nothing holds them (the round loop, the agent loop, the command line).
 """
 
 from __future__ import annotations
@@ -20,71 +26,100 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.cli", "hero.__main__"),  # 1  entry point: assembles the commands, maps errors to exits
     ("hero.commands.*",),  # 2  one module per command: its arguments, what it prints, its exit
-    # 3  what the commands share and the services only a command calls: running one story,
-    #    the pre-flight checks (`hero doctor`, and `hero watch` and `hero worker` at start),
-    #    the demo's home and model, `hero init`'s scaffold, drafting and writing a plan,
-    #    `hero run --dry-run`'s account of a run, `hero run --task`'s story
+    # 3  what the commands share and the services only a command calls: running one story and
+    #    whether it may run, `hero run --task`'s story, `hero run --dry-run`'s account of a run,
+    #    the demo's home and model, `hero init`'s scaffold and the reference pages, drafting and
+    #    writing a plan, the pre-flight checks (`hero doctor`, and `hero watch` and `hero worker`
+    #    at start)
     (
-        "hero.app",
-        "hero.adhoc",
-        "hero.dryrun",
-        "hero.demo",
-        "hero.scaffold",
-        "hero.settings_doc",
-        "hero.planning",
+        "hero.run.launch",
+        "hero.run.adhoc",
+        "hero.run.dryrun",
+        "hero.run.demo",
+        "hero.config.scaffold",
+        "hero.config.settings_doc",
+        "hero.plans.drafting",
         "hero.doctor.*",
     ),
-    # 4  what `hero status` / `hero logs` show; `hero export`'s JSONL, `hero report`'s Markdown;
+    # 4  what `hero status` / `hero logs` show, `hero export`'s JSONL, `hero report`'s Markdown;
     #    `hero serve`'s pages, API and metrics (read-only, like them)
-    ("hero.views.*", "hero.export", "hero.report", "hero.web.*"),
+    ("hero.views.*", "hero.web.*"),
     # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
     #    processes, which run the pipeline)
     ("hero.daemon.*", "hero.engine.*"),
-    # 6  the round loop for one story; how a run starts; the story's repository and sandboxes
-    ("hero.pipeline", "hero.run_start", "hero.workspace", "hero.housekeeping"),
-    ("hero.roles.*",),  # 7  worker, verifier, reviewer, planner: one job each
+    # 6  the round loop for one story and its record; how a run starts; the story's repository
+    #    and sandboxes; what of finished stories may go
+    (
+        "hero.run.pipeline",
+        "hero.run.record",
+        "hero.run.start",
+        "hero.run.workspace",
+        "hero.run.housekeeping",
+    ),
+    ("hero.roles.*",),  # 7  worker, verifier, reviewer, planner, learner: one job each; prompts
     # 8  plans: the manifest, the DAG, the dependency gate, finishing a plan (roles.planner
     #    checks its DAG; finishing merges branches through git, below)
     ("hero.plans.*",),
     ("hero.agent.*",),  # 9  the tool-calling loop and its tools
     (  # 10 the outside world: model, git, GitHub (its client, intake, report-back and
-        #    watcher), processes, traces, prompts, locks, alerts
-        "hero.llm",
+        #    watcher), the sandbox, processes, traces, locks, memory; a run's budgets, events,
+        #    cancelling and alerts
+        "hero.llm.client",
         "hero.git.*",
         "hero.github.*",
         "hero.runner",
-        "hero.sandbox",
-        "hero.sandbox_session",
+        "hero.sandbox.bwrap",
+        "hero.sandbox.session",
         "hero.trace",
-        "hero.events",
-        "hero.prompting",
         "hero.locks",
         "hero.memory.*",
-        "hero.budget",
-        "hero.cancel",
-        "hero.notify",
+        "hero.run.budget",
+        "hero.run.events",
+        "hero.run.cancel",
+        "hero.run.notify",
     ),
-    (
-        "hero.config",
-        "hero.story",
-        "hero.models",
+    (  # 11 the records hero reads and writes
+        "hero.config.loader",
+        "hero.config.home",
+        "hero.config.keys",
+        "hero.config.sections",
+        "hero.config.providers",
+        "hero.config.schema",
+        "hero.story.*",
         "hero.state",
-        "hero.usage",
-        "hero.breaker",
-    ),  # 11 the records hero reads and writes
-    (
+        "hero.llm.models",
+        "hero.llm.usage",
+        "hero.llm.breaker",
+    ),
+    (  # 12 foundations; the subject packages themselves (each a docstring)
+        "hero",
+        "hero.errors",
         "hero.names",
         "hero.yamlio",
         "hero.fsio",
-        "hero.limits",
-        "hero.settings",
-        "hero.sandbox_agent",
-        "hero.errors",
         "hero.redact",
-        "hero",
-        "hero.scripted_model",
-    ),  # 12 foundations
+        "hero.config",
+        "hero.config.settings",
+        "hero.sandbox",
+        "hero.sandbox.limits",
+        "hero.sandbox.pid1",
+        "hero.llm",
+        "hero.llm.scripted",
+        "hero.run",
+    ),
 )
+
+#: The longest module, in lines: a file past it holds more than one subject.
+MAX_MODULE_LINES = 900
+#: Modules loose in src/hero/ (``__init__.py`` aside): the records and foundations.
+MAX_TOP_LEVEL_MODULES = 14
+#: ``module:qualified name`` -> the most lines its definition may take.
+SIZES = {
+    "hero.run.pipeline:StoryRun": 400,  # the round loop; the record is hero.run.record's
+    "hero.agent.loop:run_agent": 70,  # the agent loop, readable in one screen
+}
+#: Modules held to a size of their own: the command line parses, calls one command, exits.
+MODULE_SIZES = {"hero.cli": 80}
 
 Graph = Mapping[str, Mapping[str, int]]  # module -> {imported hero module: first line}
 
@@ -255,13 +290,81 @@ def _cycle_through(start: str, group: set[str], graph: Graph) -> list[str]:
     raise AssertionError(f"{start} is in a cycle group but no cycle was found")
 
 
+def module_lines(src: Path, package: str = "hero") -> dict[str, int]:
+    """Every module of ``package`` under ``src`` and its length in lines."""
+    return {
+        module_name(path, src): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted((src / package).rglob("*.py"))
+    }
+
+
+def oversized(
+    lines: Mapping[str, int],
+    limit: int = MAX_MODULE_LINES,
+    own: Mapping[str, int] = MODULE_SIZES,
+) -> list[str]:
+    """The modules longer than their limit (``own``'s, else ``limit``)."""
+    return [
+        f"{module} has {n} lines, over its limit of {own.get(module, limit)}: split it along "
+        "its subjects"
+        for module, n in sorted(lines.items())
+        if n > own.get(module, limit)
+    ]
+
+
+def loose_modules(src: Path, package: str = "hero") -> list[str]:
+    """The modules directly in the package's folder, ``__init__`` aside."""
+    return sorted(p.stem for p in (src / package).glob("*.py") if p.name != "__init__.py")
+
+
+def definition_lines(src: Path, where: str) -> int | None:
+    """The lines the definition ``module:Name`` (``Name.method`` inside a class) takes, or
+    None when there is no such definition."""
+    module, _, qualified = where.partition(":")
+    path = src.joinpath(*module.split(".")).with_suffix(".py")
+    if not path.is_file():
+        path = src.joinpath(*module.split("."), "__init__.py")
+    if not path.is_file():
+        return None
+    scope: list[ast.stmt] = ast.parse(path.read_text(encoding="utf-8")).body
+    node: ast.stmt | None = None
+    for name in qualified.split("."):
+        node = next(
+            (
+                n
+                for n in scope
+                if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.name == name
+            ),
+            None,
+        )
+        if node is None:
+            return None
+        scope = getattr(node, "body", [])
+    assert node is not None and node.end_lineno is not None
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return node.end_lineno - first + 1
+
+
+def overgrown(src: Path, sizes: Mapping[str, int] = SIZES) -> list[str]:
+    """The definitions of ``sizes`` over their limit, and those no longer found."""
+    problems = []
+    for where, limit in sorted(sizes.items()):
+        n = definition_lines(src, where)
+        if n is None:
+            problems.append(f"{where} is gone: update SIZES in tests/test_architecture.py")
+        elif n > limit:
+            problems.append(f"{where} has {n} lines, over its limit of {limit}")
+    return problems
+
+
 # ----------------------------------------------------------------------------- the rule
 
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, dict[str, int]]:
     found = read_graph(SRC)
-    assert "hero.cli" in found and "hero.llm" in found, f"no hero package under {SRC}"
+    assert "hero.cli" in found and "hero.llm.client" in found, f"no hero package under {SRC}"
     return found
 
 
@@ -280,26 +383,44 @@ def test_no_import_cycles(graph: Graph) -> None:
     assert not found, "modules import each other in a circle:\n" + "\n".join(found)
 
 
+def test_no_module_is_over_its_size() -> None:
+    problems = oversized(module_lines(SRC))
+    assert not problems, "\n".join(problems)
+
+
+def test_the_top_level_keeps_the_records_and_foundations_alone() -> None:
+    loose = loose_modules(SRC)
+    assert len(loose) <= MAX_TOP_LEVEL_MODULES, (
+        f"src/hero/ holds {len(loose)} loose modules ({', '.join(loose)}), over "
+        f"{MAX_TOP_LEVEL_MODULES}: put the new one in the package of its subject"
+    )
+
+
+def test_the_round_loop_the_agent_loop_and_the_command_line_keep_their_size() -> None:
+    problems = overgrown(SRC)
+    assert not problems, "\n".join(problems)
+
+
 # ----------------------------------------------------------------------------- the checker
 
 
 def test_checker_reports_a_cycle_an_upward_import_and_an_unplaced_module() -> None:
     fake: dict[str, dict[str, int]] = {
-        "hero.llm": {"hero.pipeline": 3},  # layer 10 -> layer 6: upward
-        "hero.pipeline": {"hero.roles.worker": 4},
-        "hero.roles.worker": {"hero.llm": 5},  # closes llm -> pipeline -> roles.worker -> llm
-        "hero.config": {"hero.story": 6},  # same layer both ways: a cycle, not an upward one
-        "hero.story": {"hero.config": 7, "hero.errors": 8},
+        "hero.llm.client": {"hero.run.pipeline": 3},  # layer 10 -> layer 6: upward
+        "hero.run.pipeline": {"hero.roles.worker": 4},
+        "hero.roles.worker": {"hero.llm.client": 5},  # closes the circle client -> ... -> client
+        "hero.config.loader": {"hero.state": 6},  # same layer both ways: a cycle, not upward
+        "hero.state": {"hero.config.loader": 7, "hero.errors": 8},
         "hero.errors": {},
         "hero.mystery": {"hero.errors": 9},
     }
 
     assert upward_imports(fake) == [
-        "hero.llm (layer 10) imports hero.pipeline (layer 6, above it) at line 3"
+        "hero.llm.client (layer 10) imports hero.run.pipeline (layer 6, above it) at line 3"
     ]
     assert cycles(fake) == [
-        "hero.config -> hero.story -> hero.config",
-        "hero.llm -> hero.pipeline -> hero.roles.worker -> hero.llm",
+        "hero.config.loader -> hero.state -> hero.config.loader",
+        "hero.llm.client -> hero.run.pipeline -> hero.roles.worker -> hero.llm.client",
     ]
     assert [p.split()[0] for p in unplaced(fake)] == ["hero.mystery"]
 
@@ -308,11 +429,15 @@ def test_reader_sees_function_level_relative_and_submodule_imports(tmp_path: Pat
     files = {
         "hero/__init__.py": "",
         "hero/errors.py": "class HeroError(Exception): ...\n",
-        "hero/llm.py": "def make():\n    from hero.pipeline import run\n    return run\n",
-        "hero/pipeline.py": "from .errors import HeroError\n\ndef run(): ...\n",
+        "hero/llm/__init__.py": "",
+        "hero/llm/client.py": "def make():\n    from hero.run.pipeline import run\n    return run\n",
+        "hero/run/__init__.py": "",
+        "hero/run/pipeline.py": "from ..errors import HeroError\n\ndef run(): ...\n",
         "hero/agent/__init__.py": "from hero.agent import tools\n",
         "hero/agent/tools/__init__.py": "from ..loop import step\n",
-        "hero/agent/tools/bash.py": "import hero.errors\nfrom hero import llm\nfrom ..loop import step\n",
+        "hero/agent/tools/bash.py": (
+            "import hero.errors\nfrom hero.llm import client\nfrom ..loop import step\n"
+        ),
         "hero/agent/loop.py": "from hero.agent.tools import bash\n\ndef step(): ...\n",
     }
     for name, source in files.items():
@@ -324,14 +449,50 @@ def test_reader_sees_function_level_relative_and_submodule_imports(tmp_path: Pat
     assert found == {
         "hero": {},
         "hero.errors": {},
-        "hero.llm": {"hero.pipeline": 2},
-        "hero.pipeline": {"hero.errors": 1},
+        "hero.llm": {},
+        "hero.run": {},
+        "hero.llm.client": {"hero.run.pipeline": 2},
+        "hero.run.pipeline": {"hero.errors": 1},
         "hero.agent": {"hero.agent.tools": 1},
         "hero.agent.tools": {"hero.agent.loop": 1},
-        "hero.agent.tools.bash": {"hero.errors": 1, "hero.llm": 2, "hero.agent.loop": 3},
+        "hero.agent.tools.bash": {"hero.errors": 1, "hero.llm.client": 2, "hero.agent.loop": 3},
         "hero.agent.loop": {"hero.agent.tools.bash": 1},
     }
     assert upward_imports(found) == [
-        "hero.llm (layer 10) imports hero.pipeline (layer 6, above it) at line 2"
+        "hero.llm.client (layer 10) imports hero.run.pipeline (layer 6, above it) at line 2"
     ]
     assert cycles(found) == ["hero.agent.loop -> hero.agent.tools.bash -> hero.agent.loop"]
+
+
+def test_size_checker_reports_long_modules_definitions_and_loose_files(tmp_path: Path) -> None:
+    files = {
+        "hero/__init__.py": "",
+        "hero/cli.py": "x = 1\n" * 81,
+        "hero/errors.py": "x = 1\n" * 5,
+        "hero/run/__init__.py": "",
+        "hero/run/pipeline.py": (
+            "class StoryRun:\n" + "    x = 1\n" * 400 + "\n\ndef helper():\n    return 1\n"
+        ),
+        "hero/agent/__init__.py": "",
+        "hero/agent/loop.py": "@decorated\ndef run_agent():\n"
+        + "    x = 1\n" * 67
+        + "    return x\n",
+    }
+    for name, source in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+
+    lines = module_lines(tmp_path)
+
+    assert lines["hero.cli"] == 81 and lines["hero.run.pipeline"] == 405
+    assert oversized(lines, limit=404) == [
+        "hero.cli has 81 lines, over its limit of 80: split it along its subjects",
+        "hero.run.pipeline has 405 lines, over its limit of 404: split it along its subjects",
+    ]
+    assert loose_modules(tmp_path) == ["cli", "errors"]
+    assert definition_lines(tmp_path, "hero.run.pipeline:StoryRun") == 401
+    assert definition_lines(tmp_path, "hero.agent.loop:run_agent") == 70  # the decorator too
+    assert overgrown(tmp_path, {**SIZES, "hero.run.pipeline:Gone": 1}) == [
+        "hero.run.pipeline:Gone is gone: update SIZES in tests/test_architecture.py",
+        "hero.run.pipeline:StoryRun has 401 lines, over its limit of 400",
+    ]

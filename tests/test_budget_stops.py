@@ -29,7 +29,7 @@ from helpers import (
 )
 
 from hero.cli import main
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.views.status import collect_status
 
 STOP_TIMEOUT_S = 20.0  # a generous "did not hang" bound, not a speed check

@@ -21,11 +21,12 @@ import pytest
 from conftest import git
 from helpers import is_review, load_state, review_round, step_of, verdict, worker_round
 
-from hero.budget import BudgetExceeded, Meter, Spend, story_over, story_spend
 from hero.cli import main
-from hero.config import Budgets, load_config
-from hero.llm import LlmClient
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.config.loader import load_config
+from hero.config.sections import Budgets
+from hero.llm.client import LlmClient
+from hero.llm.scripted import Reply, ScriptedModel, call, text
+from hero.run.budget import BudgetExceeded, Meter, Spend, story_over, story_spend
 from hero.state import Round, RunState, save_state
 from hero.views.status import collect_status, format_status
 

@@ -1,4 +1,4 @@
-"""Housekeeping: `hero clean` and the automatic policy of `hero watch` (hero.housekeeping).
+"""Housekeeping: `hero clean` and the automatic policy of `hero watch` (hero.run.housekeeping).
 
 Real git repositories, real story runs against the scripted model on loopback, a real second
 process holding a story's lock. Records of stories in states a test needs without running
@@ -21,7 +21,7 @@ from conftest import git
 from helpers import commit_once, is_review, step_of, task_text, verdict, worker_round
 
 from hero.cli import main
-from hero.scripted_model import HttpError, Reply, call, text
+from hero.llm.scripted import HttpError, Reply, call, text
 from hero.state import TERMINAL, RunState, Status, load_state, save_state
 
 PY = sys.executable
@@ -236,7 +236,7 @@ def test_a_plan_folder_swapped_for_a_link_is_not_cleaned_through(
 
 KILLED_MIDWAY = """
 import sys, time
-import hero.housekeeping as hk
+import hero.run.housekeeping as hk
 from hero.cli import main
 
 def stuck(path, *args, **kwargs):  # the removal has begun: the test kills us here
@@ -302,7 +302,7 @@ def test_retry_after_clean_goes_on_from_the_branch_with_the_kept_leftovers(
             return call("write_file", path="calc/__init__.py", content=SUB_IMPL)
         if failing["on"]:
             # a refusal of this story's conversation alone: its error (a bare 400 would
-            # pause it as the provider's refusal, see hero.llm.ModelRefused)
+            # pause it as the provider's refusal, see hero.llm.client.ModelRefused)
             return HttpError(400, "maximum context length exceeded")
         if step == 0:
             return call("bash", command="git add -A && git commit -q -m r1 || true")
@@ -411,10 +411,10 @@ def writes_a_blob(body: dict[str, Any]) -> Reply:
 def test_watch_keeps_worktrees_under_the_size_cap_over_30_stories(
     scripted, make_home, target_repo: Path
 ) -> None:
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.daemon.dispatcher import Dispatcher
-    from hero.housekeeping import _size
-    from hero.llm import LlmClient
+    from hero.llm.client import LlmClient
+    from hero.run.housekeeping import _size
 
     cap = 1_000_000  # bytes: fewer than 30 stories' build output (6 MB)
     home = make_home(scripted(writes_a_blob), max_parallel=2)
@@ -477,9 +477,9 @@ def test_watch_keeps_worktrees_under_the_size_cap_over_30_stories(
 def test_the_automatic_policy_removes_by_age_and_logs_and_keeps_the_young(
     scripted, make_home, target_repo: Path
 ) -> None:
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.git.ops import TargetRepo
-    from hero.housekeeping import Housekeeper, Rules
+    from hero.run.housekeeping import Housekeeper, Rules
 
     home = make_home(scripted([]), housekeeping_after_days=1, housekeeping_logs_after_days=2)
     now = time.time()
@@ -500,11 +500,11 @@ def test_a_passed_github_storys_repository_goes_once_its_pull_request_is_merged(
 ) -> None:
     from fakegithub import FakeGitHub
 
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.git.ops import TargetRepo
     from hero.github.api import GitHub, Retry
     from hero.github.merged import merged_ids, merged_sweep
-    from hero.housekeeping import Housekeeper, Rules
+    from hero.run.housekeeping import Housekeeper, Rules
 
     home = make_home(scripted([]))
     now = time.time()
@@ -540,7 +540,7 @@ def test_a_celery_worker_housekeeps_its_own_home_after_each_story(
 ) -> None:
     """``hero worker``'s hook: its home's finished story repositories go by its settings
     (its copies are laid out anew from the remote each time: nothing is kept first)."""
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.engine.worker import Fleet, housekeep
 
     home = make_home(scripted([]), housekeeping_after_days=0)

@@ -7,18 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from hero.config import (
-    MAX_CONFIG_BYTES,
-    Config,
-    ConfigError,
-    LlmSettings,
-    Provider,
-    RoleConfig,
-    WorkerLimits,
-    is_placeholder,
-    load_config,
-    resolve_home,
-)
+from hero.config.home import Config
+from hero.config.keys import is_placeholder
+from hero.config.loader import load_config, resolve_home
+from hero.config.providers import Provider, RoleConfig
+from hero.config.schema import MAX_CONFIG_BYTES, ConfigError
+from hero.config.sections import LlmSettings, WorkerLimits
 
 SECRET = "sk-test-SECRET-0123456789abcdefXYZ"
 ENV_SECRET = "env-secret-value-9876543210zyxw"

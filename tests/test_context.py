@@ -42,13 +42,14 @@ from hero.agent.window import (
     estimate_text,
 )
 from hero.cli import main
-from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
-from hero.llm import LlmClient, LlmError
-from hero.prompting import PromptError, load_template
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings, WorkerLimits
+from hero.llm.client import LlmClient, LlmError
+from hero.llm.scripted import Reply, ScriptedModel, ToolCall, text
+from hero.roles.prompting import PromptError, load_template
 from hero.roles.worker import build_messages, condense_prompt
 from hero.runner import child_env
-from hero.scripted_model import Reply, ScriptedModel, ToolCall, text
-from hero.story import parse_story
+from hero.story.format import parse_story
 from hero.trace import Trace, read_trace
 
 Start = Callable[..., ScriptedModel]

@@ -15,21 +15,15 @@ from typing import Any
 import pytest
 from helpers import is_review, step_of, verdict
 
-from hero.budget import Meter
 from hero.cli import main
-from hero.config import (
-    Budgets,
-    Config,
-    ConfigError,
-    ContextSettings,
-    LlmSettings,
-    Provider,
-    RoleConfig,
-    context_limits,
-    load_config,
-)
-from hero.llm import LlmClient
-from hero.scripted_model import Reply, ScriptedModel, ToolCall, text
+from hero.config.home import Config, context_limits
+from hero.config.loader import load_config
+from hero.config.providers import Provider, RoleConfig
+from hero.config.schema import ConfigError
+from hero.config.sections import Budgets, ContextSettings, LlmSettings
+from hero.llm.client import LlmClient
+from hero.llm.scripted import Reply, ScriptedModel, ToolCall, text
+from hero.run.budget import Meter
 from hero.state import RunState
 
 Start = Callable[..., ScriptedModel]

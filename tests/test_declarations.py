@@ -12,24 +12,34 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hero import config, settings_doc, story
-from hero.budget import Spend, round_over, story_over
-from hero.config import (
+from hero.config import settings_doc
+from hero.config.home import (
+    KNOB_KEYS,
+    github_label_settings,
+    github_settings,
+    local_settings,
+    provider_settings,
+    roles_settings,
+)
+from hero.config.loader import load_config
+from hero.config.providers import ROLE_SETTINGS
+from hero.config.scaffold import init_home
+from hero.config.schema import ROLE_NAMES, ROLES_SECTIONS, ConfigError
+from hero.config.sections import (
     Budgets,
-    ConfigError,
     ContextSettings,
     EngineSettings,
     LlmSettings,
     Safety,
     WorkerLimits,
-    load_config,
-    roles_settings,
 )
+from hero.config.settings import Setting
 from hero.names import StoryRef, is_story_id, story_id_problem
 from hero.plans.manifest import PlanError, read_manifest
-from hero.scaffold import init_home
-from hero.settings import Setting
-from hero.story import FIELDS, StoryError, parse_story_text, story_metadata
+from hero.run.budget import Spend, round_over, story_over
+from hero.story.fields import FIELDS, KNOWN_FIELDS
+from hero.story.format import parse_story_text, story_metadata
+from hero.story.record import StoryError
 from hero.yamlio import ValueProblem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +64,7 @@ def test_the_repositorys_config_is_what_hero_init_writes(tmp_path: Path, rel: st
 
     assert (ROOT / rel).read_text(encoding="utf-8") == written, (
         f"{rel} differs from what `hero init` writes from the settings' declaration; "
-        "regenerate it: python -m hero.settings_doc --config ."
+        "regenerate it: python -m hero.config.settings_doc --config ."
     )
 
 
@@ -63,7 +73,7 @@ def test_the_reference_pages_are_what_the_declaration_makes(page: str) -> None:
     made = settings_doc.pages()[page]
 
     assert (ROOT / "docs" / page).read_text(encoding="utf-8") == made, (
-        f"docs/{page} differs from the declaration; run `python -m hero.settings_doc --write docs`"
+        f"docs/{page} differs from the declaration; run `python -m hero.config.settings_doc --write docs`"
     )
 
 
@@ -72,15 +82,15 @@ def test_the_settings_page_and_the_template_name_every_setting(tmp_path: Path) -
     template = (tmp_path / "config" / "roles.yaml").read_text(encoding="utf-8")
     page = settings_doc.settings_reference()
     nested = [
-        *((s, f"github.{s.key}") for s in config.github_settings()),
-        *((s, f"github.labels.{s.key}") for s in config.github_label_settings()),
+        *((s, f"github.{s.key}") for s in github_settings()),
+        *((s, f"github.labels.{s.key}") for s in github_label_settings()),
     ]
 
-    for s, name in (*((s, s.key) for s in (*roles_settings(), *config.ROLE_SETTINGS)), *nested):
+    for s, name in (*((s, s.key) for s in (*roles_settings(), *ROLE_SETTINGS)), *nested):
         assert f"`{name}`" in page, name
         if not s.secret:
             assert f"{s.key}:" in template, name
-    for s in (*config.provider_settings(), *config.local_settings()):
+    for s in (*provider_settings(), *local_settings()):
         assert f"`{s.key}`" in page, s.key
     for f in FIELDS:
         assert f"| `{f.name}` |" in settings_doc.story_fields_reference(), f.name
@@ -117,11 +127,11 @@ def test_hero_init_writes_each_default_the_records_hold(tmp_path: Path) -> None:
 def every_setting() -> list[Setting]:
     return [
         *roles_settings(),
-        *config.ROLE_SETTINGS,
-        *config.github_settings(),
-        *config.github_label_settings(),
-        *config.provider_settings(),
-        *config.local_settings(),
+        *ROLE_SETTINGS,
+        *github_settings(),
+        *github_label_settings(),
+        *provider_settings(),
+        *local_settings(),
     ]
 
 
@@ -140,12 +150,12 @@ def test_each_setting_is_declared_whole(s: Setting) -> None:
 
 def test_each_roles_setting_has_a_known_section_and_a_unique_key() -> None:
     keys = [s.key for s in roles_settings()]
-    titles = [section.title for section in config.ROLES_SECTIONS]
+    titles = [section.title for section in ROLES_SECTIONS]
 
     assert len(keys) == len(set(keys))
     assert all(s.section in titles for s in roles_settings())
-    assert config.KNOB_KEYS == tuple(keys)
-    assert not set(keys) & set(config.ROLE_NAMES)
+    assert KNOB_KEYS == tuple(keys)
+    assert not set(keys) & set(ROLE_NAMES)
 
 
 def test_a_bad_value_is_refused_in_the_declared_wording() -> None:
@@ -178,7 +188,7 @@ def test_a_secret_in_roles_yaml_is_refused_saying_where_it_belongs(tmp_path: Pat
 def test_loading_the_configuration_does_not_import_pydantic() -> None:
     """The declaration is a table of records: `hero status` and `hero run` pay no pydantic."""
     code = (
-        "import sys, hero.config, hero.story, hero.scaffold; "
+        "import sys, hero.config.loader, hero.story.format, hero.config.scaffold; "
         "assert 'pydantic' not in sys.modules, 'pydantic imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -219,7 +229,7 @@ def test_story_fields_are_read_and_written_from_one_declaration() -> None:
 
     meta = story_metadata(parsed)
 
-    assert tuple(meta) == story.KNOWN_FIELDS == tuple(f.name for f in FIELDS)
+    assert tuple(meta) == KNOWN_FIELDS == tuple(f.name for f in FIELDS)
     assert story_metadata(dataclasses.replace(parsed, priority="normal", allow_empty=False)) == {
         k: v for k, v in meta.items() if k not in ("priority", "allow_empty")
     }

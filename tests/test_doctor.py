@@ -18,7 +18,7 @@ import pytest
 from conftest import git, working_bwrap
 from fakegithub import FakeGitHub
 
-from hero.config import load_config
+from hero.config.loader import load_config
 from hero.doctor import FAIL, OK, WARN, Finding, PreflightFailed, preflight, run_all
 from hero.doctor.local import (
     free_disk,
@@ -29,8 +29,8 @@ from hero.doctor.local import (
     target_repository,
 )
 from hero.doctor.network import PROBE_TOOL
+from hero.llm.scripted import HttpError, Reply, ScriptedModel, call, text
 from hero.locks import daemon_lock_path, is_held
-from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
 
 KEY = "sk-doctor-0123456789abcdefSECRET"
 GH_TOKEN = "ghp_doctor0123456789abcdefTOKEN"

@@ -18,7 +18,7 @@ from typing import Any
 from conftest import git
 from helpers import commit_once, is_review, verdict
 
-from hero.scripted_model import Reply, call, text
+from hero.llm.scripted import Reply, call, text
 from hero.state import RunState, Status, save_state
 
 KEY = "sk-dryrun-9f8e7d6c5b4a3210"

@@ -48,9 +48,9 @@ from helpers import (
 )
 
 from hero.cli import main
-from hero.config import load_config
-from hero.limits import mechanism
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.config.loader import load_config
+from hero.llm.scripted import Reply, ScriptedModel, call, text
+from hero.sandbox.limits import mechanism
 
 PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

@@ -22,7 +22,7 @@ from conftest import working_bwrap
 from helpers import is_review, step_of
 
 from hero.cli import main
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 
 PY = shlex.quote(sys.executable)
 TOKEN = "ghp_e2eEnvironmentToken0123456789abcdef"

@@ -35,7 +35,7 @@ from helpers import (
 )
 
 from hero.cli import main
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 
 PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

@@ -36,7 +36,7 @@ from helpers import (
     worker_round,
 )
 
-from hero.scripted_model import HttpError, ScriptedModel, call, text
+from hero.llm.scripted import HttpError, ScriptedModel, call, text
 
 START_TIMEOUT_S = 60.0  # generous "did not hang" bounds, not speed checks
 STOP_TIMEOUT_S = 20.0

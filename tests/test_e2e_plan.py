@@ -40,8 +40,8 @@ from helpers import (
     worker_round,
 )
 
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.plans.manifest import Manifest, ManifestStory, dump_manifest
-from hero.scripted_model import Reply, ScriptedModel, call, text
 
 #: Generous "did not hang" bounds for a whole plan on a loaded machine, not speed checks.
 PLAN_TIMEOUT_S = 300.0

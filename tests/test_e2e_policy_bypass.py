@@ -29,7 +29,7 @@ from conftest import git
 from helpers import is_review, load_state, step_of, verdict, worker_round
 
 from hero.cli import main
-from hero.scripted_model import Reply, ScriptedModel, ToolCall, call, calls, text
+from hero.llm.scripted import Reply, ScriptedModel, ToolCall, call, calls, text
 
 PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

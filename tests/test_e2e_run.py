@@ -22,7 +22,7 @@ from conftest import git
 
 from hero.agent.tools import TOOL_NAMES
 from hero.cli import main
-from hero.scripted_model import (
+from hero.llm.scripted import (
     Drop,
     HttpError,
     Reply,

@@ -47,7 +47,7 @@ from helpers import (
 )
 
 from hero.cli import main
-from hero.scripted_model import ScriptedModel, call, text
+from hero.llm.scripted import ScriptedModel, call, text
 
 START_TIMEOUT_S = 60.0  # generous "did not hang" bounds, not speed checks
 RUN_TIMEOUT_S = 120.0
@@ -107,7 +107,7 @@ def git_processes_in(directory: Path) -> list[int]:
     return found
 
 
-#: What hero's rescue commit says (hero.pipeline): its git's command line holds it.
+#: What hero's rescue commit says (hero.run.pipeline): its git's command line holds it.
 RESCUE = b"commit work left uncommitted"
 
 

@@ -19,8 +19,9 @@ import pytest
 
 from hero.agent.loop import run_agent
 from hero.agent.tools import ToolContext
-from hero.config import LlmSettings, Provider, RoleConfig, WorkerLimits
-from hero.llm import (
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings, WorkerLimits
+from hero.llm.client import (
     Completion,
     ContentFiltered,
     LlmClient,
@@ -29,8 +30,8 @@ from hero.llm import (
     ModelUnavailable,
     assistant_message,
 )
+from hero.llm.scripted import Raw, ScriptedModel, call, text
 from hero.runner import child_env
-from hero.scripted_model import Raw, ScriptedModel, call, text
 from hero.trace import Trace
 
 Start = Callable[..., ScriptedModel]
@@ -391,7 +392,7 @@ def test_the_history_sent_back_holds_the_one_form_of_an_assistant_message(
     ],
 )
 def test_arguments_go_back_as_a_json_object(arguments: str, sent: str) -> None:
-    from hero.llm import ToolCallRequest
+    from hero.llm.client import ToolCallRequest
 
     message = assistant_message("", [ToolCallRequest("c1", "bash", arguments)])
     assert message["tool_calls"][0]["function"]["arguments"] == sent

@@ -49,7 +49,7 @@ from helpers import (
     worker_round,
 )
 
-from hero.scripted_model import call, text
+from hero.llm.scripted import call, text
 
 LEASE_S = 3  # engine_support.ENGINE_KNOBS: a dead worker's story comes back in seconds
 
@@ -88,13 +88,13 @@ def review_rounds(model, sid: str) -> list[int]:
 def coordinator_side(home: Path, path: Path) -> tuple[Any, Any, Any]:
     """(RemoteRun, Store, Celery app) for the story file ``path`` of ``home``: what the
     coordinator would use, for a test that sends the task itself."""
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.engine.app import make_app
     from hero.engine.remote import RemoteRun
     from hero.engine.seal import Seal
     from hero.engine.store import Store
     from hero.git.ops import TargetRepo
-    from hero.story import parse_story
+    from hero.story.format import parse_story
 
     config = load_config(home, roles=("worker", "reviewer"))
     engine = config.engine

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hero.config import ConfigError, EngineSettings, load_config
+from hero.config.loader import load_config
+from hero.config.schema import ConfigError
+from hero.config.sections import EngineSettings
 from hero.redact import Redactor
 
 PROVIDER = "name: local\nbase_url: http://127.0.0.1:11434/v1\ndefault_model: m\n"

@@ -24,7 +24,7 @@ from engine_support import (
 from helpers import backlog, commit_once, is_review, verdict, worker_round
 
 from hero.engine.wip import RESTORED
-from hero.scripted_model import call, text
+from hero.llm.scripted import call, text
 
 
 def long_once(pid_file: str, flag: Path) -> str:
@@ -328,13 +328,13 @@ def test_the_coordinator_keeps_watching_a_story_through_failures_it_did_not_fore
     log says it once, and the ending is taken when it comes."""
     import threading
 
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.engine.app import make_app
     from hero.engine.remote import RemoteRun
     from hero.engine.seal import Seal
     from hero.engine.store import Store
     from hero.git.ops import TargetRepo
-    from hero.story import parse_story
+    from hero.story.format import parse_story
 
     model = scripted(Policy())
     home = cluster.home(model)

@@ -137,7 +137,8 @@ def test_the_readmes_celery_steps_run_a_story_from_hero_init_homes(
 def test_a_worker_home_hero_init_made_is_not_refused_for_its_placeholder(tmp_path: Path) -> None:
     """`hero init` without --target-repo writes a placeholder; `hero worker` does not read
     target_repo, so it is no error there (a coordinator's home still needs a real one)."""
-    from hero.config import ConfigError, load_config
+    from hero.config.loader import load_config
+    from hero.config.schema import ConfigError
 
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("HERO_")}
     home = init_home(tmp_path / "w", env)

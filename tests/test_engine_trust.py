@@ -363,7 +363,7 @@ def test_a_story_runs_over_tls_and_an_unchecked_server_is_refused(
     connection and hero's own (kombu alone would connect without checking the server)."""
     import redis
 
-    from hero.config import EngineSettings
+    from hero.config.sections import EngineSettings
     from hero.engine.app import make_app
     from hero.engine.store import Store
 

@@ -44,7 +44,7 @@ def hero_exception_classes() -> dict[str, type[BaseException]]:
 
 def test_every_hero_exception_is_a_hero_error() -> None:
     classes = hero_exception_classes()
-    assert {"hero.config.ConfigError", "hero.git.ops.GitError", *SIGNALS} <= set(classes)
+    assert {"hero.config.schema.ConfigError", "hero.git.ops.GitError", *SIGNALS} <= set(classes)
     outside = sorted(
         n for n, c in classes.items() if n not in SIGNALS and not issubclass(c, HeroError)
     )
@@ -52,14 +52,14 @@ def test_every_hero_exception_is_a_hero_error() -> None:
 
 
 def test_the_exit_codes_users_see() -> None:
-    from hero.app import Refused
-    from hero.config import ConfigError
+    from hero.config.schema import ConfigError
     from hero.git.ops import GitError
-    from hero.llm import LlmError
+    from hero.llm.client import LlmError
     from hero.locks import DaemonRunning, PlanBusy, StoryBusy
     from hero.plans.manifest import PlanError
+    from hero.run.launch import Refused
     from hero.state import StateError
-    from hero.story import StoryError
+    from hero.story.record import StoryError
     from hero.views.logs import LogsError
 
     for usage in (ConfigError, StoryError, StateError, GitError, Refused, StoryBusy):
@@ -75,7 +75,8 @@ def test_the_exit_codes_users_see() -> None:
 
 
 def test_policy_errors_stay_value_errors() -> None:
-    from hero.agent.tools.policy import CommandSyntaxError, UncheckedCommand
+    from hero.agent.tools.command_args import UncheckedCommand
+    from hero.agent.tools.shell_syntax import CommandSyntaxError
 
     for cls in (CommandSyntaxError, UncheckedCommand):
         assert issubclass(cls, ValueError) and issubclass(cls, HeroError)

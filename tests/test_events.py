@@ -1,4 +1,4 @@
-"""The event stream (`hero run --events`, `hero watch --events`, hero.events): real `hero`
+"""The event stream (`hero run --events`, `hero watch --events`, hero.run.events): real `hero`
 processes against the scripted model over real HTTP, their stdout validated line by line
 against the JSON Schema shipped in the package."""
 
@@ -21,7 +21,10 @@ import pytest
 from helpers import backlog, is_review, step_of, verdict, worker_round
 
 from hero.cli import main
-from hero.events import (
+from hero.llm.client import Completion, ToolCallRequest
+from hero.llm.scripted import HttpError, Reply, ScriptedModel, call, text
+from hero.redact import Redactor
+from hero.run.events import (
     CUT_CHARS,
     EventSink,
     EventType,
@@ -30,9 +33,6 @@ from hero.events import (
     cut,
     schema,
 )
-from hero.llm import Completion, ToolCallRequest
-from hero.redact import Redactor
-from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
 from hero.trace import Trace, read_trace
 
 PY = shlex.quote(sys.executable)

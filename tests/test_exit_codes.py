@@ -18,8 +18,8 @@ from test_e2e_plan import write_plan
 from hero.cli import main
 from hero.daemon.runplan import PlanRun, plan_exit_code
 from hero.errors import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_UNAVAILABLE, EXIT_USAGE
+from hero.llm.scripted import Raw, ScriptedModel, call, text
 from hero.plans.finish import PlanOutcome
-from hero.scripted_model import Raw, ScriptedModel, call, text
 from hero.state import (
     TIME_BUDGETS,
     RunState,
@@ -57,8 +57,8 @@ def test_a_story_end_and_its_exit_code(
 
 
 def test_the_time_budgets_are_the_wall_time_settings() -> None:
-    from hero.budget import settings
-    from hero.config import Budgets
+    from hero.config.sections import Budgets
+    from hero.run.budget import settings
 
     assert {k for k in settings(Budgets()) if k.endswith("_wall_s")} == TIME_BUDGETS
 

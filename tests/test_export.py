@@ -32,7 +32,7 @@ from hero.agent.replay import LOST_RUNNING
 from hero.agent.tools import TOOL_NAMES
 from hero.agent.window import ELIDED
 from hero.cli import main
-from hero.scripted_model import Reply, ScriptedModel, call, chat_problem, text, validating
+from hero.llm.scripted import Reply, ScriptedModel, call, chat_problem, text, validating
 
 __all__ = ["restore_sigterm"]  # autouse: `hero run` installs a SIGTERM handler of its own
 
@@ -340,7 +340,7 @@ def test_an_over_large_trace_is_not_read(
     ran: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     size = (ran / "runs" / "s2" / "round-1.jsonl").stat().st_size
-    monkeypatch.setattr("hero.export.MAX_TRACE_BYTES", size - 1)
+    monkeypatch.setattr("hero.views.export.MAX_TRACE_BYTES", size - 1)
     capsys.readouterr()
     assert main(["export", "--home", str(ran), "s2"]) == 0
     out, err = capsys.readouterr()

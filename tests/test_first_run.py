@@ -17,8 +17,8 @@ from typing import Any
 from conftest import git
 from helpers import is_review, step_of, verdict
 
-from hero.scripted_model import ScriptedModel, call, text
-from hero.story import parse_story
+from hero.llm.scripted import ScriptedModel, call, text
+from hero.story.format import parse_story
 from hero.views.status import collect_status
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ import pytest
 
 from hero.plans.gate import Gate, Rule
 from hero.state import RunState, Status, file_digest, save_state
-from hero.story import Story, parse_story
+from hero.story.format import parse_story
+from hero.story.record import Story
 
 
 def story(home: Path, story_id: str, *deps: str, plan: str = "") -> Story:

@@ -36,8 +36,8 @@ from hero.git.ops import (
 )
 from hero.git.ops import git as hero_git
 from hero.git.storyrepo import StoryRepo
+from hero.llm.scripted import Reply, call, text
 from hero.runner import child_env
-from hero.scripted_model import Reply, call, text
 
 PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

@@ -26,11 +26,11 @@ from fakegithub import FakeGitHub
 from helpers import Hero, is_review, step_of, verdict
 
 from hero.cli import main
-from hero.config import load_config
+from hero.config.loader import load_config
 from hero.github.api import GitHub, Retry
 from hero.github.settings import settings_for
 from hero.github.watch import Watcher
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.views.status import collect_status
 
 REPO = "acme/app"

@@ -23,13 +23,16 @@ from fakegithub import FakeGitHub
 from helpers import is_review, task_text, verdict
 
 from hero.cli import main
-from hero.config import Config, GitHubSettings, load_config
+from hero.config.home import Config
+from hero.config.loader import load_config
+from hero.config.sections import GitHubSettings
 from hero.github.api import GitHub, Retry
 from hero.github.intake import DEFAULT_CRITERION, STATE_FILE, intake_sweep, issue_story, sanitize
 from hero.github.settings import settings_for
 from hero.github.watch import Watcher
-from hero.scripted_model import Reply, ScriptedModel, call, text
-from hero.story import Story, dumps_story, parse_story, parse_story_text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
+from hero.story.format import dumps_story, parse_story, parse_story_text
+from hero.story.record import Story
 
 REPO = "acme/app"
 LABEL = "hero"
@@ -866,7 +869,7 @@ def test_one_watcher_per_home(home: Path, fake: FakeGitHub, tmp_path: Path) -> N
 def test_github_block_errors_name_the_key(
     tmp_path: Path, target_repo: Path, block: str, key: str, says: str
 ) -> None:
-    from hero.config import ConfigError
+    from hero.config.schema import ConfigError
 
     home = tmp_path / "h"
     (home / "config").mkdir(parents=True)
@@ -930,7 +933,7 @@ def test_github_block_defaults_and_overrides(tmp_path: Path, target_repo: Path) 
     ],
 )
 def test_story_source_is_validated(tmp_path: Path, source: str, field: str, says: str) -> None:
-    from hero.story import StoryError
+    from hero.story.record import StoryError
 
     path = tmp_path / "s.md"
     path.write_text(f"---\nid: s\ntitle: S\n{source}\n---\n\nDo it.\n")

@@ -22,13 +22,14 @@ from conftest import git
 from fakegithub import FakeGitHub
 
 from hero.cli import main
-from hero.config import Config, GitHubSettings
+from hero.config.home import Config
+from hero.config.sections import GitHubSettings
 from hero.github.api import GitHub, Retry
 from hero.github.defang import OwnIssue, defang, live_references
 from hero.github.report import REPORTED_FILE, _push_env, report_sweep
-from hero.scripted_model import call, text
+from hero.llm.scripted import call, text
 from hero.state import ReviewRecord, Round, RunState, Status, save_state
-from hero.story import write_story
+from hero.story.format import write_story
 
 REPO = "acme/app"
 TOKEN = "ghp_Zq9sEcReTt0kenV4lue7731xYz"

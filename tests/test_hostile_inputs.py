@@ -229,9 +229,9 @@ INTERNAL_BUG = """
 import sys
 from pathlib import Path
 
-import hero.pipeline
+import hero.run.pipeline
 
-real_start, real_run = hero.pipeline.StoryRun._start, hero.pipeline.StoryRun.run
+real_start, real_run = hero.run.pipeline.StoryRun._start, hero.run.pipeline.StoryRun.run
 
 
 def start(self):
@@ -246,7 +246,7 @@ def run(self):
     return real_run(self)
 
 
-hero.pipeline.StoryRun._start, hero.pipeline.StoryRun.run = start, run
+hero.run.pipeline.StoryRun._start, hero.run.pipeline.StoryRun.run = start, run
 from hero.cli import main
 
 sys.exit(main(["watch", "--home", sys.argv[1], "--log-format", "json"]))

@@ -17,13 +17,9 @@ import pytest
 
 from hero.roles.repo import MAX_RULES_CHARS, MAX_RULES_TOTAL_CHARS, repo_rules
 from hero.roles.worker import build_messages
-from hero.story import (
-    Story,
-    StoryFileChanged,
-    append_feedback,
-    parse_story,
-    write_feedback,
-)
+from hero.story.feedback import append_feedback, write_feedback
+from hero.story.format import parse_story
+from hero.story.record import Story, StoryFileChanged
 
 MARKER = "HOST-SECRET-7f3a9c"
 
@@ -263,7 +259,7 @@ def test_a_link_swapped_in_just_before_the_rename_is_refused(
     story: Story, host_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The swap happens after hero read the file and while it writes the new one.
-    import hero.story as story_module
+    import hero.story.feedback as story_module
 
     before = host_file.read_bytes()
     real = story_module._rewritten

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from helpers import is_review, step_of, verdict
 
-from hero.config import LlmSettings, load_config
-from hero.llm import LlmClient, LlmError
-from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
+from hero.config.loader import load_config
+from hero.config.sections import LlmSettings
+from hero.llm.client import LlmClient, LlmError
+from hero.llm.scripted import HttpError, Reply, ScriptedModel, call, text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_KEY = "sk-env-0123456789abcdefENVKEY"
@@ -179,7 +180,7 @@ def test_hero_run_refused_says_where_the_key_came_from(
         text=True,
         timeout=300,
     )
-    # a refused key pauses the story (exit 2), it does not fail it (see hero.breaker)
+    # a refused key pauses the story (exit 2), it does not fail it (see hero.llm.breaker)
     assert done.returncode == 2, done.stdout + done.stderr
     said = done.stdout + done.stderr
     assert "HTTP 401 with the key from $OPENAI_API_KEY: bad key" in said

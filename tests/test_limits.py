@@ -26,9 +26,13 @@ import pytest
 import yaml
 from helpers import alive
 
-from hero import limits as limits_module
-from hero.config import ConfigError, load_config
-from hero.limits import (
+from hero.config.loader import load_config
+from hero.config.scaffold import init_home
+from hero.config.schema import ConfigError
+from hero.runner import CommandResult, child_env, run_command
+from hero.sandbox import limits as limits_module
+from hero.sandbox.bwrap import Sandbox, build
+from hero.sandbox.limits import (
     SETTINGS,
     TMPFS_DIRS,
     Limits,
@@ -37,9 +41,6 @@ from hero.limits import (
     mechanism,
     tmpfs_args,
 )
-from hero.runner import CommandResult, child_env, run_command
-from hero.sandbox import Sandbox, build
-from hero.scaffold import init_home
 
 PY = shlex.quote(sys.executable)
 #: Small limits, so that each test reaches one quickly.
@@ -49,7 +50,7 @@ SMALL = Limits(tmpfs_mb=16, processes=64, memory_mb=256, file_size_mb=8, cpu_s=1
 @dataclass(frozen=True)
 class Limited:
     """A sandbox whose commands get ``limits``: its tmpfs sized, and ``limits`` for the
-    runner to put on each command (as ``hero.sandbox.Sandbox`` will carry them)."""
+    runner to put on each command (as ``hero.sandbox.bwrap.Sandbox`` will carry them)."""
 
     box: Sandbox
     limits: Limits
@@ -66,7 +67,7 @@ class Limited:
 
 
 def limited(bwrap: str, worktree: Path, limits: Limits) -> Limited:
-    """The sandbox ``hero.sandbox.build`` makes for ``worktree``, with each of its tmpfs
+    """The sandbox ``hero.sandbox.bwrap.build`` makes for ``worktree``, with each of its tmpfs
     in TMPFS_DIRS mounted by ``tmpfs_args`` instead."""
     prefix = list(build(worktree, None, bwrap=bwrap).prefix)
     args: list[str] = []
@@ -290,7 +291,7 @@ def test_confine_moves_the_process_into_cgroups_it_removes_after(held: Start) ->
 
 CRASHING_HERO = """
 import os, signal, subprocess, sys
-from hero.limits import Limits, confine
+from hero.sandbox.limits import Limits, confine
 command = subprocess.Popen(
     ["sleep", sys.argv[1]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     start_new_session=True,
@@ -313,7 +314,7 @@ def test_cgroups_a_killed_hero_left_are_removed_by_the_next(tmp_path: Path) -> N
     assert alive(int(pid))  # its command is still there, in its cgroups
 
     subprocess.run(
-        [sys.executable, "-c", "from hero.limits import mechanism; mechanism()"],
+        [sys.executable, "-c", "from hero.sandbox.limits import mechanism; mechanism()"],
         check=True,
         timeout=60,
     )

@@ -1,4 +1,4 @@
-"""Tests for hero.llm.LlmClient: the real openai SDK over real HTTP to hero's scripted model."""
+"""Tests for hero.llm.client.LlmClient: the real openai SDK over real HTTP to hero's scripted model."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from hero.config import LlmSettings, Provider, RoleConfig
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings
 from hero.errors import Interrupted
-from hero.llm import Completion, LlmClient, LlmError
-from hero.scripted_model import Drop, HttpError, Reply, ScriptedModel, ToolCall, calls, text
+from hero.llm.client import Completion, LlmClient, LlmError
+from hero.llm.scripted import Drop, HttpError, Reply, ScriptedModel, ToolCall, calls, text
 
 MESSAGES = [
     {"role": "system", "content": "You are a test."},

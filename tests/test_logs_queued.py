@@ -18,7 +18,7 @@ from test_e2e_plan import write_plan
 from test_logview import WAIT_S, read_lines, wait_for_line
 
 from hero.cli import main
-from hero.scripted_model import ScriptedModel, call, text
+from hero.llm.scripted import ScriptedModel, call, text
 from hero.views.logs import LogsError, follow
 
 WAITING = "queued, not started yet; waiting for it"

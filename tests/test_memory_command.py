@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hero.config import load_config
+from hero.config.loader import load_config
 from hero.memory import store_for
 from hero.memory.facts import Kind, Role, Source, Trust, new_fact
 from hero.memory.store import MemoryStore, Recap

@@ -26,8 +26,8 @@ from test_memory_learn import (  # noqa: F401  (_restore_sigterm: autouse here t
 )
 from test_memory_recall import worker_requests, worker_task
 
+from hero.llm.scripted import ScriptedModel
 from hero.memory.recall import FACTS_HEADING
-from hero.scripted_model import ScriptedModel
 
 #: the convention as the store keeps it and recall renders it: `<` `>` made inert
 TOLD = "test_‹unit›_‹behaviour›"

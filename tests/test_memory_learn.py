@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from hero.cli import main
-from hero.config import load_config
+from hero.config.loader import load_config
+from hero.llm.scripted import HttpError, Reply, ScriptedModel, call, text
 from hero.memory import Kind, Role, Trust, store_for
 from hero.memory.facts import Fact
 from hero.redact import Redactor
@@ -31,9 +32,8 @@ from hero.roles.learner import (
     normalize,
     parse_distilled,
 )
-from hero.scripted_model import HttpError, Reply, ScriptedModel, call, text
 from hero.state import ReviewRecord, Round, RunState, Status
-from hero.story import parse_story
+from hero.story.format import parse_story
 
 PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

@@ -20,9 +20,9 @@ from helpers import commit_once, is_review, step_of, verdict
 
 from hero.agent.window import estimate_text
 from hero.cli import main
-from hero.config import load_config
-from hero.dryrun import dry_run
-from hero.llm import LlmClient
+from hero.config.loader import load_config
+from hero.llm.client import LlmClient
+from hero.llm.scripted import ScriptedModel, call, text
 from hero.memory import store_for
 from hero.memory.facts import Fact, Role, Source, Trust, new_fact
 from hero.memory.recall import (
@@ -36,13 +36,13 @@ from hero.memory.recall import (
     story_query,
 )
 from hero.memory.store import MemoryStore, Recap
-from hero.pipeline import StoryRun
-from hero.prompting import load_template
 from hero.redact import Redactor
 from hero.roles.planner import planner_messages
+from hero.roles.prompting import load_template
 from hero.roles.worker import build_messages
-from hero.scripted_model import ScriptedModel, call, text
-from hero.story import parse_story
+from hero.run.dryrun import dry_run
+from hero.run.pipeline import StoryRun
+from hero.story.format import parse_story
 
 R = Redactor(())
 APPROVE = verdict("APPROVED", "All good.")
@@ -561,7 +561,7 @@ def test_a_task_carries_what_was_recalled_checked_and_bounded() -> None:
 
 def test_hero_plan_is_told_the_recap_unless_memory_is_off(tmp_path: Path) -> None:
     from hero.errors import UsageError
-    from hero.planning import plan_recap
+    from hero.plans.drafting import plan_recap
 
     repo, home = tmp_path / "repo", tmp_path / "home"
     git_init(repo)

@@ -144,8 +144,9 @@ def test_trust_rules() -> None:
 
 
 def test_trust_of_a_story_and_the_switches(tmp_path: Path) -> None:
-    from hero.config import Config, MemorySettings
-    from hero.story import parse_story_text
+    from hero.config.home import Config
+    from hero.config.sections import MemorySettings
+    from hero.story.format import parse_story_text
 
     def story(extra: str) -> object:
         text = f"---\nid: s1\ntitle: T\n{extra}---\n## Goal\nDo it.\n"
@@ -158,7 +159,7 @@ def test_trust_of_a_story_and_the_switches(tmp_path: Path) -> None:
     off_home = Config(home=tmp_path, target_repo=tmp_path, memory=MemorySettings(enabled=False))
     assert enabled(on_home, mine) and not enabled(on_home, off)  # type: ignore[arg-type]
     assert not enabled(off_home, story("memory: true\n"))  # type: ignore[arg-type]
-    from hero.story import StoryError
+    from hero.story.record import StoryError
 
     with pytest.raises(StoryError, match="memory: expected true or false"):
         story("memory: sometimes\n")
@@ -386,7 +387,7 @@ def test_where_the_memory_lives(tmp_path: Path) -> None:
 
 
 def test_the_store_of_a_home_uses_its_settings_and_secrets(tmp_path: Path) -> None:
-    from hero.config import load_config
+    from hero.config.loader import load_config
 
     home, repo = tmp_path / "home", tmp_path / "repo"
     (home / "config").mkdir(parents=True)
@@ -405,9 +406,9 @@ def test_the_store_of_a_home_uses_its_settings_and_secrets(tmp_path: Path) -> No
 
 
 def test_the_worker_sandbox_does_not_show_the_memory(tmp_path: Path) -> None:
-    """The memory is in the home; a worker's sandbox hides the home (hero.sandbox), the
+    """The memory is in the home; a worker's sandbox hides the home (hero.sandbox.bwrap), the
     story's worktree inside it excepted, so no worker reads or writes the file."""
-    from hero.sandbox import build
+    from hero.sandbox.bwrap import build
 
     home = tmp_path / "home"
     worktree = home / "worktrees" / "s1"

@@ -24,9 +24,9 @@ pytest.importorskip("prometheus_client", reason="the serve extra is not installe
 from prometheus_client.parser import text_string_to_metric_families
 
 from hero.cli import main
-from hero.llm import Completion, error_kind
+from hero.llm.client import Completion, error_kind
+from hero.llm.scripted import HttpError, Reply, ToolCall
 from hero.locks import DaemonLock
-from hero.scripted_model import HttpError, Reply, ToolCall
 from hero.state import Round, RunState, Status, save_state
 from hero.trace import Trace, read_trace
 from hero.web.metrics import LABEL_CHARS, LABEL_VALUES, Metrics, exposition

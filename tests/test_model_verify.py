@@ -15,11 +15,12 @@ from pathlib import Path
 from conftest import git
 from test_e2e_plan import PlanPolicy, write_plan, write_plan_story
 
-from hero.config import Config, load_config
-from hero.llm import LlmClient
-from hero.pipeline import StoryRun
+from hero.config.home import Config
+from hero.config.loader import load_config
+from hero.llm.client import LlmClient
+from hero.run.pipeline import StoryRun
 from hero.state import Status
-from hero.story import parse_story
+from hero.story.format import parse_story
 
 
 def run(story, config: Config):

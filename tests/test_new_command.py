@@ -18,8 +18,8 @@ import pytest
 
 from hero.cli import main
 from hero.commands.new import ERROR_PREFIX, NEW_COMMENT, PLACEHOLDER_ID
-from hero.scaffold import story_template
-from hero.story import parse_story
+from hero.config.scaffold import story_template
+from hero.story.format import parse_story
 
 TIMEOUT_S = 60.0  # a generous "did not hang" bound, not a speed check
 

@@ -1,4 +1,4 @@
-"""Alerts (hero.notify): a command and a webhook told of each story's end and of a breaker
+"""Alerts (hero.run.notify): a command and a webhook told of each story's end and of a breaker
 opening, without ever holding up a story or the daemon, and without a secret in what goes out.
 
 The daemon and `hero run` run as child processes against the scripted model on loopback; the
@@ -37,9 +37,10 @@ from helpers import (
     worker_round,
 )
 
-from hero.config import ConfigError, load_config
-from hero.notify import BREAKER_OPEN, EVENT_VERSION, STORY_END, Notifier, shown_url
-from hero.scripted_model import Reply, call, text
+from hero.config.loader import load_config
+from hero.config.schema import ConfigError
+from hero.llm.scripted import Reply, call, text
+from hero.run.notify import BREAKER_OPEN, EVENT_VERSION, STORY_END, Notifier, shown_url
 from hero.state import RunState, Status
 
 RUN_TIMEOUT_S = 120.0  # generous "did not hang" bounds, not speed checks
@@ -591,9 +592,9 @@ def test_a_crashed_story_is_sent_as_an_error_from_its_record(home_of, tmp_path: 
 def test_a_full_queue_drops_events_with_a_line_instead_of_growing(
     home_of, receiver, monkeypatch
 ) -> None:
-    import hero.notify
+    import hero.run.notify
 
-    monkeypatch.setattr(hero.notify, "QUEUE_SIZE", 2)
+    monkeypatch.setattr(hero.run.notify, "QUEUE_SIZE", 2)
     hook = receiver("hang")
     log = Lines()
     notifier = Notifier(load_config(home_of(notify_webhook=hook.url, notify_timeout_s=600)), log)

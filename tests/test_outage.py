@@ -1,5 +1,5 @@
-"""Model outages heal by themselves: the classification of a model error (hero.llm), the
-circuit breaker of each provider (hero.breaker), and `hero watch` (a real child process)
+"""Model outages heal by themselves: the classification of a model error (hero.llm.client), the
+circuit breaker of each provider (hero.llm.breaker), and `hero watch` (a real child process)
 waiting out an endpoint that refuses connections for a stretch, or stopping its queue on
 a 401, with no story spent and none in ``error``.
 
@@ -22,7 +22,8 @@ import pytest
 from test_llm import MESSAGES, make_client
 from test_watch import Daemon, Policy, Procs, wait_for
 
-from hero.breaker import (
+from hero.cli import main
+from hero.llm.breaker import (
     CLOSED,
     HALF_OPEN,
     OPEN,
@@ -32,9 +33,8 @@ from hero.breaker import (
     breakers_path,
     read_breakers,
 )
-from hero.cli import main
-from hero.llm import LlmError, ModelOutage, ModelRefused, ModelUnavailable
-from hero.scripted_model import HttpError, ScriptedModel, text
+from hero.llm.client import LlmError, ModelOutage, ModelRefused, ModelUnavailable
+from hero.llm.scripted import HttpError, ScriptedModel, text
 from hero.views.status import breaker_lines, collect_status
 
 #: Generous "did not hang" bounds for six stories on a loaded 2-core machine.
@@ -428,7 +428,7 @@ def test_a_refused_key_stops_the_queue_once_and_spends_no_story(
     assert main(["status", "--home", str(home)]) == 0
     out = capsys.readouterr().out
     assert "model provider scripted: STOPPED" in out and "paused on model provider" in out
-    # the alert hook (hero.notify) heard of the breaker once; a paused story is no end
+    # the alert hook (hero.run.notify) heard of the breaker once; a paused story is no end
     assert wait_for(lambda: alerts.exists() and alerts.read_text().strip(), ALL_DONE_S)
     daemon.wait_rescans(1)
     sent = [json.loads(line) for line in alerts.read_text().splitlines() if line.strip()]

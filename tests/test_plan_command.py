@@ -16,6 +16,8 @@ import pytest
 from conftest import git
 
 from hero.cli import main
+from hero.config.scaffold import init_home
+from hero.llm.scripted import HttpError, ScriptedModel, text
 from hero.names import MANIFEST, StoryRef
 from hero.plans.manifest import (
     Manifest,
@@ -26,10 +28,8 @@ from hero.plans.manifest import (
     read_manifest,
     read_plan,
 )
-from hero.scaffold import init_home
-from hero.scripted_model import HttpError, ScriptedModel, text
 from hero.state import RunState, Status, save_state
-from hero.story import parse_story
+from hero.story.format import parse_story
 
 PLAN_TEXT = "# Calculator\n\nAdd subtraction, then multiplication, then docs.\n"
 AGENTS_RULE = "Always run `python -m unittest` before committing."

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from conftest import git
 
-from hero.config import LlmSettings, Provider, RoleConfig
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings
 from hero.git.ops import GitError
-from hero.llm import LlmClient
+from hero.llm.client import LlmClient
+from hero.llm.scripted import ScriptedModel, text
 from hero.roles.planner import (
     PlanInvalid,
     check_answer,
@@ -22,7 +24,6 @@ from hero.roles.planner import (
     planner_messages,
 )
 from hero.roles.repo import repo_layout
-from hero.scripted_model import ScriptedModel, text
 
 
 def story(story_id: str, deps: tuple[str, ...] = (), **fields: Any) -> dict[str, Any]:

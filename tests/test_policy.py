@@ -23,18 +23,13 @@ from conftest import git
 from helpers import is_review, load_state, step_of, verdict, worker_round
 
 from hero.agent.tools import ToolContext, execute_tool
-from hero.agent.tools.policy import (
-    CommandSyntaxError,
-    Policy,
-    Rule,
-    UncheckedCommand,
-    command_parts,
-    normal_words,
-    parse_commands,
-)
+from hero.agent.tools.command_args import UncheckedCommand
+from hero.agent.tools.policy import Policy, Rule, normal_words
+from hero.agent.tools.shell_syntax import CommandSyntaxError, parse_commands
+from hero.agent.tools.wrappers import command_parts
 from hero.cli import main
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.runner import child_env
-from hero.scripted_model import Reply, ScriptedModel, call, text
 
 
 def make_policy(*, allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()) -> Policy:

@@ -1,4 +1,4 @@
-"""Tests for hero.prompting: templates and their values must match, through the roles too."""
+"""Tests for hero.roles.prompting: templates and their values must match, through the roles too."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 
 from hero.cli import main
-from hero.config import LlmSettings, Provider, RoleConfig
-from hero.llm import LlmClient
-from hero.prompting import PromptError, Template, load_template, render
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings
+from hero.llm.client import LlmClient
+from hero.llm.scripted import ScriptedModel, text
+from hero.roles.prompting import PromptError, Template, load_template, render
 from hero.roles.reviewer import review
 from hero.roles.worker import build_messages
-from hero.scripted_model import ScriptedModel, text
-from hero.story import Story, VerifyTier, parse_story_text
+from hero.story.format import parse_story_text
+from hero.story.record import Story, VerifyTier
 from hero.trace import Trace
 
 PROMPTS = Path(__file__).resolve().parents[1] / "src" / "hero" / "prompts"

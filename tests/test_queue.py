@@ -13,7 +13,7 @@ from pathlib import Path
 from hero.daemon.queue import Admit, Entry, admit, arrange
 from hero.locks import story_lock_path
 from hero.state import RunState, Status, file_digest, save_state, state_path
-from hero.story import parse_story
+from hero.story.format import parse_story
 
 
 def story_file(home: Path, name: str, **fm: str) -> Path:

@@ -13,7 +13,7 @@ from conftest import git
 from export_support import CHECK_SUB, SECRET, Start, restore_sigterm, two_story_home
 
 from hero.cli import main
-from hero.report import fenced, md
+from hero.views.report import fenced, md
 
 __all__ = ["restore_sigterm"]  # autouse: `hero run` installs a SIGTERM handler of its own
 

@@ -36,7 +36,7 @@ from helpers import (
 )
 
 from hero.agent.replay import LOST_RUNNING
-from hero.scripted_model import Reply, ScriptedModel, ToolCall, text
+from hero.llm.scripted import Reply, ScriptedModel, ToolCall, text
 
 Start = Callable[..., ScriptedModel]
 STOP_TIMEOUT_S = 20.0  # a generous "did not hang" bound, not a speed check

@@ -6,8 +6,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from hero.config import LlmSettings, Provider, RoleConfig
-from hero.llm import LlmClient
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings
+from hero.llm.client import LlmClient
+from hero.llm.scripted import ScriptedModel, text
 from hero.roles.reviewer import (
     APPROVED,
     CHANGES_REQUESTED,
@@ -16,8 +18,7 @@ from hero.roles.reviewer import (
     review,
     short_circuit,
 )
-from hero.scripted_model import ScriptedModel, text
-from hero.story import parse_story_text
+from hero.story.format import parse_story_text
 from hero.trace import Trace, read_trace
 
 APPROVAL = {

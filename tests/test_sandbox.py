@@ -27,8 +27,9 @@ from helpers import alive, is_review, step_of
 from hero.cli import main
 from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
 from hero.git.storyrepo import StoryRepo
+from hero.llm.scripted import Reply, call, text
 from hero.runner import CommandResult, child_env, run_command
-from hero.sandbox import (
+from hero.sandbox.bwrap import (
     SANDBOX_HOME,
     Sandbox,
     SandboxUnavailable,
@@ -36,7 +37,6 @@ from hero.sandbox import (
     bwrap_problem,
     resolve,
 )
-from hero.scripted_model import Reply, call, text
 
 PY = shlex.quote(sys.executable)
 SECRET = "hero-home-secret-4f1c"
@@ -554,7 +554,7 @@ def test_a_system_file_that_links_outside_the_system_is_bound_where_it_points(
     target.write_text("nameserver 127.0.0.53\n")
     link = tmp_path / "resolv.conf"
     link.symlink_to(target)
-    monkeypatch.setattr("hero.sandbox.LINKED_FILES", (str(link),))
+    monkeypatch.setattr("hero.sandbox.bwrap.LINKED_FILES", (str(link),))
 
     box = build(tmp_path / "worktree", None, tool_dirs=[], identity=False)
 

@@ -1,4 +1,4 @@
-"""The worker's sandbox of a round (``hero.sandbox_session``): one bubblewrap for all of a
+"""The worker's sandbox of a round (``hero.sandbox.session``): one bubblewrap for all of a
 round's bash commands, each of them as isolated as in a sandbox of its own.
 
 Each test runs real commands through ``run_command`` in a real ``SandboxSession`` built for
@@ -23,17 +23,17 @@ import pytest
 from conftest import git
 from helpers import alive, is_review, step_of, wait_dead
 
-from hero import sandbox_agent
 from hero.agent.tools import ToolContext
 from hero.agent.tools.shell import tool_bash
 from hero.cli import main
 from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
 from hero.git.storyrepo import StoryRepo
-from hero.limits import Limits, mechanism
+from hero.llm.scripted import call, text
 from hero.runner import CommandResult, child_env, run_command
-from hero.sandbox import SANDBOX_HOME, Sandbox, resolve
-from hero.sandbox_session import SandboxSession
-from hero.scripted_model import call, text
+from hero.sandbox import pid1 as sandbox_agent
+from hero.sandbox.bwrap import SANDBOX_HOME, Sandbox, resolve
+from hero.sandbox.limits import Limits, mechanism
+from hero.sandbox.session import SandboxSession
 
 PY = shlex.quote(sys.executable)
 SECRET = "hero-home-secret-9d2e"

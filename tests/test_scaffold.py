@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hero.config import ConfigError, load_config
-from hero.scaffold import init_home, local_example
+from hero.config.loader import load_config
+from hero.config.scaffold import init_home, local_example
+from hero.config.schema import ConfigError
 
 FILES = (
     "config/providers/openai.yaml",

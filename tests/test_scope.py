@@ -21,10 +21,10 @@ from helpers import is_review, step_of, worker_round
 from hero.agent.tools import ToolContext, ToolOutcome, execute_tool
 from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
 from hero.cli import main
-from hero.config import DEFAULT_PROTECTED
+from hero.config.schema import DEFAULT_PROTECTED
 from hero.git.ops import DEFAULT_IDENTITY
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.runner import child_env
-from hero.scripted_model import Reply, ScriptedModel, call, text
 
 BASE_FILES = {
     "src/app.py": "def app():\n    return 1\n",

@@ -1,4 +1,4 @@
-"""Tests for hero.scripted_model: the scripted OpenAI-compatible server, driven by the real SDK."""
+"""Tests for hero.llm.scripted: the scripted OpenAI-compatible server, driven by the real SDK."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from hero.scripted_model import (
+from hero.llm.scripted import (
     Drop,
     HttpError,
     Raw,
@@ -518,7 +518,7 @@ def test_explicit_port_and_reuse_after_stop() -> None:
 
 HANDLER_MODULE = textwrap.dedent(
     """
-    from hero.scripted_model import HttpError, call, text
+    from hero.llm.scripted import HttpError, call, text
 
     def handler(body):
         last = body["messages"][-1]["content"]
@@ -550,7 +550,7 @@ def test_command_line_server(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "hero.scripted_model",
+            "hero.llm.scripted",
             "--handler",
             "scripted_cli_helper:handler",
             "--latency",
@@ -588,7 +588,7 @@ def test_command_line_server(tmp_path: Path) -> None:
 
 def test_command_line_bad_handler(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "hero.scripted_model", "--handler", "no_such_module_xyz:handler"],
+        [sys.executable, "-m", "hero.llm.scripted", "--handler", "no_such_module_xyz:handler"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

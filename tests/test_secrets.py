@@ -28,8 +28,8 @@ from helpers import is_review, load_state, review_round, step_of, worker_round
 
 from hero.cli import main
 from hero.daemon.logsetup import configure
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.redact import REDACTED, Redactor
-from hero.scripted_model import Reply, ScriptedModel, call, text
 
 KEY_ENV = "HERO_TEST_PROVIDER_KEY"
 KEY = "sk-hero-test-4f9Qz7LmX2vB8nR1tY6wK3pJ0aE5dH"  # not a real key, long enough for encodings

@@ -26,7 +26,7 @@ from export_support import CHECK_SUB, RIGHT, WRONG
 from helpers import is_review, step_of, worker_round
 
 from hero.cli import main
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx")
@@ -164,7 +164,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, target_repo_template: Path) -
 
 
 def client(home: Path, **kwargs: Any) -> TestClient:
-    from hero.config import load_config
+    from hero.config.loader import load_config
 
     config = load_config(home, roles=())
     kwargs.setdefault("token", None)

@@ -26,7 +26,7 @@ import pytest
 from export_support import CHECK_SUB
 from helpers import is_review, step_of, worker_round
 
-from hero.scripted_model import Reply, ScriptedModel
+from hero.llm.scripted import Reply, ScriptedModel
 
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 

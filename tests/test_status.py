@@ -15,7 +15,7 @@ import pytest
 
 from hero.cli import main
 from hero.state import MAX_STATE_BYTES, RunState, file_digest, save_state, state_path
-from hero.story import MAX_STORY_BYTES
+from hero.story.record import MAX_STORY_BYTES
 from hero.views.status import (
     WIDTH,
     collect_status,

@@ -10,14 +10,9 @@ from typing import Any
 
 import pytest
 
-from hero import story as story_module
-from hero.story import (
-    FEEDBACK_HEADING,
-    MAX_STORY_BYTES,
-    Story,
-    StoryError,
-    VerifyTier,
-    append_feedback,
+from hero.story import feedback as feedback_module
+from hero.story.feedback import append_feedback
+from hero.story.format import (
     dumps_story,
     parse_story,
     parse_story_text,
@@ -25,6 +20,7 @@ from hero.story import (
     story_metadata,
     write_story,
 )
+from hero.story.record import FEEDBACK_HEADING, MAX_STORY_BYTES, Story, StoryError, VerifyTier
 from hero.yamlio import ValueProblem
 
 FULL = """\
@@ -379,7 +375,7 @@ def test_special_files_are_refused_without_blocking(tmp_path: Path, kind: str) -
         path.mkdir()
     # in a child process, so that a reader that blocks fails the test instead of hanging it
     code = (
-        "import sys\nfrom hero.story import parse_story, StoryError\n"
+        "import sys\nfrom hero.story.format import parse_story\nfrom hero.story.record import StoryError\n"
         "try:\n    parse_story(sys.argv[1])\nexcept StoryError as e:\n    print(e)\n"
     )
     out = subprocess.run(
@@ -627,13 +623,13 @@ def test_append_feedback_writes_what_frontmatter_dumps_renders(
     # For a story hero can read, the new file is the writer's output (frontmatter.dumps with
     # the user's YAML text handed back), and that output only adds to the user's bytes.
     rendered: list[str] = []
-    real = story_module._render
+    real = feedback_module.render_post
 
     def spy(post: Any, **kwargs: str) -> str:
         rendered.append(real(post, **kwargs))
         return rendered[-1]
 
-    monkeypatch.setattr(story_module, "_render", spy)
+    monkeypatch.setattr(feedback_module, "render_post", spy)
     path = tmp_path / "s.md"
     path.write_bytes(original)
     assert append_feedback(path, 1, "fb") is True
@@ -911,7 +907,7 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
 
 def test_reading_modules_does_not_import_yaml_or_frontmatter() -> None:
     code = (
-        "import sys, hero.story, hero.config, hero.yamlio\n"
+        "import sys, hero.story.format, hero.story.feedback, hero.config.loader, hero.yamlio\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'frontmatter')))"
     )
     out = subprocess.run(

@@ -1,5 +1,5 @@
 """A model per story: the ``model:`` and ``reasoning_effort:`` story fields, `hero run
---model` / `--reasoning-effort`, and where they go (hero.models).
+--model` / `--reasoning-effort`, and where they go (hero.llm.models).
 
 Real parts throughout: the `openai` client over HTTP to hero's scripted model on loopback
 (two of them when a story names another provider), real git repositories, `hero run` in
@@ -31,14 +31,15 @@ from test_e2e_run import (
 from test_llm import MESSAGES, make_client
 from test_watch import Policy, Procs, story_of, wait_for
 
-from hero.breaker import CLOSED, breakers_path, read_breakers
 from hero.cli import main
-from hero.config import load_config
-from hero.llm import LlmError, ModelOutage, ModelRefused
-from hero.models import OverrideError, parse_override, providers_of, roles_for, story_config
-from hero.scripted_model import HttpError, ScriptedModel
+from hero.config.loader import load_config
+from hero.llm.breaker import CLOSED, breakers_path, read_breakers
+from hero.llm.client import LlmError, ModelOutage, ModelRefused
+from hero.llm.models import OverrideError, parse_override, providers_of, roles_for, story_config
+from hero.llm.scripted import HttpError, ScriptedModel
 from hero.state import RunState
-from hero.story import StoryError, parse_story_text
+from hero.story.format import parse_story_text
+from hero.story.record import StoryError
 
 ALL_DONE_S = 300.0  # generous "did not hang" bounds, not speed checks
 FAST = {"llm_max_attempts": 2, "outage_backoff_s": 0.5, "outage_backoff_max_s": 1.0}
@@ -98,7 +99,7 @@ def test_a_bad_model_field_is_an_error_naming_the_file_and_the_field(
 
 
 def test_the_fields_read_as_written_and_are_written_back_as_read(tmp_path: Path) -> None:
-    from hero.story import dumps_story, story_metadata
+    from hero.story.format import dumps_story, story_metadata
 
     front = "model: {worker: ' openai:gpt-5 ', reviewer: small}\nreasoning_effort: high"
     story = parse_story_text(story_text(front), tmp_path / "s1.md")

@@ -30,12 +30,12 @@ from helpers import (
     wait_dead,
 )
 
-from hero.adhoc import Task, enqueue, slug, story_parts, title_of
 from hero.cli import main
 from hero.errors import UsageError
-from hero.scripted_model import ScriptedModel, call, text
-from hero.story import dumps_story, parse_story
-from hero.story import write_story as write_story_file
+from hero.llm.scripted import ScriptedModel, call, text
+from hero.run.adhoc import Task, enqueue, slug, story_parts, title_of
+from hero.story.format import dumps_story, parse_story
+from hero.story.format import write_story as write_story_file
 
 PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"

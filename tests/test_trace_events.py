@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hero.llm import Completion, ToolCallRequest
+from hero.llm.client import Completion, ToolCallRequest
 from hero.trace import Event, Trace, read_trace
 from hero.views import logs
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from hero.budget import Meter
-from hero.config import Budgets
-from hero.llm import Completion
+from hero.config.sections import Budgets
+from hero.llm.client import Completion
+from hero.llm.usage import Usage
+from hero.run.budget import Meter
 from hero.state import RunState, load_state, save_state, state_path
-from hero.usage import Usage
 
 
 def answer(tokens_in: int, tokens_out: int, cost: float = 0.0, cached: int = 0) -> Completion:

@@ -10,7 +10,7 @@ import pytest
 from hero.errors import Interrupted
 from hero.roles.verifier import TAIL_CHARS, CommandCheck, VerifyResult, run_verify
 from hero.runner import child_env
-from hero.story import VerifyTier
+from hero.story.record import VerifyTier
 
 
 def verify(

@@ -45,9 +45,9 @@ from helpers import (
 )
 
 from hero.cli import main
-from hero.scripted_model import Reply, ScriptedModel, call, text
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.state import RunState, Status, file_digest, save_state
-from hero.story import append_feedback
+from hero.story.feedback import append_feedback
 
 RUN_TIMEOUT_S = 120.0  # generous "did not hang" bounds, not speed checks
 STOP_SPEC_S = 10.0  # the issue: a clean stop exits within 10 s
@@ -654,9 +654,9 @@ def test_a_file_as_hero_left_it_is_due_without_the_settle_wait(
     high = interrupted_after_feedback(home, write_story, "hi")
     set_age(high, -60)
 
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.daemon.dispatcher import Dispatcher
-    from hero.llm import LlmClient
+    from hero.llm.client import LlmClient
 
     config = load_config(home, roles=("worker", "reviewer"))
 
@@ -686,19 +686,19 @@ LAUNCH_SIGNAL = """
 import os, signal, sys
 from pathlib import Path
 
-import hero.llm
+import hero.llm.client
 
-real_init = hero.llm.LlmClient.__init__
+real_init = hero.llm.client.LlmClient.__init__
 
 
 def init(self, *args, **kwargs):
     real_init(self, *args, **kwargs)
     if kwargs.get("cancel") is not None:  # a story's model, made while it is being launched
-        hero.llm.LlmClient.__init__ = real_init
+        hero.llm.client.LlmClient.__init__ = real_init
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-hero.llm.LlmClient.__init__ = init
+hero.llm.client.LlmClient.__init__ = init
 from hero.cli import main
 
 sys.exit(main(["watch", "--home", sys.argv[1], "--log-format", "json"]))
@@ -773,9 +773,9 @@ KILL_AROUND_MOVE = """
 import os, signal, sys
 from pathlib import Path
 
-import hero.pipeline
+import hero.run.record
 
-real_move = hero.pipeline.move_story_file
+real_move = hero.run.record.move_story_file
 when = sys.argv[2]
 
 
@@ -785,7 +785,7 @@ def move(src, dest):  # hero has recorded the pass; it dies just before or after
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-hero.pipeline.move_story_file = move
+hero.run.record.move_story_file = move
 from hero.cli import main
 
 sys.exit(

@@ -31,8 +31,8 @@ from helpers import Hero, backlog, is_ancestor, is_review, step_of, task_text, w
 from test_e2e_plan import commit_file, has_branch, show, state_of, story_line
 from test_watch import APPROVED, CHANGES, STOP_SPEC_S, Daemon, Procs
 
+from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.plans.manifest import Manifest, ManifestStory, dump_manifest
-from hero.scripted_model import Reply, ScriptedModel, call, text
 from hero.state import RunState, save_state
 
 #: Generous "did not hang" bounds for two plans at once on a loaded machine.

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from hero.prompting import PromptError, load_template
+from hero.roles.prompting import PromptError, load_template
 from hero.roles.worker import MAX_RULES_CHARS, build_messages, repo_rules
-from hero.story import Story, VerifyTier, parse_story
+from hero.story.format import parse_story
+from hero.story.record import Story, VerifyTier
 
 STORY = """\
 ---

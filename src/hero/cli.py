@@ -1,67 +1,28 @@
 """Command line: parse arguments, call one command, map the result to an exit code.
 
-The commands live in ``hero.commands``, one module each. Exit codes: 0 passed, 1 did not
-pass (gave_up, budget_exceeded on tokens or cost, or error, including a story that could
-not start, e.g. its base_ref names no commit), 124 a story stopped on a time budget, 2
-usage or configuration error, an invalid story, or a story id that already passed from
-another file; 75 a model provider unavailable (`hero run`); 130 interrupted. The one table
-is in docs/run.md ("Exit codes"). An error that ends a command is said here, once: see
-``hero.errors``.
+The commands live in ``hero.commands``, one module each (``COMMANDS``). Exit codes: 0 passed,
+1 did not pass (gave_up, budget_exceeded on tokens or cost, or error, including a story that
+could not start), 124 a story stopped on a time budget, 2 usage or configuration error, an
+invalid story, or a story id that already passed from another file; 75 a model provider
+unavailable (`hero run`); 130 interrupted. The one table is in docs/run.md ("Exit codes"). An
+error that ends a command is said here, once: see ``hero.errors``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from hero import __version__
-from hero.commands import (
-    CommandLineError,
-    clean,
-    demo,
-    doctor,
-    export,
-    github,
-    home_option,
-    init,
-    logs,
-    memory,
-    new,
-    plan,
-    reader_gone,
-    report,
-    retry,
-    run,
-    run_plan,
-    serve,
-    status,
-    stdout_closed,
-    watch,
-    worker,
-)
+from hero.commands import CommandLineError, home_option, reader_gone, stdout_closed
 from hero.errors import EXIT_OK, EXIT_USAGE, HeroError, Interrupted
 
-#: In the order ``hero --help`` lists them.
+#: The commands, each a module of hero.commands, in the order ``hero --help`` lists them.
 COMMANDS = (
-    run,
-    init,
-    new,
-    demo,
-    doctor,
-    status,
-    logs,
-    export,
-    report,
-    memory,
-    watch,
-    serve,
-    plan,
-    run_plan,
-    retry,
-    clean,
-    github,
-    worker,
-)
+    "run init new demo doctor status logs export report memory watch serve plan run_plan "
+    "retry clean github worker"
+).split()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hero {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
-        command.add_parser(subparsers)
+    for name in COMMANDS:
+        importlib.import_module(f"hero.commands.{name}").add_parser(subparsers)
     return parser
 
 

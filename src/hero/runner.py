@@ -12,15 +12,15 @@ outside its group (``setsid``, ``nohup``, a daemonizing server): when it returns
 returns, ``run_command`` ends every process started since it began that carries the same
 marker (``kill_marked``), so nothing a story started outlives the command that started it.
 
-``run_command`` may run the command inside a sandbox (``hero.sandbox``): the sandbox's
+``run_command`` may run the command inside a sandbox (``hero.sandbox.bwrap``): the sandbox's
 ``wrap`` turns ``sh -c COMMAND`` into the argv that confines it. There the command has its own
 PID namespace, so every process it started ends with it: ``run_command`` holds the namespace's
 init (PID 1, ``NamespaceInit``) from before the command starts, and when the command returns it
 kills the init and waits until the namespace is empty. ``kill_marked`` is a second net.
-A sandbox that carries ``limits`` (``hero.limits.Limits``) has them put on that init, so on
-everything the command starts, before the command starts (``hero.limits.confine``); a limit
+A sandbox that carries ``limits`` (``hero.sandbox.limits.Limits``) has them put on that init, so on
+everything the command starts, before the command starts (``hero.sandbox.limits.confine``); a limit
 the command hit is said in ``CommandResult.limit_note``. A ``CommandHost`` (the worker's
-round sandbox, ``hero.sandbox_session``) runs the command itself, under the same contract;
+round sandbox, ``hero.sandbox.session``) runs the command itself, under the same contract;
 it reads the output with ``Capture`` too.
 
 ``child_env`` is the environment every child gets: no secrets, nothing that waits on a person.
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
-from hero.limits import Confinement, Limits, confine
+from hero.sandbox.limits import Confinement, Limits, confine
 
 TIMEOUT_EXIT_CODE = 124
 CANCEL_EXIT_CODE = 130
@@ -104,7 +104,7 @@ _GIT_CONFIG = ((f"url.{PUSH_REFUSED_URL}.pushInsteadOf", ""),)
 
 
 class Wrapper(Protocol):
-    """What confines a command (``hero.sandbox.Sandbox``): the argv that runs ``argv`` in
+    """What confines a command (``hero.sandbox.bwrap.Sandbox``): the argv that runs ``argv`` in
     ``cwd`` inside it, in a PID namespace of its own. It writes to ``info_fd``, as JSON, the
     ``child-pid`` of the namespace's init (PID 1), then closes it; it starts the command
     only once ``block_fd`` reads something or end of file."""
@@ -128,13 +128,13 @@ class CommandResult:
     timed_out: bool = False
     cancelled: bool = False
     output_truncated_bytes: int = 0  # bytes dropped beyond max_output_bytes (middle cut)
-    limit_note: str | None = None  # the sandbox limit the command hit (hero.limits.explain)
+    limit_note: str | None = None  # the sandbox limit the command hit (hero.sandbox.limits.explain)
     sandbox_note: str | None = None  # what happened to the sandbox itself (it ended, ...)
 
 
 class CommandHost:
     """A sandbox that outlives its commands and runs them itself
-    (``hero.sandbox_session.SandboxSession``): ``run_command`` hands a command to it. A base
+    (``hero.sandbox.session.SandboxSession``): ``run_command`` hands a command to it. A base
     class, not a Protocol: ``run_command`` asks on every command, and isinstance of a plain
     class costs nothing."""
 
@@ -579,7 +579,7 @@ def _start_sandboxed(
             os.close(block_r)
         try:
             init = namespace_init(proc, info_r, deadline)
-            limits = getattr(sandbox, "limits", None)  # hero.sandbox.Sandbox's
+            limits = getattr(sandbox, "limits", None)  # hero.sandbox.bwrap.Sandbox's
             if init is not None and isinstance(limits, Limits):
                 try:
                     confinement = confine(limits, init.pid)

@@ -18,10 +18,10 @@ from hero.errors import (
     UsageError,
 )
 from hero.fsio import atomic_write
+from hero.llm.usage import Usage
 from hero.names import StoryRef
 from hero.redact import Redactor
-from hero.story import MAX_STORY_BYTES
-from hero.usage import Usage
+from hero.story.record import MAX_STORY_BYTES
 from hero.yamlio import ValueProblem, read_file
 
 
@@ -36,7 +36,7 @@ class Status(StrEnum):
     SKIPPED = "skipped"
     INTERRUPTED = "interrupted"
     BUDGET_EXCEEDED = "budget_exceeded"
-    CANCELLED = "cancelled"  # from outside the run: its GitHub issue closed (hero.cancel)
+    CANCELLED = "cancelled"  # from outside the run: its GitHub issue closed (hero.run.cancel)
 
 
 STATUSES = tuple(s.value for s in Status)
@@ -57,7 +57,7 @@ TERMINAL = frozenset(
 )
 
 
-#: The budgets of time (roles.yaml keys, see hero.budget): a story stopped by one of them
+#: The budgets of time (roles.yaml keys, see hero.run.budget): a story stopped by one of them
 #: ended on a timeout, which a command reports with exit 124 (see :func:`exit_code`).
 TIME_BUDGETS = frozenset({"max_story_wall_s", "max_round_wall_s"})
 
@@ -166,17 +166,17 @@ class RunState:
     story_digest: str = ""  # sha256 of the story file as hero last left it (edits show up)
     plan: str = ""  # the plan the story belongs to; "" (and left out of the file) for none
     round_started_at: float = 0.0  # when the current round started; its time so far counts
-    # towards max_story_wall_s and max_round_wall_s (see hero.budget)
+    # towards max_story_wall_s and max_round_wall_s (see hero.run.budget)
     # the wall time of rounds not in ``rounds``: cut short by a budget, an error, a stop or
     # a kill (up to the record's last save), or set aside by a fresh start. It counts
-    # towards max_story_wall_s like the rounds' own durations (see hero.budget.story_spend)
+    # towards max_story_wall_s like the rounds' own durations (see hero.run.budget.story_spend)
     cut_short_s: float = 0.0
     # Why an ``interrupted`` story paused on its model's provider rather than on a stop:
     # {provider, kind (transient | permanent), reason, error}; {} (and left out of the
-    # file) otherwise. The daemon's breakers (hero.breaker) read it, from a remote
+    # file) otherwise. The daemon's breakers (hero.llm.breaker) read it, from a remote
     # worker's published record too, and the next run clears it.
     outage: dict[str, str] = field(default_factory=dict)
-    # The models this run uses (hero.models.models_record): {worker: {provider, model,
+    # The models this run uses (hero.llm.models.models_record): {worker: {provider, model,
     # reasoning_effort}, reviewer: {...}}, set when a run starts; {} (and left out of the
     # file) in a record from before, or of a story never run.
     models: dict[str, dict[str, str | None]] = field(default_factory=dict)

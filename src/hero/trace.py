@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 from hero.redact import Redactor
 
 if TYPE_CHECKING:
-    from hero.llm import Completion, ToolCallRequest
+    from hero.llm.client import Completion, ToolCallRequest
 
 
 class Event(StrEnum):
@@ -64,7 +64,7 @@ class Trace:
     ) -> None:
         self.path = path
         self._redact = redact if redact else None  # an empty Redactor costs nothing, skip it
-        #: called with each record once written (redacted): the event stream (hero.events)
+        #: called with each record once written (redacted): the event stream (hero.run.events)
         self._tap = tap
         self._t0 = time.monotonic()
         self._fh: IO[str] | None = None
@@ -203,7 +203,7 @@ def _call_extras(completion: Completion) -> dict[str, Any]:
     """What a model call's event holds only when there is something to say: its cached
     prompt tokens, its cost (the run record keeps only the story's total; this is the
     call's, for cost by role and model) and the kinds of the errors retried before it
-    answered (``hero.llm.error_kind``), which nothing else keeps."""
+    answered (``hero.llm.client.error_kind``), which nothing else keeps."""
     extra: dict[str, Any] = {}
     if completion.tokens_cached:
         extra["tokens_cached"] = completion.tokens_cached

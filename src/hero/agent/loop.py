@@ -24,12 +24,12 @@ from typing import Any
 from hero.agent.replay import LOST_NOT_RUN, LOST_RUNNING, Replayed, restart_note
 from hero.agent.tools import ToolContext, execute_tool, tool_schemas
 from hero.agent.window import UNLIMITED, Context
-from hero.config import WorkerLimits
+from hero.config.sections import WorkerLimits
 from hero.errors import HeroError, Interrupted
-from hero.llm import Completion, Model, ToolCallRequest
+from hero.llm.client import Completion, Model, ToolCallRequest
+from hero.llm.usage import Usage
 from hero.redact import Redactor
 from hero.trace import Trace
-from hero.usage import Usage
 
 #: Stop reasons. ``done`` is the model's own end of turn; the rest are guardrails.
 DONE = "done"

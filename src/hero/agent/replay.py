@@ -23,9 +23,9 @@ from typing import Any
 
 from hero.agent.window import apply_condense
 from hero.errors import HeroError
-from hero.llm import ToolCallRequest, assistant_message
+from hero.llm.client import ToolCallRequest, assistant_message
+from hero.llm.usage import Usage
 from hero.trace import Event
-from hero.usage import Usage
 
 #: What the model is told in place of a result that was lost when hero stopped.
 LOST_RUNNING = (
@@ -269,7 +269,7 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
 
 def _assistant(e: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """The assistant message as it entered the history (built by the same
-    ``hero.llm.assistant_message``), and its calls by id."""
+    ``hero.llm.client.assistant_message``), and its calls by id."""
     calls: list[ToolCallRequest] = []
     for call in e.get("tool_calls") or ():
         if not isinstance(call, dict):

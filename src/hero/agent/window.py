@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hero.config import Config, context_limits
-from hero.llm import LlmError, Model
-from hero.usage import Usage
+from hero.config.home import Config, context_limits
+from hero.llm.client import LlmError, Model
+from hero.llm.usage import Usage
 
 #: Characters per token of the estimate: about right for code and English (most
 #: tokenizers give 3.5-4 for English), on the safe side.

@@ -2,7 +2,7 @@
 
 A command module has two functions: ``add_parser(subparsers)`` declares the command and
 its arguments (and sets ``handler`` to its ``run``), and ``run(args) -> int`` does the
-command and returns its exit code. A command calls services (``hero.app``, the daemon,
+command and returns its exit code. A command calls services (``hero.run.launch``, the daemon,
 the planner, the views, ...) and prints what they did; the services take plain values,
 print nothing and raise :class:`hero.errors.HeroError`s, which ``hero.cli.main`` turns
 into one line on stderr and the error's exit code.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from hero.errors import UsageError
 
 if TYPE_CHECKING:
-    from hero.config import Config
+    from hero.config.home import Config
 
 #: What ``add_parser`` is given: the top parser's ``add_subparsers()``.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -45,7 +45,7 @@ def home_option() -> argparse.ArgumentParser:
 
 def home(args: argparse.Namespace) -> Path:
     """The hero home the command works on: ``--home``, else $HERO_HOME, else the cwd."""
-    from hero.config import resolve_home
+    from hero.config.loader import resolve_home
 
     return resolve_home(getattr(args, "home", None))
 

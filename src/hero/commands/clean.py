@@ -1,4 +1,4 @@
-"""`hero clean`: remove what finished stories leave behind (:mod:`hero.housekeeping`): their
+"""`hero clean`: remove what finished stories leave behind (:mod:`hero.run.housekeeping`): their
 repositories in worktrees/, old run logs and, when asked, their branches. Prints each
 removal and the space freed. Exit 0; 2 for a bad argument or configuration."""
 
@@ -83,10 +83,10 @@ def _days(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.git.ops import TargetRepo
-    from hero.housekeeping import Housekeeper, Rules, human_bytes
     from hero.names import StoryRef
+    from hero.run.housekeeping import Housekeeper, Rules, human_bytes
 
     for key in args.keys:
         if not StoryRef.of(key).valid():

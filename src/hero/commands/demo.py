@@ -1,6 +1,6 @@
 """`hero demo`: one example story end to end, against hero's scripted model.
 
-The example home and repository and the scripted model's part are in :mod:`hero.demo`;
+The example home and repository and the scripted model's part are in :mod:`hero.run.demo`;
 this module runs them and tells the user what happened. The demo's temporary folder is
 removed at the end, whatever the end (a failure, Ctrl-C, SIGTERM), so trying hero leaves
 nothing in /tmp; ``--keep`` keeps it and says where to look, and a ``--dir`` is kept.
@@ -75,10 +75,10 @@ def _remove(root: Path) -> None:
 def _demo(root: Path, *, kept: bool) -> int:
     import subprocess
 
-    from hero.app import run_with_config
-    from hero.config import load_config
-    from hero.demo import demo_policy, make_demo_home
-    from hero.scripted_model import ScriptedModel
+    from hero.config.loader import load_config
+    from hero.llm.scripted import ScriptedModel
+    from hero.run.demo import demo_policy, make_demo_home
+    from hero.run.launch import run_with_config
     from hero.state import Status
 
     with ScriptedModel(demo_policy) as model:

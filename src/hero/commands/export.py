@@ -56,10 +56,11 @@ def _status(value: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hero.config import ConfigError, load_config
-    from hero.export import chosen_states, export
+    from hero.config.loader import load_config
+    from hero.config.schema import ConfigError
     from hero.fsio import atomic_write
     from hero.redact import Redactor
+    from hero.views.export import chosen_states, export
 
     where = home(args)
     config = load_config(where, roles=())  # every key it knows, to take out of the export

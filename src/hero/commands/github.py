@@ -58,7 +58,7 @@ def _no_command(args: argparse.Namespace) -> NoReturn:
 
 def run(args: argparse.Namespace) -> int:
     """`hero github watch`."""
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.daemon.logsetup import configure
     from hero.github import watch
     from hero.github.settings import require_token, settings_for

@@ -20,7 +20,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hero.scaffold import init_home
+    from hero.config.scaffold import init_home
 
     where = home(args)
     created = init_home(where, target_repo=args.target_repo)
@@ -43,7 +43,7 @@ def still_to_do(
 ) -> list[str]:
     """What the user still has to do before a first run, and only that: a step the command
     line or an existing file already took care of is not repeated."""
-    from hero.scaffold import PROVIDERS, SAMPLE_STORY
+    from hero.config.scaffold import PROVIDERS, SAMPLE_STORY
 
     steps = [unwritten] if unwritten else []
     if where / "config" / "roles.yaml" in created:

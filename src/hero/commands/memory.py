@@ -74,7 +74,7 @@ def _no_command(args: argparse.Namespace) -> NoReturn:
 
 
 def _store(args: argparse.Namespace) -> MemoryStore:
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.memory import enabled, store_for
 
     config = load_config(home(args), roles=())

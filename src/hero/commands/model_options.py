@@ -1,6 +1,6 @@
 """`hero run --model` and `--reasoning-effort`: a story's models for one run.
 
-Only the options here: hero.models reads them (``override_of``) once the command runs, so
+Only the options here: hero.llm.models reads them (``override_of``) once the command runs, so
 that `hero --help` does not load the story and configuration modules.
 """
 
@@ -10,7 +10,7 @@ import argparse
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    """--model and --reasoning-effort, each repeatable (see hero.models.parse_override)."""
+    """--model and --reasoning-effort, each repeatable (see hero.llm.models.parse_override)."""
     parser.add_argument(
         "--model",
         action="append",

@@ -1,7 +1,7 @@
 """`hero new [ID]`: write a new story in your editor; hero checks it before it reaches the inbox.
 
 The editor ($VISUAL, else $EDITOR, split as a shell would) opens a copy of the story template
-(:func:`hero.scaffold.story_template`, the one ``hero init`` writes as its sample) in a
+(:func:`hero.config.scaffold.story_template`, the one ``hero init`` writes as its sample) in a
 temporary file. Saved and valid, the story goes to ``inbox/<id>.md`` through the story
 writer, never over a file already there. Saved invalid, the one-line error is shown (and
 put at the top of the frontmatter, as a comment) and, on a terminal, "edit again? [Y/n]".
@@ -52,8 +52,8 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hero.config.scaffold import story_template
     from hero.names import story_id_problem
-    from hero.scaffold import story_template
 
     if args.id is not None:
         problem = story_id_problem(args.id)
@@ -96,7 +96,8 @@ def editor_command() -> list[str] | None:
 def _edit_loop(editor: list[str], draft: Path, template: str, inbox: Path) -> Path | None:
     """Edit until the draft is a valid story, then write it: its path in the inbox; None
     when the user gave up (said why)."""
-    from hero.story import StoryError, parse_story, story_metadata, write_story
+    from hero.story.format import parse_story, story_metadata, write_story
+    from hero.story.record import StoryError
 
     shown = template
     while True:

@@ -1,4 +1,4 @@
-"""`hero plan PLAN.md` and `hero plan show NAME` (:mod:`hero.planning`).
+"""`hero plan PLAN.md` and `hero plan show NAME` (:mod:`hero.plans.drafting`).
 
 ``hero plan PLAN.md [--name NAME] [--force] [--dry-run]`` asks the planner for stories,
 writes them and their manifest to ``inbox/<name>/`` (not with ``--dry-run``), then shows
@@ -22,9 +22,9 @@ from hero.commands import Subparsers, home, home_option, say
 from hero.errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from hero.config import Safety
+    from hero.config.sections import Safety
     from hero.roles.planner import Draft
-    from hero.story import Story
+    from hero.story.record import Story
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -62,7 +62,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Both forms of `hero plan`."""
-    from hero.planning import Refusal
+    from hero.plans.drafting import Refusal
 
     where = home(args)
     if args.target == "show":
@@ -84,10 +84,10 @@ def run(args: argparse.Namespace) -> int:
 
 def make(home: Path, plan_file: Path, *, name: str | None, force: bool, dry_run: bool) -> int:
     """`hero plan PLAN.md`: ask the planner, check, write (unless ``dry_run``), draw."""
-    from hero.llm import LlmError
+    from hero.llm.client import LlmError
     from hero.names import plan_branch
-    from hero.planning import NOT_STARTED, draft_plan, plan_exists, shown, write_plan
     from hero.plans.dag import render_text
+    from hero.plans.drafting import NOT_STARTED, draft_plan, plan_exists, shown, write_plan
     from hero.roles.planner import PlanInvalid
 
     try:
@@ -158,8 +158,8 @@ def _describe_story(story: Story) -> str:
 def show(home: Path, name: str, *, fmt: str = "text") -> int:
     """`hero plan show NAME`: the plan's DAG with each story's status, its branch and folder."""
     from hero.names import plan_branch
-    from hero.planning import plan_statuses, shown
     from hero.plans.dag import problems, render_dot, render_mermaid, render_text
+    from hero.plans.drafting import plan_statuses, shown
 
     plan, statuses = plan_statuses(home, name)
     nodes, titles = plan.deps(), plan.titles()

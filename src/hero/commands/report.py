@@ -27,11 +27,11 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from hero.config import load_config
-    from hero.export import chosen_states
+    from hero.config.loader import load_config
     from hero.fsio import atomic_write
     from hero.redact import Redactor
-    from hero.report import build_report
+    from hero.views.export import chosen_states
+    from hero.views.report import build_report
 
     where = home(args)
     config = load_config(where, roles=())

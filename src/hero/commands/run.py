@@ -1,5 +1,5 @@
 """`hero run STORY.md`: run one story to a verdict, in the foreground; `hero run --task TEXT`:
-the same for a story made on the spot (:mod:`hero.adhoc`).
+the same for a story made on the spot (:mod:`hero.run.adhoc`).
 
 Exit 0 passed; 1 did not pass (gave_up, budget_exceeded on a budget of tokens or cost,
 cancelled or error, including a story that could not start); 124 stopped on a time budget
@@ -12,9 +12,9 @@ attempts ran out: run the same command later to resume); 130 interrupted (run th
 command to resume). A story paused on its provider keeps its rounds and spend, status
 ``interrupted``. The table is docs/run.md's "Exit codes"; ``hero.state.exit_code`` maps.
 
-``--dry-run`` (hero.dryrun) runs nothing: 0 when the story would run, 2 when it would not.
+``--dry-run`` (hero.run.dryrun) runs nothing: 0 when the story would run, 2 when it would not.
 ``--events`` prints the run's events on stdout, one JSON object a line, the last one the
-result (hero.events, docs/events.md); the exit codes are the same.
+result (hero.run.events, docs/events.md); the exit codes are the same.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.adhoc import enqueue, run_or_follow
 from hero.commands import Subparsers, home, home_option, reader_gone, say, say_notices
 from hero.commands.model_options import add_options as add_model_options
 from hero.commands.run_task import add_task_arguments, task_of
 from hero.errors import EXIT_INTERRUPTED, UsageError
+from hero.run.adhoc import enqueue, run_or_follow
 
 if TYPE_CHECKING:
-    from hero.config import Config
+    from hero.config.home import Config
     from hero.state import RunState
 
 
@@ -44,7 +44,7 @@ def add_parser(subparsers: Subparsers) -> None:
         "run", parents=[home_option()], help="run one story to a verdict"
     )
     parser.add_argument("story", nargs="?", help="path to the story's markdown file")
-    add_task_arguments(parser)  # --task TEXT: a story made on the spot (hero.adhoc)
+    add_task_arguments(parser)  # --task TEXT: a story made on the spot (hero.run.adhoc)
     parser.add_argument("--json", action="store_true", help="print one JSON object with the result")
     parser.add_argument(
         "--events",
@@ -65,11 +65,11 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hero.app import run_with_config
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.errors import Interrupted
-    from hero.events import EventSink
-    from hero.models import override_of
+    from hero.llm.models import override_of
+    from hero.run.events import EventSink
+    from hero.run.launch import run_with_config
     from hero.state import Status, exit_code
 
     if args.events and args.json:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(home(args), roles=("worker", "reviewer", "memory"))
     say_notices(config)
     if args.dry_run:
-        from hero.dryrun import dry_run_command
+        from hero.run.dryrun import dry_run_command
 
         if task is not None:  # its story would be written to the inbox: a change on disk
             raise UsageError("--dry-run runs a STORY file, not a --task")
@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
     if sink is None:
         print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
     elif followed:  # another process ran it and streamed its events elsewhere: its result here
-        from hero.events import StoryEvents
         from hero.redact import Redactor
+        from hero.run.events import StoryEvents
 
         StoryEvents(sink, state.ref.key, Redactor(config.secrets)).result(result)
     if state.status == Status.INTERRUPTED and state.outage:
@@ -144,8 +144,8 @@ def _outage_line(outage: dict[str, str], story_path: Path) -> str:
 
 def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
     """The result of a run as `hero run --json` prints it: the object the ``result`` event
-    of `--events` holds too (hero.events.run_result, its one owner)."""
-    from hero.events import run_result
+    of `--events` holds too (hero.run.events.run_result, its one owner)."""
+    from hero.run.events import run_result
 
     return run_result(state, home, duration_s)
 
@@ -153,7 +153,7 @@ def summarize(state: RunState, home: Path, duration_s: float) -> dict[str, Any]:
 def _notify(config: Config, state: RunState, duration_s: float) -> None:
     """Tell notify_command / notify_webhook that the story ended, and wait for them (each
     within notify_timeout_s: they run side by side) so that the process outlives them."""
-    from hero.notify import Notifier, StderrLog
+    from hero.run.notify import Notifier, StderrLog
 
     notifier = Notifier(config, StderrLog())
     if notifier.enabled:

@@ -37,7 +37,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.daemon.logsetup import configure
     from hero.daemon.runplan import check_plan, plan_exit_code, plan_table, run_plan
     from hero.engine.app import require_extra

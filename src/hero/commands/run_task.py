@@ -1,4 +1,4 @@
-"""The ``--task`` options of `hero run`: a story made on the spot (see :mod:`hero.adhoc`).
+"""The ``--task`` options of `hero run`: a story made on the spot (see :mod:`hero.run.adhoc`).
 
 Kept apart from hero.commands.run, which only calls :func:`add_task_arguments` and
 :func:`task_of`.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from hero.adhoc import Task, task_from
 from hero.commands import CommandLineError
+from hero.run.adhoc import Task, task_from
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.web import require
 
     require()  # before anything else: the one line that says what to install
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.daemon.logsetup import configure
     from hero.web.server import prepare, serve_forever
 

@@ -23,7 +23,7 @@ from hero.commands import (
 from hero.errors import EXIT_OK
 
 if TYPE_CHECKING:
-    from hero.config import Config
+    from hero.config.home import Config
     from hero.web.server import Running
 
 
@@ -59,11 +59,11 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.daemon import watch
     from hero.daemon.logsetup import configure
     from hero.doctor import preflight
-    from hero.events import EventSink
+    from hero.run.events import EventSink
 
     config = load_config(home(args), roles=("worker", "reviewer", "memory"))
     say_notices(config)

@@ -45,7 +45,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hero.config import load_config
+    from hero.config.loader import load_config
     from hero.engine.app import missing
 
     config = load_config(home(args), roles=("worker", "reviewer"), worker=True)

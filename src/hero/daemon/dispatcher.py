@@ -17,12 +17,13 @@ story in ``error``, logged in one line; it is not tried again until its file cha
 A model provider that fails every story alike is no story's failure: a story that met the
 outage comes back ``interrupted`` with its record's ``outage`` set (on the Celery engine,
 in the record its worker published), goes back to the queue, and the provider's breaker
-(:mod:`hero.breaker`) holds the stories that use it until one story, its probe, gets an
+(:mod:`hero.llm.breaker`) holds the stories that use it until one story, its probe, gets an
 answer again. A provider that refuses every request (a bad key) is stopped, said once.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import traceback
@@ -31,29 +32,31 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hero.breaker import PERMANENT, TRANSIENT, Backoff, Breakers, breakers_path
-from hero.config import Config
+from hero.config.home import Config
 from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watching
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
-from hero.events import EventSink
 from hero.git.ops import TargetRepo
-from hero.housekeeping import Housekeeper, Rules
-from hero.llm import Model
+from hero.llm.breaker import PERMANENT, TRANSIENT, Backoff, Breakers, breakers_path
+from hero.llm.client import Model
+from hero.llm.models import providers_of, story_config
 from hero.locks import DaemonLock as DaemonLock  # re-exported: `hero watch` and tests
 from hero.locks import DaemonRunning as DaemonRunning
 from hero.locks import StoryBusy
-from hero.models import providers_of, story_config
 from hero.names import StoryRef
-from hero.notify import Notifier
-from hero.pipeline import StoryRun, finish_done_move
 from hero.plans.finish import finish_plan, mark_skipped
 from hero.plans.gate import Gate, Rule
 from hero.redact import Redactor
 from hero.roles.verifier import MODEL_VERIFY_HINT, policy_problems
+from hero.run.events import EventSink
+from hero.run.housekeeping import Housekeeper, Rules
+from hero.run.notify import Notifier
+from hero.run.pipeline import RunHooks, StoryRun
+from hero.run.record import finish_done_move
 from hero.runner import kill_marked
 from hero.state import RunState, StateError, Status, file_digest, load_state, state_dir
-from hero.story import MAX_STORY_BYTES, Story, StoryError, parse_story
+from hero.story.format import parse_story
+from hero.story.record import MAX_STORY_BYTES, Story, StoryError
 
 if TYPE_CHECKING:
     from hero.engine.remote import RemoteRun
@@ -69,7 +72,7 @@ RESCAN_S = 10.0
 #: is ordered by priority first), for at most this many settle delays.
 STARTUP_HOLD_SETTLES = 3
 
-#: A story's worker and reviewer, from the story's configuration (hero.models.story_config:
+#: A story's worker and reviewer, from the story's configuration (hero.llm.models.story_config:
 #: its roles carry its models), each cancelled by the event.
 ModelFactory = Callable[[threading.Event, Config], tuple[Model, Model]]
 
@@ -135,9 +138,9 @@ class Dispatcher:
         self._plans_lock = threading.Lock()  # one thread finishes a plan at a time
         #: (store, celery app, the lock its sends take) with engine: celery
         self._engine: tuple[Any, Any, threading.Lock] | None = None
-        # a story's end, told to notify_command / notify_webhook (hero.notify), off this thread
+        # a story's end, told to notify_command / notify_webhook (hero.run.notify), off this thread
         self.notifier = notifier if notifier is not None else Notifier(config, log)
-        # Housekeeping (hero.housekeeping) is owed after a story ends and when the timer
+        # Housekeeping (hero.run.housekeeping) is owed after a story ends and when the timer
         # runs out; one thread pays it, many endings in one pass, never holding a slot.
         self._housekeeping_due = threading.Event()
         self._housekeeping_now = False  # under _lock: a pass is under way (not idle yet)
@@ -154,7 +157,7 @@ class Dispatcher:
             breakers_path(self.home),
             Backoff(config.llm.outage_backoff_s, config.llm.outage_backoff_max_s),
             say=self._breaker_said,
-            on_open=self.notifier.breaker_opened,  # an alert (hero.notify) when one opens
+            on_open=self.notifier.breaker_opened,  # an alert (hero.run.notify) when one opens
         )
 
     # -- the loop ----------------------------------------------------------------------
@@ -506,8 +509,8 @@ class Dispatcher:
                     progress=progress,
                     cancel=cancel,
                     events=self.events,
+                    hooks=RunHooks(on_save=functools.partial(self._progressed, key)),
                 )
-                story_run.on_save = lambda k=key: self._progressed(k, story_run.state)
                 run = story_run
             thread = threading.Thread(
                 target=self._run_one, args=(key,), name=f"story-{key}", daemon=True
@@ -602,7 +605,7 @@ class Dispatcher:
 
     def _providers(self, story: Story) -> tuple[str, ...]:
         """The providers ``story``'s models use: its roles', its model: fields applied
-        (hero.models); every provider a breaker knows when no role is loaded (models made
+        (hero.llm.models); every provider a breaker knows when no role is loaded (models made
         by a test's factory)."""
         if not self.providers:
             return tuple(b.provider for b in self.breakers.snapshot())
@@ -664,7 +667,7 @@ class Dispatcher:
                 self.inbox.wake.set()  # an idle daemon may go now
 
     def _housekeep(self) -> None:
-        """Apply the housekeeping settings (see hero.housekeeping); never raises."""
+        """Apply the housekeeping settings (see hero.run.housekeeping); never raises."""
         try:
             keeper = Housekeeper(self.config, self.repo, say=lambda msg: self.log.info(msg))
             outcome = keeper.run(Rules.automatic(self.config.housekeeping))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from hero.names import MANIFEST, plan_name_problem
 
 if TYPE_CHECKING:
-    from hero.story import Story
+    from hero.story.record import Story
 
 #: A renamed-in file is looked at without delay.
 IMMEDIATE = 0.0
@@ -52,7 +52,8 @@ def is_story_name(name: str) -> bool:
 def loose_stories(inbox: Path) -> list[Story]:
     """The loose stories of ``inbox`` that can be read, by file name; a file that cannot be
     read or is no valid story is passed over (the daemon says why when it meets it)."""
-    from hero.story import StoryError, parse_story
+    from hero.story.format import parse_story
+    from hero.story.record import StoryError
 
     found: list[Story] = []
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from hero.locks import is_held, story_lock_path
 from hero.state import TERMINAL, RunState, StateError, Status, file_digest, load_state
-from hero.story import PRIORITIES, Story
+from hero.story.record import PRIORITIES, Story
 
 _RANK = {p: i for i, p in enumerate(PRIORITIES)}  # low < normal < high
 

@@ -1,7 +1,7 @@
 """`hero retry`: make a story that gave up, ended in error, was interrupted, ran out of
 budget or was cancelled eligible again.
 
-A cancelled story (its GitHub issue was closed: see :mod:`hero.cancel`) has its
+A cancelled story (its GitHub issue was closed: see :mod:`hero.run.cancel`) has its
 cancellation withdrawn and its file put back from ``cancelled/`` into the inbox. If its
 issue is still closed (or unlabelled) when GitHub is next looked at, it is cancelled again.
 
@@ -25,11 +25,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hero.budget import BudgetExceeded, story_over, story_spend
-from hero.cancel import put_back, withdraw
-from hero.config import ConfigError, load_config
+from hero.config.loader import load_config
+from hero.config.schema import ConfigError
 from hero.errors import UsageError
 from hero.names import StoryRef
+from hero.run.budget import BudgetExceeded, story_over, story_spend
+from hero.run.cancel import put_back, withdraw
 from hero.state import RunState, Status, load_state, save_state
 
 #: The statuses a story can be retried from.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hero.config import Config
+from hero.config.home import Config
 from hero.errors import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, UsageError
 from hero.names import StoryRef, plan_branch
 from hero.plans.dag import layers, problems

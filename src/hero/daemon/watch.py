@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from hero.errors import EXIT_INTERRUPTED, ConfigurationError
 
 if TYPE_CHECKING:
-    from hero.config import Config
+    from hero.config.home import Config
     from hero.daemon.dispatcher import Dispatcher, ModelFactory
-    from hero.events import EventSink
+    from hero.run.events import EventSink
 
 
 def check(config: Config) -> None:
@@ -46,7 +46,7 @@ def run(
     """Hold the home's daemon lock (DaemonRunning when another `hero watch` has it) and run
     the dispatcher, and the GitHub watcher on a thread, until a signal stops them (or, with
     ``exit_when_idle``, until the inbox holds nothing left to run). ``events``: where the
-    stories' events go (`--events`, hero.events)."""
+    stories' events go (`--events`, hero.run.events)."""
     from hero.daemon.dispatcher import Dispatcher
     from hero.github.watch import start_in_process
     from hero.locks import DaemonLock
@@ -72,21 +72,16 @@ def model_factory(config: Config, log: Any) -> ModelFactory:
     configuration it is given), each cancelled by the story's event. One HTTP
     client serves every story's model calls: the pool is thread-safe, and a story picked up
     from the inbox then pays no client start-up before its first request."""
-    from hero.llm import LlmClient
+    from hero.llm.client import make_client, story_clients
 
-    shared = LlmClient(config.role("worker"), config.llm)
+    shared = make_client(config, "worker")
 
     def note(msg: str) -> None:
         log.info("model retry", detail=msg)
 
     def make_models(cancel: threading.Event, story: Config) -> tuple[Any, Any]:
-        # ``story``: the story's configuration, its roles carrying its models (hero.models)
-        def client(role: str) -> LlmClient:
-            return LlmClient(
-                story.role(role), story.llm, cancel=cancel, on_retry=note, share_http_with=shared
-            )
-
-        return client("worker"), client("reviewer")
+        # ``story``: the story's configuration, its roles carrying its models (hero.llm.models)
+        return story_clients(story, cancel=cancel, on_retry=note, share_http_with=shared)
 
     return make_models
 

@@ -25,7 +25,9 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from hero.config import ROLE_NAMES, ROLES_FILE, Config, ConfigError, load_config
+from hero.config.home import Config
+from hero.config.loader import load_config
+from hero.config.schema import ROLE_NAMES, ROLES_FILE, ConfigError
 from hero.doctor.finding import CONFIGURATION, FAIL, OK, WARN, Finding
 from hero.doctor.local import (
     free_disk,

@@ -6,9 +6,10 @@ import re
 import shutil
 from pathlib import Path
 
-from hero.config import ROLES_FILE, Config
+from hero.config.home import Config
+from hero.config.schema import ROLES_FILE
 from hero.doctor.finding import FAIL, OK, WARN, Finding, one_line
-from hero.git.ops import GitError, git
+from hero.git.ops import GitError, commit_of, git
 
 #: The oldest git hero supports: merging a plan's branches needs `git merge-tree
 #: --write-tree` (git 2.38, see hero.git.ops).
@@ -48,18 +49,18 @@ def target_repository(config: Config) -> Finding:
     except GitError as exc:
         return Finding(FAIL, what, f"{repo} is no git repository ({one_line(exc)})", _repo_fix())
     ref = config.target_base_ref or "HEAD"
-    sha = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
-    if not sha.strip():
+    sha = commit_of(repo, ref)
+    if not sha:
         if config.target_base_ref:
             fix = f"set target_base_ref in {ROLES_FILE} to a branch, tag or commit of {top}"
             return Finding(FAIL, what, f"base ref {ref!r} names no commit in {top}", fix)
         return Finding(FAIL, what, f"{top} has no commit yet", "commit something there first")
-    return Finding(OK, what, f"{top}, base {ref} at {sha.strip()[:12]}")
+    return Finding(OK, what, f"{top}, base {ref} at {sha[:12]}")
 
 
 def sandbox(config: Config) -> Finding:
     """bubblewrap runs a sandboxed ``true`` here, when the sandbox is on."""
-    from hero.sandbox import bwrap_problem
+    from hero.sandbox.bwrap import bwrap_problem
 
     mode = config.safety.sandbox
     if mode == "none":

@@ -9,13 +9,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hero.config import LOCAL_FILE, PROVIDERS_DIR, ROLES_FILE, Config, RoleConfig
+from hero.config.home import Config
+from hero.config.providers import RoleConfig
+from hero.config.schema import LOCAL_FILE, PROVIDERS_DIR, ROLES_FILE
 from hero.doctor.finding import FAIL, OK, WARN, Finding, one_line, without_password
 from hero.git.ops import GitError, git
 from hero.redact import Redactor
 
 if TYPE_CHECKING:
-    from hero.llm import LlmError  # imported where a model is asked: openai is heavy
+    from hero.llm.client import LlmError  # imported where a model is asked: openai is heavy
 
 #: Seconds one model request of the doctor may take (a reasoning model thinks a while even
 #: about a tiny request); ``hero doctor --timeout`` changes it.
@@ -60,18 +62,20 @@ def models(config: Config, timeout_s: float) -> Iterator[Finding]:
         roles.setdefault(key, role)
     redactor = Redactor(config.secrets)
     for key, names in probed.items():
-        yield model(roles[key], ", ".join(names), timeout_s, redactor)
+        yield model(config, roles[key], ", ".join(names), timeout_s, redactor)
 
 
-def model(role: RoleConfig, names: str, timeout_s: float, redactor: Redactor) -> Finding:
+def model(
+    config: Config, role: RoleConfig, names: str, timeout_s: float, redactor: Redactor
+) -> Finding:
     """One chat completion with one tool, expecting a tool call back; a failure sorted into
     what the user fixes: the endpoint, the key, the model name, or tool calling."""
-    from hero.config import LlmSettings
-    from hero.llm import LlmClient, LlmError
+    from hero.config.sections import LlmSettings
+    from hero.llm.client import LlmError, make_client
 
     what = f"model ({names}): '{role.model}' at {role.provider.base_url}"
     settings = replace(LlmSettings(), timeout_s=timeout_s, max_attempts=1)
-    client = LlmClient(role, settings)
+    client = make_client(config, role, settings=settings)
     try:
         answer = client.complete(list(PROBE_MESSAGES), list(PROBE_TOOLS))
     except LlmError as exc:

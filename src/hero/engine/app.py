@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hero.config import EngineSettings
+from hero.config.sections import EngineSettings
 from hero.errors import ConfigurationError
 
 #: The one task: run a story (see hero.engine.worker.run_story_task).

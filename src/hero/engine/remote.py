@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from hero import __version__
-from hero.config import Config
+from hero.config.home import Config
 from hero.engine.app import broker_keys
 from hero.engine.seal import Seal
 from hero.engine.store import Store
@@ -49,11 +49,11 @@ from hero.errors import Interrupted
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, git
 from hero.locks import story_lock
-from hero.pipeline import done_path_for, move_story_file
 from hero.redact import Redactor
-from hero.run_start import write_error_log
+from hero.run.record import done_path_for, move_story_file
+from hero.run.start import write_error_log
 from hero.state import TERMINAL, RunState, StateError, Status, load_state, save_state
-from hero.story import Story
+from hero.story.record import Story
 
 #: How often the coordinator looks at a running story in Redis.
 POLL_S = 0.2
@@ -501,7 +501,7 @@ class RemoteRun:
         self.store.mark_mirrored(self.key, done["dispatch"])
         if state.status == Status.INTERRUPTED and state.outage:
             # paused on its model's provider: the dispatcher holds it until the provider
-            # is back (hero.breaker), then sends it again; no other worker would do better
+            # is back (hero.llm.breaker), then sends it again; no other worker would do better
             self.log.info("paused on its worker", provider=state.outage.get("provider", "")[:100])
             self._fetch_branch(state)
             self.store.forget(self.key)

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from hero.engine.trust import MAX_FILE_BYTES, MAX_FILES, MAX_LOG_CHARS, Untrusted, dispatch_of
 from hero.errors import HeroError
 from hero.state import MAX_STATE_BYTES
-from hero.story import MAX_STORY_BYTES
+from hero.story.record import MAX_STORY_BYTES
 
 if TYPE_CHECKING:
     import redis

@@ -24,7 +24,7 @@ from typing import Any
 from hero.errors import HeroError
 from hero.names import StoryRef
 from hero.state import MAX_STATE_BYTES, RunState
-from hero.story import MAX_STORY_BYTES
+from hero.story.record import MAX_STORY_BYTES
 
 #: The largest file (trace, verify log) a worker may publish and a reader takes whole.
 MAX_FILE_BYTES = 256 << 20

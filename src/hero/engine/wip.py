@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 from hero.engine.store import Store
 from hero.engine.trust import Untrusted
-from hero.git.ops import GitError, git, is_oid, push_env
+from hero.git.ops import GitError, commit_of, git, is_oid, push_env
 from hero.git.wip import Snapshot, WipRefused
 from hero.redact import Redactor
 
 if TYPE_CHECKING:
-    from hero.pipeline import StoryRun
+    from hero.run.pipeline import StoryRun
 
 LOG = logging.getLogger("hero.worker")
 #: Where a snapshot is kept, in a worker's clone and on the remote (``refs/hero/`` is hero's).
@@ -168,9 +168,7 @@ class WipKeeper:
             return
         if mark.sha:
             with self.clone_lock:
-                here = git(
-                    self.clone, "rev-parse", "--verify", "--quiet", self.ref, check=False
-                ).strip()
+                here = commit_of(self.clone, self.ref)
             if here != mark.sha:  # a newer snapshot replaced it: the next pass takes that
                 return
             git(
@@ -258,8 +256,7 @@ class WipKeeper:
                 f"+{self.ref}:{self.ref}",
                 timeout_s=600,
             )
-            got = git(self.clone, "rev-parse", "--verify", "--quiet", self.ref, check=False)
-            if got.strip() != mark.sha:
+            if commit_of(self.clone, self.ref) != mark.sha:
                 raise Untrusted(f"{self.ref} on the remote is not the snapshot published")
             parents = git(self.clone, "rev-parse", f"{mark.sha}^@").split()
             if parents != [mark.tip]:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hero import __version__
-from hero.config import Config
+from hero.config.home import Config
 from hero.engine.app import TASK_NAME
 from hero.engine.seal import Seal
 from hero.engine.store import LeaseLost, Store
@@ -59,13 +59,14 @@ from hero.engine.trust import (
 from hero.engine.wip import WipKeeper
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
-from hero.git.ops import GitError, TargetRepo, git, push_env
+from hero.git.ops import GitError, TargetRepo, branch_tip, commit_of, git, push_env
 from hero.git.storyrepo import StoryRepo
-from hero.housekeeping import Housekeeper, Rules
-from hero.models import story_config
+from hero.llm.models import story_config
 from hero.redact import Redactor
+from hero.run.housekeeping import Housekeeper, Rules
 from hero.state import RunState, Status, load_state, save_state
-from hero.story import StoryError, parse_story
+from hero.story.format import parse_story
+from hero.story.record import StoryError
 
 LOG = logging.getLogger("hero.worker")
 #: How often a running story's files are looked at for publishing.
@@ -171,7 +172,7 @@ def run_story_task(fleet: Fleet, body: object, task_id: str = "") -> dict[str, s
 
 def housekeep(fleet: Fleet) -> None:
     """After the last story running here ends: the housekeeping settings applied to this
-    worker's home (see hero.housekeeping); never raises. A story's repository here holds
+    worker's home (see hero.run.housekeeping); never raises. A story's repository here holds
     nothing to keep: its branch was pushed, and each run lays it out anew from the
     remote."""
     if not fleet.repo_path.is_dir() or not fleet.housekeeping.acquire(blocking=False):
@@ -569,14 +570,7 @@ class _Run:
         with self.fleet.repo_lock:
             if os.path.lexists(worktree):
                 StoryRepo(repo, worktree, branch).remove()
-            remote_sha = git(
-                repo.path,
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                f"{REMOTE_REFS}{branch}",
-                check=False,
-            ).strip()
+            remote_sha = commit_of(repo.path, f"{REMOTE_REFS}{branch}")
             self._pushed_head = remote_sha  # what a push of this run may replace
             if remote_sha:
                 git(repo.path, "branch", "--force", "--no-track", branch, remote_sha)
@@ -586,9 +580,9 @@ class _Run:
     # -- running ----------------------------------------------------------------------------
 
     def _run(self, story_path: Path, repo: TargetRepo, sent: Contents) -> RunState | None:
-        from hero.llm import LlmClient
+        from hero.llm.client import story_clients
         from hero.memory.recall import Recalled
-        from hero.pipeline import StoryRun
+        from hero.run.pipeline import RunHooks, StoryRun
 
         base = sent.base_ref
         story = replace(parse_story(story_path), plan=self.ref.plan)
@@ -596,19 +590,14 @@ class _Run:
             raise Untrusted(f"the story file is story {story.id!r}'s, not {self.ref.key}'s")
         # a base named as the coordinator's repository names it, as the remote has it now
         target_base = self.fleet.config.target_base_ref
-        if (
-            base
-            and git(
-                repo.path, "rev-parse", "--verify", "--quiet", f"{REMOTE_REFS}{base}", check=False
-            ).strip()
-        ):
+        if base and commit_of(repo.path, f"{REMOTE_REFS}{base}"):
             target_base = f"{REMOTE_REFS}{base}"
             if story.base_ref:
                 story = replace(story, base_ref=target_base)
         config = replace(
             self.fleet.config, home=self.home, target_repo=repo.path, target_base_ref=target_base
         )
-        # the story's own model: fields, against this worker's providers (hero.models); a
+        # the story's own model: fields, against this worker's providers (hero.llm.models); a
         # `hero run --model` override never comes here: it is not in the story file
         try:
             config = story_config(config, story)
@@ -624,16 +613,17 @@ class _Run:
             except Exception:  # noqa: BLE001 - a broker hiccup must not end the story
                 pass
 
-        worker = LlmClient(config.role("worker"), config.llm, cancel=self.cancel)
-        reviewer = LlmClient(config.role("reviewer"), config.llm, cancel=self.cancel)
-        run = StoryRun(story, config, worker, reviewer, repo, progress, self.cancel)
-        # the memory is the coordinator's: what it recalled travels in the task, and this
-        # worker's own home (which keeps no memory of the repository) is never read for it
-        run.recalled = Recalled(sent.memory_section, sent.memory_recap)
-        run.on_save = self._saved
-        run.learns = False  # the coordinator keeps the memory and learns from the record
-        run.on_turn_end = lambda: self.wip.take(run)
-        run.on_resume = lambda n: self.wip.restore(run, n)
+        worker, reviewer = story_clients(config, cancel=self.cancel)
+        hooks = RunHooks(
+            on_save=lambda _state: self._saved(),
+            on_turn_end=self.wip.take,
+            on_resume=self.wip.restore,
+            # the memory is the coordinator's: what it recalled travels in the task, and this
+            # worker's own home (which keeps no memory of the repository) is never read for it
+            recalled=Recalled(sent.memory_section, sent.memory_recap),
+            learns=False,  # the coordinator keeps the memory and learns from the record
+        )
+        run = StoryRun(story, config, worker, reviewer, repo, progress, self.cancel, hooks=hooks)
         publisher = threading.Thread(
             target=self._publishing, name=f"publish-{self.key}", daemon=True
         )
@@ -774,14 +764,7 @@ class _Run:
             self._published[name] = len(data)
 
     def _branch_tip(self) -> str:
-        return git(
-            self.fleet.repo_path,
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            f"refs/heads/{self.ref.branch}",
-            check=False,
-        ).strip()
+        return branch_tip(self.fleet.repo_path, self.ref.branch)
 
     def _push(self, head: str) -> None:
         """The story branch to the remote, at ``head`` (forced: the branch is hero's)."""

@@ -31,6 +31,8 @@ from pathlib import Path
 from hero.git.ops import (
     DEFAULT_IDENTITY,
     WORKTREE_TIMEOUT_S,
+    branch_tip,
+    commit_of,
     current_branch,
     git,
     git_env,
@@ -75,18 +77,6 @@ def is_ancestor(repo: Path, older: str, newer: str) -> bool:
     return bool(older) and git(repo, "merge-base", older, newer, check=False).strip() == older
 
 
-def branch_tip(repo: Path, branch: str) -> str:
-    """The sha ``refs/heads/<branch>`` points at, or ""."""
-    return git(
-        repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
-    ).strip()
-
-
-def commit_of(repo: Path, rev: str) -> str:
-    """The commit ``rev`` names (a tag is peeled), or "" when it names none."""
-    return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False).strip()
-
-
 def short(refname: str) -> str:
     for prefix in ("refs/heads/", "refs/tags/"):
         if refname.startswith(prefix):
@@ -129,7 +119,7 @@ def recover_branch(repo: Path, worktree: Path, branch: str, recorded: str) -> st
         return ""
     here = ""
     if (worktree / ".git").exists():
-        here = git(worktree, "rev-parse", "--verify", "--quiet", "HEAD", check=False).strip()
+        here = commit_of(worktree, "HEAD")
     adopt = bool(here) and (not recorded or is_ancestor(repo, recorded, here))
     at = here if adopt else recorded
     if not at:
@@ -175,9 +165,9 @@ class Guard:
         through it; recreate the story branch if it was deleted."""
         current = current_branch(self.worktree)
         if current not in (self.branch, "HEAD"):
-            here = git(self.worktree, "rev-parse", "--verify", "--quiet", "HEAD", check=False)
-            if here.strip():
-                git(self.worktree, "update-ref", "--no-deref", "HEAD", here.strip())
+            here = commit_of(self.worktree, "HEAD")
+            if here:
+                git(self.worktree, "update-ref", "--no-deref", "HEAD", here)
             else:  # a branch with no commit yet (an orphan): onto ours, files as they are
                 git(self.worktree, "symbolic-ref", "HEAD", f"refs/heads/{self.branch}")
             self.left = current

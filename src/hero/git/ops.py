@@ -279,17 +279,13 @@ class TargetRepo:
         return current_branch(self.path)
 
     def rev_parse(self, ref: str) -> str:
-        out = git(self.path, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
-        sha = out.strip()
+        sha = commit_of(self.path, ref)
         if not sha:
             raise GitError(f"base ref '{ref}' does not name a commit in {self.path}")
         return sha
 
     def branch_sha(self, branch: str) -> str | None:
-        out = git(
-            self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
-        )
-        return out.strip() or None
+        return branch_tip(self.path, branch) or None
 
     def keep_branch_aside(self, branch: str, own_worktree: Path | None = None) -> str:
         """Rename ``branch`` to a fresh name so its commits are kept; returns the new name.
@@ -377,6 +373,20 @@ class _Users:
 
     def gits_in(self, roots: Sequence[Path]) -> list[int]:
         return [pid for pid, cwd in self.gits.items() if any(_within(cwd, r) for r in roots)]
+
+
+def commit_of(repo: Path, rev: str) -> str:
+    """The commit ``rev`` names in ``repo`` (a branch, a tag peeled, a sha, ``HEAD``), or ""
+    when it names none: the one ``rev-parse --verify``."""
+    return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False).strip()
+
+
+def branch_tip(repo: Path, branch: str) -> str:
+    """The object ``refs/heads/<branch>`` points at in ``repo`` (not peeled: what the ref
+    holds, whatever a worker made it hold), or "" when there is no such branch."""
+    return git(
+        repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
+    ).strip()
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -750,10 +760,10 @@ def set_branch(repo: Path, branch: str, sha: str) -> None:
     one, the main worktree included: its files and index would no longer match the branch.
     A concurrent create or move makes this fail rather than be overwritten."""
     ref = f"refs/heads/{branch}"
-    new = git(repo, "rev-parse", "--verify", "--quiet", f"{sha}^{{commit}}", check=False).strip()
+    new = commit_of(repo, sha)
     if not new:
         raise GitError(f"cannot set branch '{branch}' to {sha}: not a commit in {repo}")
-    old = git(repo, "rev-parse", "--verify", "--quiet", ref, check=False).strip()
+    old = branch_tip(repo, branch)
     if old == new:
         return
     checkouts = _checkouts_of(repo, branch)

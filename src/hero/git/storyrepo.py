@@ -35,6 +35,7 @@ from hero.git.ops import (
     WORKTREE_TIMEOUT_S,
     GitError,
     TargetRepo,
+    branch_tip,
     commit_all,
     git,
     is_oid,
@@ -535,9 +536,7 @@ class StoryRepo:
 
     def tip(self) -> str:
         """The story branch's tip in this repository, or ""."""
-        return git(
-            self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{self.branch}", check=False
-        ).strip()
+        return branch_tip(self.path, self.branch)
 
     def bring_back(self, notes: list[str] | None = None) -> str:
         """Bring the story branch's commits onto the target's ``refs/heads/<branch>``, which
@@ -607,9 +606,7 @@ class StoryRepo:
         """Bring a branch of this repository (a stray one hero made) into the target under
         the same name (or ``as_name``), so that the user finds it; returns its tip ("" if
         there is none)."""
-        sha = git(
-            self.path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
-        ).strip()
+        sha = branch_tip(self.path, branch)
         if not sha:
             return ""
         self.make_safe()

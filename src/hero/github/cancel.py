@@ -1,5 +1,5 @@
 """A story whose GitHub issue was closed, or no longer carries the watched label, is
-cancelled (``github.cancel_when_closed``, on by default): see :mod:`hero.cancel` for what
+cancelled (``github.cancel_when_closed``, on by default): see :mod:`hero.run.cancel` for what
 cancelling does to a queued story and to one being run.
 
 Each sweep of the watcher, after the intake, :func:`cancel_sweep` looks at the inbox's
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hero.cancel import CANCELLABLE, cancel, requested
-from hero.config import GitHubSettings
+from hero.config.sections import GitHubSettings
 from hero.github.api import GitHub, GitHubError
 from hero.github.intake import _frontmatter, issue_number
 from hero.names import StoryRef, story_id_problem
+from hero.run.cancel import CANCELLABLE, cancel, requested
 from hero.state import StateError, load_state
 
 

@@ -2,7 +2,7 @@
 
 One sweep (:func:`intake_sweep`) lists the open issues with the label (pull requests left
 out) and, for each one that has no story yet and whose author may file one, writes
-``inbox/gh-<n>.md`` through the story writer (:func:`hero.story.write_story`: the whole
+``inbox/gh-<n>.md`` through the story writer (:func:`hero.story.format.write_story`: the whole
 file, written then renamed, never over an existing one):
 
 - the title; the body as the goal, behind a line saying it comes from an outside author;
@@ -15,7 +15,7 @@ MEMBER, COLLABORATOR by default: people with write access) are taken. What GitHu
 show a reader is taken out before the text goes anywhere (:func:`sanitize`): HTML comments,
 zero-width and bidirectional-control characters, every other format (Cf) or control
 character but tab and newline, variation selectors and the invisible fillers. Headings in
-the body are demoted (:func:`hero.story.contain_sections`), so the text cannot open a section of the
+the body are demoted (:func:`hero.story.feedback.contain_sections`), so the text cannot open a section of the
 story (its own acceptance criteria, the reviewer-feedback section), neither for hero's story
 parser nor for a reader or a markdown renderer. Secrets hero knows are redacted.
 
@@ -44,10 +44,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.config import Config, GitHubSettings
+from hero.config.home import Config
+from hero.config.sections import GitHubSettings
 from hero.fsio import atomic_write
 from hero.redact import Redactor
-from hero.story import MAX_STORY_BYTES, StoryError, contain_sections, story_handler, write_story
+from hero.story.feedback import contain_sections
+from hero.story.format import story_handler, write_story
+from hero.story.record import MAX_STORY_BYTES, StoryError
 from hero.yamlio import ValueProblem, decode_text, read_file
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 The GitHub watcher (``hero watch`` with the github block, ``hero github watch``) asks GitHub,
 once per sweep, about each passed gh-story whose repository (``worktrees/<id>``) is still
-there and not yet known merged; housekeeping (:mod:`hero.housekeeping`, with
+there and not yet known merged; housekeeping (:mod:`hero.run.housekeeping`, with
 ``housekeeping_after_pr_merged``) removes those repositories. The file is only a list of
 story ids: a bad or missing one means "none known", and is written anew.
 """

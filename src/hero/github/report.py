@@ -50,18 +50,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hero.cancel import requested
-from hero.config import Config, GitHubSettings
+from hero.config.home import Config
+from hero.config.sections import GitHubSettings
 from hero.fsio import atomic_write
-from hero.git.ops import GitError, git, push_env
+from hero.git.ops import GitError, commit_of, git, push_env
 from hero.git.rewrite import new_commits
 from hero.github.api import GitHub, GitHubError
 from hero.github.cancel import issue_gone
 from hero.github.defang import OwnIssue, defang, live_references
 from hero.names import StoryRef
 from hero.redact import Redactor
+from hero.run.cancel import requested
 from hero.state import RunState, StateError, Status, load_state, state_dir
-from hero.story import StoryError, parse_story
+from hero.story.format import parse_story
+from hero.story.record import StoryError
 from hero.yamlio import ValueProblem, read_file
 
 #: The local memory of reports done (``runs/github/reported.json``), relative to the home.
@@ -325,8 +327,7 @@ def _push(issue: _Issue, repo: Path, remote: str, own: OwnIssue) -> None:
     """
     ref = f"refs/heads/{issue.branch}"
     wanted = issue.state.head_sha or ref
-    local = git(repo, "rev-parse", "--verify", "--quiet", f"{wanted}^{{commit}}", check=False)
-    local = local.strip()
+    local = commit_of(repo, wanted)
     if not local:
         raise GitError(
             f"{issue.id} passed at {wanted}, which is no commit in {repo}: nothing to push"

@@ -1,6 +1,6 @@
 """What hero needs to know to take issues from GitHub and answer on them.
 
-:class:`GitHubSettings` and :class:`GitHubLabels` live in :mod:`hero.config` (a record
+:class:`GitHubSettings` and :class:`GitHubLabels` live in :mod:`hero.config.loader` (a record
 hero reads, which may not import the outside world) and are re-exported here. They come
 from the ``github:`` block of ``config/roles.yaml``; ``hero github watch`` may give the
 repository, the label and the interval on its command line instead (:func:`settings_for`).
@@ -19,15 +19,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hero.config import (
-    GITHUB_REPO_RE,
-    LOCAL_FILE,
-    ROLES_FILE,
-    Config,
-    ConfigError,
-    GitHubLabels,
-    GitHubSettings,
-)
+from hero.config.home import Config
+from hero.config.schema import GITHUB_REPO_RE, LOCAL_FILE, ROLES_FILE, ConfigError
+from hero.config.sections import GitHubLabels, GitHubSettings
 
 __all__ = ["GitHubLabels", "GitHubSettings", "require_token", "settings_for"]
 

@@ -28,7 +28,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.config import Config, ConfigError, GitHubSettings
+from hero.config.home import Config
+from hero.config.schema import ConfigError
+from hero.config.sections import GitHubSettings
 from hero.errors import EXIT_INTERRUPTED, UsageError
 from hero.github.cancel import cancel_sweep
 from hero.github.intake import intake_sweep

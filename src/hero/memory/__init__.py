@@ -20,8 +20,8 @@ from hero.memory.facts import Fact, Kind, Role, Source, Trust, merge, new_fact
 from hero.memory.store import Bounds, Memory, MemoryStore, Recap
 
 if TYPE_CHECKING:
-    from hero.config import Config
-    from hero.story import Story
+    from hero.config.home import Config
+    from hero.story.record import Story
 
 __all__ = [
     "Bounds",

@@ -29,8 +29,8 @@ from hero.memory.facts import Fact, Kind, Role, Trust
 from hero.memory.store import MemoryFileError, Recap
 
 if TYPE_CHECKING:
-    from hero.config import Config
-    from hero.story import Story
+    from hero.config.home import Config
+    from hero.story.record import Story
 
 #: How many tokens a text takes (hero.agent.window.estimate_text).
 Estimate = Callable[[str], int]

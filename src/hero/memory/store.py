@@ -34,7 +34,7 @@ fact hero learned (:func:`hero.memory.facts.clean_text`), secrets included.
 Every write is a read, a merge and an atomic write under the memory's lock
 (:func:`hero.locks.memory_lock`). A file hero cannot read is never written over: the error
 names the file and the line, and nothing is lost. The file is in the home, which a worker's
-sandbox hides (hero.sandbox), so no worker writes it directly; what a worker can steer
+sandbox hides (hero.sandbox.bwrap), so no worker writes it directly; what a worker can steer
 (a reviewer's comment) arrives as text, and is cleaned.
 """
 

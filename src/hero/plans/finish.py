@@ -18,14 +18,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hero.config import Config
-from hero.git.guard import commit_of
-from hero.git.ops import GitError, MergeConflict, TargetRepo, git, merge_heads, set_branch
+from hero.config.home import Config
+from hero.git.ops import (
+    GitError,
+    MergeConflict,
+    TargetRepo,
+    commit_of,
+    git,
+    merge_heads,
+    set_branch,
+)
 from hero.names import MANIFEST, StoryRef, plan_branch
 from hero.plans.dag import leaves
 from hero.plans.manifest import PlanError, plan_dir, read_plan
 from hero.state import RunState, StateError, Status, file_digest, load_state, save_state
-from hero.story import Story
+from hero.story.record import Story
 
 
 def mark_skipped(home: Path, story: Story, path: Path, reason: str) -> bool:

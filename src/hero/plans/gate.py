@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hero.names import StoryRef
 from hero.state import RunState, StateError, Status, file_digest, load_state
-from hero.story import Story
+from hero.story.record import Story
 
 
 class Gate(StrEnum):

@@ -29,7 +29,8 @@ from typing import Any, NamedTuple
 
 from hero.errors import UsageError
 from hero.names import ID_RE, MANIFEST, is_story_id, plan_name_problem
-from hero.story import Story, StoryError, parse_story
+from hero.story.format import parse_story
+from hero.story.record import Story, StoryError
 from hero.yamlio import ValueProblem, decode_text, describe, load_yaml, read_file, string_list
 
 #: The largest manifest hero reads: far more than the record of any plan needs.

@@ -37,9 +37,9 @@ from hero.redact import Redactor
 from hero.state import Round, RunState, Status
 
 if TYPE_CHECKING:
-    from hero.config import Config
-    from hero.llm import Model
-    from hero.story import Story
+    from hero.config.home import Config
+    from hero.llm.client import Model
+    from hero.story.record import Story
 
 #: The ends of a story it learns from. Not ``interrupted`` (paused or stopped: it goes on
 #: later), nor ``cancelled`` or ``skipped`` (no verdict of its own on the work).
@@ -362,14 +362,14 @@ def memory_model(config: Config, cancel: Any = None) -> Model | None:
         return None
     from dataclasses import replace
 
-    from hero.llm import LlmClient
+    from hero.llm.client import make_client
 
     llm = replace(
         config.llm,
         max_attempts=min(config.llm.max_attempts, MEMORY_ATTEMPTS),
         timeout_s=min(config.llm.timeout_s, MEMORY_TIMEOUT_S),
     )
-    return LlmClient(role, llm, cancel=cancel)
+    return make_client(config, role, settings=llm, cancel=cancel)
 
 
 def learn_story(

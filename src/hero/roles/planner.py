@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from hero.errors import HeroError
-from hero.llm import Model
+from hero.llm.client import Model
 from hero.names import ID_RE, is_story_id
 from hero.plans.dag import problems as dag_problems
-from hero.prompting import render, render_added
 from hero.roles.answers import FENCE, find_object
-from hero.story import Story, StoryError, dumps_story, parse_story_text
+from hero.roles.prompting import render, render_added
+from hero.story.format import dumps_story, parse_story_text
+from hero.story.record import Story, StoryError
 from hero.yamlio import ValueProblem, describe, string_list
 
 #: The keys of one story in the planner's answer (``body`` is the markdown; the rest are
@@ -48,7 +49,7 @@ class PlanInvalid(HeroError):
 @dataclass(frozen=True)
 class DraftStory:
     """One story of a checked answer: frontmatter fields and markdown body, ready for
-    :func:`hero.story.write_story`, and the Story they make (as hero will read it)."""
+    :func:`hero.story.format.write_story`, and the Story they make (as hero will read it)."""
 
     metadata: dict[str, Any]
     body: str
@@ -169,7 +170,7 @@ def check_answer(text: str) -> Draft:
     """The planner's answer as a Draft; PlanInvalid listing every problem found.
 
     Each story must be one hero would accept as a hand-written story file (checked by
-    :func:`hero.story.dumps_story`, the story writer itself), with a non-empty
+    :func:`hero.story.format.dumps_story`, the story writer itself), with a non-empty
     ``## Acceptance Criteria`` list; ids are unique, every dependency is a story of the
     plan, and the stories form a DAG with at least one root (:func:`hero.plans.dag.problems`).
     """

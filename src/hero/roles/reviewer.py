@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from hero.git.ops import Bounded, diff_since, log_since
-from hero.llm import Model
-from hero.prompting import render, render_added
+from hero.llm.client import Model
 from hero.roles.answers import find_object
-from hero.story import Story
+from hero.roles.prompting import render, render_added
+from hero.story.record import Story
 from hero.trace import Trace
 
 APPROVED = "APPROVED"

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from hero.agent.tools.policy import Policy
-from hero.config import Safety
+from hero.config.sections import Safety
 from hero.errors import Interrupted
 from hero.redact import Redactor
 from hero.runner import run_command
-from hero.sandbox import Sandbox
-from hero.story import VerifyTier
+from hero.sandbox.bwrap import Sandbox
+from hero.story.record import VerifyTier
 
 TAIL_CHARS = 2_000
 
@@ -130,7 +130,7 @@ def run_verify(
     """Run the tiers; every secret in ``redact`` is taken out of each command's output
     before it is logged or kept (the tail that reaches the reviewer and the feedback).
     Each command runs inside ``sandbox`` when one is given; ``on_command`` is told of
-    each command once it ended (the event stream, hero.events)."""
+    each command once it ended (the event stream, hero.run.events)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     checks: list[CommandCheck] = []
     skipped: list[str] = []

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hero.prompting import load_template, render, render_added
+from hero.roles.prompting import load_template, render, render_added
 from hero.roles.repo import MAX_RULES_CHARS as MAX_RULES_CHARS
 from hero.roles.repo import repo_rules
-from hero.story import Story, VerifyTier
+from hero.story.record import Story, VerifyTier
 
 
 def format_verify(tiers: tuple[VerifyTier, ...]) -> str:

@@ -19,14 +19,14 @@ listed as rejected, with its reason. What a queued story waits for is said by th
 dependency rule, :mod:`hero.plans.gate`.
 
 Spend against budget: each row has ``wall_s`` (the story's wall time as its budget counts
-it, :func:`hero.budget.story_spend`) and ``budget``, the six budgets of config/roles.yaml
+it, :func:`hero.run.budget.story_spend`) and ``budget``, the six budgets of config/roles.yaml
 under their names (``max_story_tokens``, ...; null: no limit), or null when the
 configuration cannot be read (status still shows everything else). The table shows a story
 budget after the spend (``12.3k/50k``, ``$0.1200/$1.00``, a WALL column ``3m12s/1h00m``)
 and the budgets above the table.
 
 Model providers: ``breakers`` lists each provider's circuit breaker from
-``runs/breakers.json`` (:mod:`hero.breaker`): its state, why it opened, when it lets a story
+``runs/breakers.json`` (:mod:`hero.llm.breaker`): its state, why it opened, when it lets a story
 try next; a story paused on its provider has the row's ``outage`` (provider, kind, reason).
 
 Models: each row has ``models``, the models its last run used, ``{worker: {provider,
@@ -48,15 +48,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hero.budget import settings, story_spend
-from hero.config import ConfigError, load_config
+from hero.config.loader import load_config
+from hero.config.schema import ConfigError
 from hero.daemon.inbox import is_plan_dir
 from hero.daemon.queue import Admit, Entry, admit, arrange, duplicate_reason
 from hero.locks import daemon_lock_path, is_held, read_pid, story_lock_path
 from hero.names import StoryRef, plan_name_problem
 from hero.plans.gate import Decision, Gate, Rule
+from hero.run.budget import settings, story_spend
 from hero.state import StateError, Status, load_state, state_dir
-from hero.story import Story, StoryError, parse_story
+from hero.story.format import parse_story
+from hero.story.record import Story, StoryError
 from hero.views.text import WIDTH as WIDTH
 from hero.views.text import cut
 
@@ -85,7 +87,7 @@ def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
 def breaker_rows(home: Path) -> list[dict[str, Any]]:
     """The breakers of ``runs/breakers.json`` as rows, by provider; one row with state
     ``unreadable`` and the reason when the file cannot be read."""
-    from hero.breaker import breakers_path, read_breakers
+    from hero.llm.breaker import breakers_path, read_breakers
 
     try:
         found = read_breakers(breakers_path(home))

@@ -50,9 +50,9 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from hero.llm.usage import Usage
 from hero.names import StoryRef, plan_name_problem
 from hero.state import MAX_STATE_BYTES, STATUSES, RunState, Status
-from hero.usage import Usage
 
 #: A label value's longest form; longer ones are cut.
 LABEL_CHARS = 64
@@ -70,7 +70,7 @@ VERIFY_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 36
 CHUNK = 1 << 20
 MAX_LINE = 16 << 20
 
-#: What the retried errors of a call may be called (hero.llm.error_kind); else ``other``.
+#: What the retried errors of a call may be called (hero.llm.client.error_kind); else ``other``.
 _ERROR_KINDS = frozenset({"http", "timeout", "connection", "unusable"})
 #: The trace events that are model calls, and whose call each is.
 _CALL_ROLES = {"assistant": "worker", "review_answer": "reviewer"}
@@ -668,7 +668,7 @@ class Metrics:
         ]
 
     def _home_families(self, records: dict[str, RecordSeen]) -> list[Metric]:
-        from hero.breaker import STATES
+        from hero.llm.breaker import STATES
         from hero.views.status import breaker_rows, daemon_status, queued_keys
 
         out: list[Metric] = []

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from hero.web import ServeError
 
 if TYPE_CHECKING:
-    from hero.config import Config
+    from hero.config.home import Config
 
 DEFAULT_BIND = "127.0.0.1:8765"
 #: How long stopping waits for the server's thread (open connections are closed after it).

@@ -64,7 +64,7 @@ def parse_arguments(spec: ToolSpec, raw: str | Mapping[str, object] | None) -> d
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError) as exc:
-            # the history shows such a call with {} for its arguments (hero.llm's
+            # the history shows such a call with {} for its arguments (hero.llm.client's
             # assistant_message): say here what the model sent
             start = raw[:_ECHO_CHARS] + ("..." if len(raw) > _ECHO_CHARS else "")
             raise ToolError(

@@ -12,8 +12,8 @@ from hero.errors import HeroError
 
 if TYPE_CHECKING:
     from hero.agent.tools.policy import Policy
-    from hero.sandbox import Sandbox
-    from hero.sandbox_session import SandboxSession
+    from hero.sandbox.bwrap import Sandbox
+    from hero.sandbox.session import SandboxSession
 
 
 class ToolError(HeroError):

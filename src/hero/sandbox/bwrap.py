@@ -1,0 +1,369 @@
+"""Where the worker's and the checks' commands run: inside bubblewrap (``bwrap``).
+
+A sandboxed command sees the system read-only (``SYSTEM_DIRS``, the Python hero runs on,
+the directories on ``PATH``) and the story's own repository (``hero.git.storyrepo``)
+writable, but for the parts of its git directory through which git runs programs or reads
+other files (``guarded``: config, hooks, info, objects/info, modules), which are read-only;
+the target's object store, which the story's repository borrows, is read-only too. The
+user's repository, its ``.git`` and its other worktrees, other stories' repositories and the
+hero home are not there. It gets a private ``/tmp`` and ``HOME`` (``SANDBOX_HOME``), its own
+PID namespace (it cannot see hero's processes, and when the command ends every process it
+started ends with it), no capabilities, and, unless asked for, no network (a namespace with
+only its own loopback). ``/root``, ``/home`` and the user's own home are not there, apart
+from the story's repository and any tool directory named above that lies inside them.
+
+``resolve`` turns the ``sandbox`` setting into a ``Sandbox`` (or None), checking once per
+process that bwrap works here by running a sandboxed ``true`` (``bwrap_problem``).
+``Sandbox.wrap`` turns a command's argv into the bwrap argv that runs it: a sandbox of its
+own per command, as the checks' commands and hero's own git get. The worker's commands of
+one round share one such sandbox instead (``hero.sandbox.session``): the same mounts,
+network and limits, and still nothing a command started outlives it, but ``/tmp`` (with
+``HOME`` in it), ``/var/tmp`` and ``/dev/shm`` hold the worker's files from one command of
+the round to the next, and start empty at the round's first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from hero.errors import HeroError
+from hero.git.ops import GitError, git
+from hero.runner import run_process
+from hero.sandbox.limits import Limits, tmpfs_args
+
+MODES = ("auto", "bwrap", "none")
+#: The system, bound read-only where it exists (a symlink such as ``/bin -> usr/bin`` is
+#: recreated as the same symlink).
+SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+    "/sys",
+)
+#: Files of the system that hold secrets (readable to a command run as root): replaced by
+#: an empty file.
+MASKED_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
+#: System files that are often symlinks to a place outside the system directories (with
+#: systemd-resolved, /etc/resolv.conf points into /run): their targets are bound read-only.
+LINKED_FILES = ("/etc/resolv.conf",)
+#: Never shown, but for the worktree and tool directories inside them; the hero home and
+#: the user's home are added by ``build``.
+HIDDEN = ("/root", "/home")
+#: HOME inside the sandbox: in its private /tmp, empty at the start of every command run in
+#: a sandbox of its own, and of every round of the worker's (``hero.sandbox.session``).
+SANDBOX_HOME = "/tmp/home"
+#: Variables that point into the real home: unset, so tools fall back to ``HOME``.
+_UNSET = (
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+)
+#: Namespaces and process rules of every sandboxed command. ``--cap-drop ALL``: run as root,
+#: bwrap keeps every capability, with which a command could remount the system writable.
+_BASE_FLAGS = (
+    "--die-with-parent",
+    "--new-session",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--cap-drop",
+    "ALL",
+)
+#: What makes bubblewrap work on a machine where it does not.
+_HOW_TO_FIX = (
+    "install the system package bubblewrap, e.g. apt-get install bubblewrap; it needs "
+    "unprivileged user namespaces, or hero run as root"
+)
+#: Seconds the check that bwrap works may take (a loaded machine starts processes slowly).
+PROBE_TIMEOUT_S = 30.0
+
+
+class SandboxUnavailable(HeroError):
+    """``sandbox: bwrap`` is set and bubblewrap does not work on this machine."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How to run one story's commands in bubblewrap: the bwrap argv up to the command."""
+
+    prefix: tuple[str, ...]
+    """bwrap, its namespaces and mounts: everything but the network, the cwd and the command."""
+    network: bool = False
+    """Whether commands share hero's network (else: a namespace with only a loopback)."""
+    limits: Limits | None = None
+    """What each command may use (``hero.sandbox.limits``); hero.runner puts them on the sandbox's
+    init before the command starts."""
+    env_changes: tuple[tuple[str, str | None], ...] = ()
+    """What bwrap does to a command's environment (the ``--setenv`` and ``--unsetenv`` in
+    ``prefix``, in order; None: unset), for a command that is not started by bwrap itself
+    (``hero.sandbox.session``): ``env_for``."""
+
+    def wrap(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        *,
+        info_fd: int | None = None,
+        block_fd: int | None = None,
+        as_pid_1: bool = False,
+    ) -> list[str]:
+        """The argv that runs ``argv`` in ``cwd`` (a path inside the worktree) in the sandbox.
+
+        ``info_fd``: bwrap writes to it, as JSON, the ``child-pid`` of the init (PID 1) of
+        the command's PID namespace, then closes it. ``block_fd``: the sandbox waits to
+        start the command until it can read from this fd (or its write end is closed).
+        ``as_pid_1``: ``argv`` itself is the init (bwrap's own reaper is left out), so
+        ``child-pid`` is ``argv``'s process: what ``hero.sandbox.session`` runs."""
+        net = () if self.network else ("--unshare-net",)
+        fds: list[str] = []
+        if info_fd is not None:
+            fds += ["--info-fd", str(info_fd)]
+        if block_fd is not None:
+            fds += ["--block-fd", str(block_fd)]
+        if as_pid_1:
+            fds.append("--as-pid-1")
+        return [*self.prefix, *net, *fds, "--chdir", str(cwd), "--", *argv]
+
+    def env_for(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` as bwrap hands it to a command it starts (``env_changes``)."""
+        found = dict(env)
+        for name, value in self.env_changes:
+            if value is None:
+                found.pop(name, None)
+            else:
+                found[name] = value
+        return found
+
+    def with_network(self, network: bool) -> Sandbox:
+        return dataclasses.replace(self, network=network)
+
+
+def resolve(
+    mode: str,
+    *,
+    worktree: Path,
+    objects: Path | None,
+    guarded: Iterable[Path] = (),
+    hide: Iterable[Path] = (),
+    network: bool = False,
+    limits: Limits | None = None,
+    warn: Callable[[str], None] = lambda _message: None,
+) -> Sandbox | None:
+    """The sandbox the ``sandbox`` setting asks for: None for ``none``; for ``auto`` a
+    Sandbox when bwrap works, else None after one call of ``warn``; for ``bwrap`` a Sandbox,
+    else ``SandboxUnavailable`` saying why. Arguments as for ``build``."""
+    if mode not in MODES:
+        raise ValueError(f"sandbox mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if mode == "none":
+        return None
+    bwrap = shutil.which("bwrap")
+    problem = "bwrap is not installed (not on PATH)" if bwrap is None else bwrap_problem(bwrap)
+    if bwrap is None or problem:
+        if mode == "bwrap":
+            raise SandboxUnavailable(
+                f"sandbox: bwrap is set in config/roles.yaml, but {problem}. Make bubblewrap "
+                f"work here ({_HOW_TO_FIX}), or set sandbox: auto (no sandbox where it does "
+                "not work) or sandbox: none"
+            )
+        warn(
+            f"warning: commands run WITHOUT a sandbox: {problem}. sandbox: auto is set in "
+            f"config/roles.yaml; make bubblewrap work here ({_HOW_TO_FIX}), or set "
+            "sandbox: none to run without one and without this warning"
+        )
+        return None
+    return build(
+        worktree,
+        objects,
+        guarded=guarded,
+        hide=hide,
+        network=network,
+        bwrap=bwrap,
+        limits=limits,
+    )
+
+
+@functools.cache
+def bwrap_problem(bwrap: str) -> str | None:
+    """Why ``bwrap`` cannot run a sandboxed command here (its own words), or None when it
+    can. Runs a sandboxed ``true`` the first time it is asked, per bwrap path and process."""
+    with tempfile.TemporaryDirectory(prefix="hero-sandbox-probe-") as tmp:
+        box = build(Path(tmp), None, bwrap=bwrap, identity=False)
+        try:
+            result = run_process(
+                box.wrap(["true"], Path(tmp)), Path(tmp), timeout_s=PROBE_TIMEOUT_S
+            )
+        except OSError as exc:
+            return f"bwrap could not be started: {exc.strerror or exc}"
+    if result.timed_out:
+        return f"a sandboxed `true` did not finish in {PROBE_TIMEOUT_S:g} s"
+    if result.exit_code != 0:
+        said = " ".join(result.stderr.split()) or f"exit code {result.exit_code}"
+        return f"bwrap does not work here: {said}"
+    return None
+
+
+def build(
+    worktree: Path,
+    objects: Path | None,
+    *,
+    guarded: Iterable[Path] = (),
+    hide: Iterable[Path] = (),
+    network: bool = False,
+    bwrap: str = "bwrap",
+    tool_dirs: Iterable[str] | None = None,
+    identity: bool = True,
+    limits: Limits | None = None,
+) -> Sandbox:
+    """The sandbox for commands run in ``worktree`` (writable), a story's repository whose
+    object store borrows ``objects`` (read-only; None: no repository), the paths of its git
+    directory in ``guarded`` read-only.
+
+    ``hide``: directories that must not be seen (the hero home), beside ``HIDDEN`` and the
+    user's home. ``tool_dirs``: directories commands need read-only (default: the Python
+    hero runs on and the directories on ``PATH``). ``identity``: set the git author and
+    committer from the repository's git config where the environment does not, since the
+    user's ``~/.gitconfig`` is not in the sandbox."""
+    worktree = Path(os.path.abspath(worktree))
+    real_worktree = worktree.resolve()
+    hidden = [*HIDDEN, str(Path.home()), *(os.path.abspath(p) for p in hide)]
+    hidden = [h for h in dict.fromkeys(hidden) if h != "/"]
+    system = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
+    writable = [str(real_worktree), str(worktree)]
+    tools = _tool_dirs(tool_dirs, system=system, hidden=hidden, writable=writable)
+
+    args: list[str] = [bwrap, *_BASE_FLAGS]
+    for d in system:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        else:
+            args += ["--ro-bind", d, d]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if limits is not None:  # each tmpfs sized: RAM-backed space a command cannot overfill
+        args += tmpfs_args(limits)
+    else:
+        args += ["--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    args += ["--dir", SANDBOX_HOME]
+
+    # Mounts on top, shallowest first, so that a deeper one is never covered by another.
+    mounts: list[tuple[str, tuple[str, ...]]] = []
+    roots = [*system, *tools]
+    for h in hidden:
+        if os.path.isdir(h) and any(_inside(h, r) and h != r for r in roots):
+            mounts.append((h, ("--tmpfs", h)))
+    for f in MASKED_FILES:
+        if os.path.isfile(f):
+            mounts.append((f, ("--ro-bind", "/dev/null", f)))
+    for t in tools:
+        mounts.append((t, ("--ro-bind", t, t)))
+    for f in LINKED_FILES:
+        target = os.path.realpath(f)
+        shown = any(_inside(target, r) for r in roots)
+        if target != f and os.path.isfile(target) and not shown:
+            if not any(_inside(target, h) for h in hidden):
+                mounts.append((target, ("--ro-bind", target, target)))
+    for w in dict.fromkeys(writable[:2]):
+        mounts.append((w, ("--bind", str(real_worktree), w)))
+    if objects is not None:
+        mounts += _git_mounts(real_worktree, Path(objects), guarded)
+    mounts.sort(key=lambda m: len(PurePosixPath(m[0]).parts))
+    for _dest, op in mounts:
+        args += op
+    args += ["--remount-ro", "/"]
+    if limits is not None:  # bwrap's /dev is a tmpfs of its own, unsized: read-only
+        args += ["--remount-ro", "/dev"]
+
+    changes: list[tuple[str, str | None]] = [("HOME", SANDBOX_HOME), ("TMPDIR", "/tmp")]
+    changes += [(name, None) for name in _UNSET]
+    if identity and objects is not None:
+        changes += _git_identity(worktree).items()
+    for name, value in changes:
+        args += ["--unsetenv", name] if value is None else ["--setenv", name, value]
+    return Sandbox(tuple(args), network, limits, tuple(changes))
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _tool_dirs(
+    given: Iterable[str] | None,
+    *,
+    system: Sequence[str],
+    hidden: Sequence[str],
+    writable: Sequence[str],
+) -> list[str]:
+    """The read-only directories commands need beyond the system: existing absolute
+    directories that are not already shown, and that hold no hidden directory."""
+    if given is None:
+        prefixes = (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
+        path_dirs = os.environ.get("PATH", "").split(os.pathsep)
+        given = [*prefixes, *path_dirs]
+    found: list[str] = []
+    for raw in given:
+        if not raw or not os.path.isabs(raw):
+            continue
+        d = os.path.normpath(raw)
+        if d == "/" or not os.path.isdir(d) or d in found:
+            continue
+        if any(_inside(h, d) for h in hidden):  # would show a hidden directory
+            continue
+        if any(_inside(d, w) for w in writable):  # already there, and writable
+            continue
+        masked = any(_inside(d, h) for h in hidden)
+        if not masked and any(_inside(d, s) for s in system):  # already there
+            continue
+        found.append(d)
+    # One inside another one found is there already (none found holds a hidden directory).
+    return [d for d in found if not any(o != d and _inside(d, o) for o in found)]
+
+
+def _git_mounts(
+    worktree: Path, objects: Path, guarded: Iterable[Path]
+) -> list[tuple[str, tuple[str, ...]]]:
+    """The story's git directory writable, bound on itself so that a command can neither
+    rename nor replace it; its ``guarded`` paths and the borrowed object store read-only."""
+    gitdir = str(worktree / ".git")
+    mounts: list[tuple[str, tuple[str, ...]]] = [(gitdir, ("--bind", gitdir, gitdir))]
+    for path in guarded:
+        p = str(path)
+        mounts.append((p, ("--ro-bind-try", p, p)))
+    o = str(objects.resolve())
+    mounts.append((o, ("--ro-bind", o, o)))
+    return mounts
+
+
+def _git_identity(worktree: Path) -> dict[str, str]:
+    """Author and committer from git's config (the user's global one included), for the
+    variables not set in hero's environment."""
+    try:
+        out = git(worktree, "config", "--get-regexp", r"^user\.(name|email)$", check=False)
+    except GitError:
+        return {}
+    values = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    found: dict[str, str] = {}
+    for key, names in (
+        ("user.name", ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME")),
+        ("user.email", ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL")),
+    ):
+        value = values.get(key, "").strip()
+        for name in names:
+            if value and name not in os.environ:
+                found[name] = value
+    return found

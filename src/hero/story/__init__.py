@@ -1,0 +1,1 @@
+"""Stories: markdown files with YAML frontmatter, parsed, validated and written."""
