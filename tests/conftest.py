@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from hero.git.ops import DEFAULT_IDENTITY
 from hero.llm.scripted import ScriptedModel
+
+if TYPE_CHECKING:
+    from watch_support import Procs
 from hero.sandbox.bwrap import bwrap_problem
 
 GIT_ENV = {**DEFAULT_IDENTITY, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
@@ -30,6 +35,16 @@ def git(cwd: Path, *args: str) -> str:
         text=True,
         env={**os.environ, **GIT_ENV},
     ).stdout
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers() -> Iterator[None]:
+    """`hero run` and `hero watch`, run in this process, install SIGTERM and SIGINT handlers of
+    their own: every test gives pytest its own back afterwards."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture(autouse=True)
@@ -67,6 +82,17 @@ def target_repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "initial")
     return repo
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    """The processes a test starts (``hero watch`` daemons, ``hero run`` children, pids of
+    what they start), all ended after it, whatever it did."""
+    from watch_support import Procs
+
+    started = Procs(tmp_path)
+    yield started
+    started.end_all()
 
 
 HomeFactory = Callable[..., Path]

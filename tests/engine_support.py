@@ -885,3 +885,30 @@ def branch_sha(repo: Path, branch: str) -> str | None:
         text=True,
     )
     return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def once_per_turn(model, sid: str, rounds: int = 1) -> None:
+    """Every worker turn of ``sid`` was asked once and every round reviewed once: the story
+    ran once (the default plan: two turns a round)."""
+    assert worker_turns(model, sid) == [(r, s) for r in range(1, rounds + 1) for s in (0, 1)]
+    assert reviews_of(model, sid) == rounds
+
+
+def coordinator_side(home: Path, path: Path) -> tuple[Any, Any, Any]:
+    """(RemoteRun, Store, Celery app) for the story file ``path`` of ``home``: what the
+    coordinator would use, for a test that sends the task itself."""
+    from hero.config.loader import load_config
+    from hero.engine.app import make_app
+    from hero.engine.remote import RemoteRun
+    from hero.engine.seal import Seal
+    from hero.engine.store import Store
+    from hero.git.ops import TargetRepo
+    from hero.story.format import parse_story
+
+    config = load_config(home, roles=("worker", "reviewer"))
+    engine = config.engine
+    store = Store(engine.state_url, engine.queue, engine.lease_s, Seal(engine.key))
+    app = make_app(engine)
+    repo = TargetRepo(config.target_repo)
+    run = RemoteRun(parse_story(path), path, config, store, app, repo, None, threading.Event())
+    return run, store, app

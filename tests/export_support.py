@@ -1,15 +1,13 @@
-"""What tests/test_export.py and tests/test_report.py share: a home where story s1 passed
+"""What tests/views/test_export.py and tests/views/test_report.py share: a home where story s1 passed
 in two rounds (its first round's check failed) and s2 gave up after one."""
 
 from __future__ import annotations
 
-import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from helpers import is_review, review_round, step_of, verdict, worker_round
 
 from hero.cli import main
@@ -22,14 +20,6 @@ WRONG = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\
 RIGHT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b  # fixed\n"
 CHECK_SUB = f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"
 SECRET = "sk-export-test-5f1e9a3c7d2b4e6f8a0c"
-
-
-@pytest.fixture(autouse=True)
-def restore_sigterm() -> Iterator[None]:
-    """`hero run` installs a SIGTERM handler; give pytest its own back afterwards."""
-    old = signal.getsignal(signal.SIGTERM)
-    yield
-    signal.signal(signal.SIGTERM, old)
 
 
 def two_rounds(body: dict[str, Any]) -> Reply:

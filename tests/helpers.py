@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import git
 
-from hero.llm.scripted import Reply, text
+from hero.config.providers import Provider, RoleConfig
+from hero.config.sections import LlmSettings
+from hero.llm.client import LlmClient
+from hero.llm.scripted import Reply
+
+#: The root of hero's checkout: README.md, docs/, src/.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def is_review(body: dict[str, Any]) -> bool:
@@ -43,8 +51,24 @@ def step_of(body: dict[str, Any]) -> int:
     return sum(1 for m in body["messages"] if m.get("role") == "assistant")
 
 
-def verdict(v: str, summary: str = "Reviewed.") -> Reply:
-    return text(json.dumps({"verdict": v, "summary": summary, "ac_check": [], "comments": []}))
+#: The acceptance criterion of the story ``write_story`` writes (tests/conftest.py).
+SUB_AC = "`calc.sub(5, 3) == 2`"
+
+
+def verdict(
+    v: str = "APPROVED",
+    summary: str = "Reviewed.",
+    *,
+    ac: str | None = None,
+    satisfied: bool = True,
+    comments: Sequence[Mapping[str, Any]] = (),
+    cached_tokens: int | None = None,
+) -> Reply:
+    """A reviewer's answer: verdict ``v`` with ``summary``, the criterion ``ac`` checked
+    (``satisfied``) when given, and ``comments``."""
+    checked = [{"ac": ac, "satisfied": satisfied, "commit": ""}] if ac is not None else []
+    answer = {"verdict": v, "summary": summary, "ac_check": checked, "comments": list(comments)}
+    return Reply(content=json.dumps(answer), cached_tokens=cached_tokens)
 
 
 def commit_once(name: str) -> str:
@@ -209,3 +233,76 @@ class Hero:
                 pytest.fail(f"hero exited {self.proc.returncode} before {what}:\n{self.output()}")
             time.sleep(0.05)
         pytest.fail(f"never saw {what}:\n{self.output()}")
+
+
+WAIT_S = 30.0  # generous "did not hang" bound, not a speed check
+
+
+def read_lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def wait_for_line(lines: queue.Queue[str], needle: str, seen: list[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not any(needle in line for line in seen):
+        try:
+            seen.append(lines.get(timeout=max(deadline - time.monotonic(), 0.01)))
+        except queue.Empty:
+            pytest.fail(f"no line with {needle!r}; got {''.join(seen)!r}")
+
+
+MESSAGES = [
+    {"role": "system", "content": "You are a test."},
+    {"role": "user", "content": "hello"},
+]
+
+
+def make_client(
+    base_url: str,
+    *,
+    role: str = "worker",
+    model: str = "test-model",
+    reasoning_effort: str | None = None,
+    api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    input_price: float | None = None,
+    output_price: float | None = None,
+    max_attempts: int = 3,
+    backoff_base_s: float = 0.01,
+    backoff_max_s: float = 0.05,
+    timeout_s: float = 10.0,
+    retry_after_max_s: float = 120.0,
+    cancel: threading.Event | None = None,
+    on_retry: Callable[[str], None] | None = None,
+) -> LlmClient:
+    provider = Provider(
+        name="scripted",
+        base_url=base_url,
+        default_model="default-model",
+        headers=dict(headers or {}),
+        input_usd_per_mtok=input_price,
+        output_usd_per_mtok=output_price,
+    )
+    role_config = RoleConfig(
+        role=role,
+        provider=provider,
+        model=model,
+        reasoning_effort=reasoning_effort,
+        api_key=api_key,
+    )
+    settings = LlmSettings(
+        timeout_s=timeout_s,
+        max_attempts=max_attempts,
+        backoff_base_s=backoff_base_s,
+        backoff_max_s=backoff_max_s,
+        retry_after_max_s=retry_after_max_s,
+    )
+    return LlmClient(role_config, settings, cancel=cancel, on_retry=on_retry)

@@ -18,8 +18,9 @@ from collections.abc import Container, Mapping
 from pathlib import Path
 
 import pytest
+from helpers import REPO_ROOT
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = REPO_ROOT / "src"
 
 #: Top to bottom. ``name`` matches that module only; ``name.*`` matches the package ``name``
 #: and every module inside it.

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 

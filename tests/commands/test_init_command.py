@@ -1,0 +1,163 @@
+"""A new user's first screens: `hero init` says only what is left to do and writes a sample
+story the daemon leaves alone, and the README's first run on your own repository works as
+written (its commands are taken from README.md and run in a real shell, against hero's
+scripted model; the `$EDITOR` step is a script that edits as a user would)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import git
+from helpers import REPO_ROOT, is_review, step_of, verdict
+
+from hero.llm.scripted import ScriptedModel, call, text
+from hero.story.format import parse_story
+from hero.views.status import collect_status
+
+ROOT = REPO_ROOT
+WAIT_S = 300  # a generous "did not hang" bound for a whole story run, not a speed check
+
+
+def hero_on_path(tmp_path: Path) -> Path:
+    """A folder holding a `hero` that runs this tree's hero (PYTHONPATH is inherited)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "hero"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m hero "$@"\n')
+    shim.chmod(0o755)
+    return bin_dir
+
+
+def hero(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hero", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=WAIT_S,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null"},
+    )
+
+
+def next_steps(out: str) -> list[str]:
+    """The numbered steps after `next:`."""
+    return re.findall(r"^  \d+\. (.+)$", out.split("next:", 1)[1], flags=re.MULTILINE)
+
+
+def test_init_with_a_target_repo_says_only_what_is_left(tmp_path: Path, target_repo: Path) -> None:
+    home = tmp_path / "home"
+    made = hero(tmp_path, "init", "--home", str(home), "--target-repo", str(target_repo))
+    assert made.returncode == 0, made.stderr
+    steps = next_steps(made.stdout)
+    assert not any("set target_repo" in step for step in steps)  # the option did it
+    assert any(step.startswith("config/roles.yaml: pick the worker's") for step in steps)
+    assert any(step.startswith("cp config.local.yaml.example") for step in steps)
+    assert steps[-1].startswith("hero run my-story.md")
+
+    # without the option, the repository is the first thing left to do
+    bare = hero(tmp_path, "init", "--home", str(tmp_path / "bare"))
+    assert next_steps(bare.stdout)[0].startswith("config/roles.yaml: set target_repo")
+
+
+def test_init_says_when_its_target_repo_did_not_reach_an_existing_file(
+    tmp_path: Path, target_repo: Path
+) -> None:
+    home = tmp_path / "home"
+    assert hero(tmp_path, "init", "--home", str(home)).returncode == 0
+    again = hero(tmp_path, "init", "--home", str(home), "--target-repo", str(target_repo))
+    assert again.returncode == 0
+    assert "nothing to do" not in again.stdout
+    assert f"left as it is: set target_repo in it to {target_repo} yourself" in again.stdout
+    # the same repository written the first time: nothing is left
+    other = tmp_path / "other"
+    hero(tmp_path, "init", "--home", str(other), "--target-repo", str(target_repo))
+    same = hero(tmp_path, "init", "--home", str(other), "--target-repo", str(target_repo))
+    assert "nothing to do" in same.stdout and "next" not in same.stdout
+    # a repository that is not there is left to do
+    gone = hero(tmp_path, "init", "--home", str(tmp_path / "h3"), "--target-repo", "nowhere")
+    assert any("target_repo nowhere names no folder" in s for s in next_steps(gone.stdout))
+
+
+def test_the_sample_story_is_valid_and_the_daemon_leaves_it_alone(tmp_path: Path) -> None:
+    assert hero(tmp_path, "init").returncode == 0
+    story = parse_story(tmp_path / "my-story.md")
+    assert story.id == "my-story" and story.scope == ("HERO-NOTES.md",)
+    assert not list((tmp_path / "inbox").glob("*.md"))
+    assert collect_status(tmp_path)["queue"] == []  # `hero watch` would run nothing
+
+
+def first_run_commands() -> str:
+    """The README's first run on your own repository: its first shell block, as written."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## A first run on your own repository", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    assert block, "no ```sh block under the README's first run"
+    return block.group(1)
+
+
+def sample_story_model(body: dict[str, Any]) -> Any:
+    """A worker that writes HERO-NOTES.md and commits it; a reviewer that approves."""
+    if is_review(body):
+        return verdict("APPROVED", "HERO-NOTES.md maps the repository.")
+    if step_of(body) == 0:
+        notes = "# calc\\n\\n- calc/: the add() function\\n- tests/: python -m unittest\\n"
+        return call(
+            "bash",
+            command=f"printf '{notes}' > HERO-NOTES.md && git add HERO-NOTES.md "
+            "&& git commit -q -m 'HERO-NOTES.md: a map of the repository'",
+        )
+    return text("Wrote HERO-NOTES.md.")
+
+
+def test_the_readmes_first_run_works_as_written(tmp_path: Path, target_repo: Path) -> None:
+    commands = first_run_commands()
+    assert "/path/to/your/repo" in commands and "hero run my-story.md" in commands
+    getting_started = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert f"```sh\n{commands}```" in getting_started  # the docs show the same run
+    commands = commands.replace("/path/to/your/repo", shlex.quote(str(target_repo)))
+    work = tmp_path / "user"  # the README's `~`
+    work.mkdir()
+    with ScriptedModel(sample_story_model) as model:
+        # `$EDITOR config/roles.yaml`: the user points the roles at a provider of their own
+        editor = tmp_path / "editor"
+        editor.write_text(
+            "#!/bin/sh\n"
+            'config=$(dirname "$1")\n'
+            "printf 'name: mine\\nbase_url: %s\\ndefault_model: m\\n' "
+            f'{shlex.quote(model.base_url)} > "$config/providers/mine.yaml"\n'
+            "sed -i 's/^  provider: local$/  provider: mine/' \"$1\"\n"
+        )
+        editor.chmod(0o755)
+        env = {
+            **os.environ,
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "EDITOR": str(editor),
+            "HOME": str(work),
+            "PATH": f"{hero_on_path(tmp_path)}{os.pathsep}{os.environ['PATH']}",
+        }
+        env.pop("HERO_HOME", None)
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", commands],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=WAIT_S,
+            env=env,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    home = work / "my-hero"
+    state = json.loads((home / "runs" / "state" / "my-story.json").read_text())
+    assert state["status"] == "passed"
+    assert (home / "done" / "my-story.md").is_file()
+    assert "# calc" in git(target_repo, "show", "hero/my-story:HERO-NOTES.md")
+    changed = git(target_repo, "diff", "--name-only", "main", "hero/my-story")
+    assert changed.strip() == "HERO-NOTES.md"
