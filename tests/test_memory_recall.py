@@ -41,7 +41,7 @@ from hero.roles.planner import planner_messages
 from hero.roles.prompting import load_template
 from hero.roles.worker import build_messages
 from hero.run.dryrun import dry_run
-from hero.run.pipeline import StoryRun
+from hero.run.pipeline import RunHooks, StoryRun
 from hero.story.format import parse_story
 
 R = Redactor(())
@@ -480,7 +480,7 @@ def test_a_resumed_round_replays_its_first_messages_not_a_new_recall(
     config = load_config(home, env={})
     turns: list[int] = []
 
-    def once_then_stop() -> None:
+    def once_then_stop(_run: StoryRun) -> None:
         turns.append(1)
         if len(turns) == 1:
             raise KeyboardInterrupt
@@ -488,8 +488,8 @@ def test_a_resumed_round_replays_its_first_messages_not_a_new_recall(
     story = parse_story(path)
     worker = LlmClient(config.role("worker"), config.llm)
     reviewer = LlmClient(config.role("reviewer"), config.llm)
-    first_run = StoryRun(story, config, worker, reviewer, None, None, None)
-    first_run.on_turn_end = once_then_stop
+    hooks = RunHooks(on_turn_end=once_then_stop)
+    first_run = StoryRun(story, config, worker, reviewer, None, None, None, hooks=hooks)
     with pytest.raises(KeyboardInterrupt):
         first_run.run()
     memory_of(home).add([fact("command", "Run the tests with APP_ENV set and -v for detail")])
