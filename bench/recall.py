@@ -542,7 +542,7 @@ def memory_bench(report: Report, cands: Sequence[Candidate]) -> None:
         query = query_of(memory.story_text(s))
         for c in cands:
             told_by[c.name].append(
-                " ".join(f.kind.value for f in told(ranked(held, c.rank(held, query))))
+                " ".join(f.kind.value for f in told(ranked(held, c.rank(held, query)))) or "none"
             )
     report.section(
         "bench/memory.py's stories: the facts each is told (beside the always-on convention)"
