@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """hero benchmark: ranking a repository's memory for a story, and the candidates for it.
 
-    python bench/recall.py            # about 1 min on 2 cores
+    python bench/recall.py            # about 40 s on 2 cores
     python bench/recall.py --runs 5   # fewer launches per candidate: about 30 s
 
 hero.memory.recall ranks the facts of a repository's memory against a story with BM25, over
@@ -18,16 +18,17 @@ words out). Every candidate ranks those same terms:
 
 Rows, for each candidate:
 
-- **installed**: the bytes of the files its distribution and what it requires installed (their
-  ``RECORD``s), as found in this interpreter's environment;
+- **installed**: the bytes of the files its distribution and what it requires installed
+  (their ``RECORD``s), as found in this interpreter's environment;
 - **import**, in a fresh interpreter (the module its first ranking imports), and the **first
-  ranking of a process** (that import, and ranking 300 facts), median of ``--runs`` launches;
-- **ranking N facts** for a story (N = 50, 300, 1000; generated facts shaped as hero's learner
-  writes them), warm, median;
-- **agreement with bm25s** (the ranking hero used before its own): on 60 generated memories and stories, the
-  share where the ranked facts (those with a word of the story's, in the order ``pick`` takes
-  them) are the same list, where the facts told within 800 tokens (``memory_recall_tokens``'s
-  default) are the same, and where the first fact is the same;
+  ranking of a process** (that import, and ranking 300 facts), median of ``--runs``
+  launches, the candidates taking turns;
+- **ranking N facts** for a story (N = 50, 300, 1000; generated facts shaped as hero's
+  learner writes them), warm, median, the candidates taking turns;
+- **agreement with bm25s** (the ranking hero used before its own): on 60 generated memories
+  and stories, the share where the ranked facts (those with a word of the story's, in the
+  order ``pick`` takes them) are the same list, where the facts told within 800 tokens
+  (``memory_recall_tokens``'s default) are the same, and where the first fact is the same;
 - **a hand-made memory** (30 facts of a web shop) and 12 stories, each with the facts it
   should be told: how often the first fact is one of them, how many are in the top 3 and
   the top 5;
