@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the first three stories only")
     args = ap.parse_args(argv)
     started = time.monotonic()
-    print(env_line("openai", "bm25s"), flush=True)
+    print(env_line("openai"), flush=True)
     report = Report()
     stories = STORIES[:3] if args.quick else STORIES
     try:
