@@ -98,15 +98,20 @@ def kombu_prefix(queue: str) -> str:
     return f"{queue}:kombu:"
 
 
-#: kombu's Redis transport: a queue of priority p > 0 is the list ``<queue>\x06\x16<p>``.
+#: kombu's Redis transport: a queue's tasks of priority 0-2 are the list ``<queue>``, of
+#: priority 3-5, 6-8 and 9 the lists ``<queue>\x06\x16<step>``.
 _PRIORITY_STEPS = (3, 6, 9)
 _PRIORITY_SEP = "\x06\x16"
 
 
 def broker_keys(engine: EngineSettings) -> tuple[list[str], str] | None:
-    """The Redis keys where a story's task waits (the queue's lists, one per priority) and
-    where it is while taken but not acknowledged (kombu's ``unacked`` hash), when the
-    broker is the Redis that holds hero's own keys; None otherwise (they cannot be read)."""
+    """The Redis keys where a story's task waits (the queue's lists, one per priority step) and
+    where it is while taken but not acknowledged (kombu's ``unacked`` hash: delivery tag ->
+    the message, whose headers name the task id), when the broker is the Redis that holds
+    hero's own keys; None otherwise (they cannot be read).
+
+    The layout is kombu's, not an interface it promises: pyproject.toml pins kombu to the
+    line whose layout this is, and tests/engine/test_broker_layout.py fails when it moves."""
     if not engine.broker_url.startswith(("redis://", "rediss://", "unix://")):
         return None
     if engine.state_url != engine.broker_url:
