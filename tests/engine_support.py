@@ -45,7 +45,7 @@ from helpers import (
     is_review,
     review_round,
     step_of,
-    task_text,
+    story_of,
     verdict,
     worker_round,
 )
@@ -821,13 +821,6 @@ def tls_cluster(
 
 
 # --------------------------------------------------------------------------- the model
-
-
-def story_of(body: dict[str, Any]) -> str:
-    """The story a request is about: the "# Story <id>:" line of its task."""
-    m = re.search(r"^# Story (\S+?):", task_text(body), re.M)
-    assert m, "a task without its story line"
-    return m.group(1)
 
 
 APPROVED = verdict("APPROVED", "Good.")

@@ -6,6 +6,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -21,6 +22,15 @@ from hero.config.providers import Provider, RoleConfig
 from hero.config.sections import LlmSettings
 from hero.llm.client import LlmClient
 from hero.llm.scripted import Reply
+
+#: This interpreter, quoted for a shell command (a check, a worker's bash call).
+PY = shlex.quote(sys.executable)
+#: calc with ``sub`` added: what the worker writes for the story ``write_story`` writes.
+SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+#: The worker's commit, ``{msg}`` its message.
+COMMIT = "git add -A && git commit -q -m {msg}"
+#: The checks of a story that adds ``calc.sub``.
+VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
 
 #: The root of hero's checkout: README.md, docs/, src/.
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +54,13 @@ def review_round(body: dict[str, Any]) -> int:
     m = re.search(r"## Verifier summary \(round (\d+)\)", task_text(body))
     assert m
     return int(m.group(1))
+
+
+def story_of(body: dict[str, Any]) -> str:
+    """The story a request is about: the "# Story <id>:" line of its task."""
+    m = re.search(r"^# Story (\S+?):", task_text(body), re.M)
+    assert m, "a task without its story line"
+    return m.group(1)
 
 
 def step_of(body: dict[str, Any]) -> int:
@@ -306,3 +323,46 @@ def make_client(
         retry_after_max_s=retry_after_max_s,
     )
     return LlmClient(role_config, settings, cancel=cancel, on_retry=on_retry)
+
+
+class Log:
+    """A structlog-shaped logger that keeps every event, with its level and bound context, for
+    assertions on what hero said."""
+
+    def __init__(self, events: list[dict[str, Any]] | None = None, **context: Any) -> None:
+        self.events = events if events is not None else []
+        self.context = context
+
+    def bind(self, **more: Any) -> Log:
+        return Log(self.events, **self.context, **more)
+
+    def _add(self, level: str, event: str, **fields: Any) -> None:
+        self.events.append({"event": event, "level": level, **self.context, **fields})
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._add("debug", event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._add("info", event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._add("warning", event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._add("error", event, **fields)
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        """The events called ``event``."""
+        return [e for e in self.events if e["event"] == event]
+
+    def at(self, level: str) -> list[tuple[str, dict[str, Any]]]:
+        """``(event, fields)`` of each event said at ``level``."""
+        return [
+            (e["event"], {k: v for k, v in e.items() if k not in ("event", "level")})
+            for e in self.events
+            if e["level"] == level
+        ]
+
+    def text(self) -> str:
+        """Everything said, as one text."""
+        return json.dumps(self.events, default=str)

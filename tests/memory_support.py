@@ -4,13 +4,11 @@ convention (:data:`CONVENTION`) from a reviewer that asks for it (:func:`handler
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from helpers import SUB_AC, is_review, verdict
+from helpers import COMMIT, PY, SUB_AC, SUB_IMPL, is_review, verdict
 
 from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, call, text
@@ -26,15 +24,6 @@ def story_requests(model: ScriptedModel, story_title: str) -> list[dict[str, Any
         for r in model.requests
         if not is_review(r.body) and story_title in worker_task(r.body)
     ]
-
-
-PY = shlex.quote(sys.executable)
-
-
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-
-
-COMMIT = "git add -A && git commit -q -m {msg}"
 
 
 CONVENTION = "Name test functions test_<unit>_<behaviour>, as the rest of the suite does."
@@ -63,7 +52,7 @@ def asks(*comments: str, blocker_on: str = "") -> Reply:
     said = [{"severity": "nit", "comment": c} for c in comments]
     if blocker_on:
         said.append({"severity": "blocker", "file": blocker_on, "comment": "sub must not print"})
-    return verdict("CHANGES_REQUESTED", "Not yet.", said, ac=SUB_AC)
+    return verdict("CHANGES_REQUESTED", "Not yet.", comments=said, ac=SUB_AC)
 
 
 def worker_step(body: Mapping[str, Any], plan: Sequence[Reply]) -> Reply:

@@ -6,8 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from helpers import SUB_AC, is_review, review_round, step_of, verdict, worker_round
+from helpers import (
+    COMMIT,
+    SUB_AC,
+    SUB_IMPL,
+    is_review,
+    review_round,
+    step_of,
+    story_of,
+    verdict,
+    worker_round,
+)
 
 from hero.cli import main
 from hero.llm.scripted import (
@@ -18,12 +29,6 @@ from hero.llm.scripted import (
     call,
     text,
 )
-
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-
-
-COMMIT = "git add -A && git commit -q -m {msg}"
-
 
 Answer = Reply | HttpError | Drop
 
@@ -37,19 +42,36 @@ PlanSpec = Sequence[Answer] | Mapping[int, Sequence[Answer]]
 ReviewSpec = Answer | Mapping[int, Answer]
 
 
-def policy(worker: PlanSpec, reviewer: ReviewSpec = APPROVE) -> Callable[[dict], Answer]:
-    """A stateless handler: the worker's reply is picked by (round, step), the reviewer's by
-    round. A plan that runs out repeats its last reply."""
+def policy(
+    worker: PlanSpec | Mapping[str, PlanSpec],
+    reviewer: ReviewSpec | Callable[[int], Answer] = APPROVE,
+) -> Callable[[dict], Answer]:
+    """A stateless handler: the worker's reply is picked by (round, step), or by story and
+    then (round, step); the reviewer's by round (a mapping, or a function of the round). A
+    plan that runs out repeats its last reply."""
 
     def handler(body: dict) -> Answer:
         if is_review(body):
+            n = review_round(body)
             if isinstance(reviewer, Mapping):
-                return reviewer[review_round(body)]
-            return reviewer
-        plan = worker[worker_round(body)] if isinstance(worker, Mapping) else worker
+                return reviewer[n]
+            return reviewer(n) if callable(reviewer) else reviewer
+        plan: Any = worker
+        if isinstance(plan, Mapping) and plan and all(isinstance(k, str) for k in plan):
+            plan = plan[story_of(body)]
+        if isinstance(plan, Mapping):
+            plan = plan[worker_round(body)]
         return plan[min(step_of(body), len(plan) - 1)]
 
     return handler
+
+
+def sub_work(msg: str = "add-sub") -> list[Reply]:
+    """The worker adds ``calc.sub`` and commits it (and says nothing more)."""
+    return [
+        call("write_file", path="calc/__init__.py", content=SUB_IMPL),
+        call("bash", command=COMMIT.format(msg=msg)),
+    ]
 
 
 def good_worker(msg: str = "add-sub") -> list[Answer]:

@@ -173,13 +173,13 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 
 
 def test_the_celery_pages_acl_user_is_the_one_the_tests_run_as() -> None:
-    """test_engine_trust runs a story as the limited Redis user docs/celery.md tells you to make."""
+    """tests/engine/test_trust.py runs a story as the limited Redis user docs/celery.md tells you to make."""
     page = " ".join((DOCS / "celery.md").read_text(encoding="utf-8").split())
     documented = re.search(r"`ACL SETUSER hero (reset on >\S+ [^`]+)`", page)
     assert documented is not None
     tested = re.search(
         r'^ACL_RULES = "([^"]+)"$',
-        (ROOT / "tests" / "test_engine_trust.py").read_text(encoding="utf-8"),
+        (ROOT / "tests" / "engine" / "test_trust.py").read_text(encoding="utf-8"),
         flags=re.MULTILINE,
     )
     assert tested is not None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import threading
@@ -27,7 +26,7 @@ from helpers import (
     rescans_done,
     review_round,
     step_of,
-    task_text,
+    story_of,
     verdict,
     watch_command,
     worker_round,
@@ -50,12 +49,6 @@ def wait_for(cond: Callable[[], Any], timeout: float = RUN_TIMEOUT_S, step: floa
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(step)
-
-
-def story_of(body: dict[str, Any]) -> str:
-    m = re.search(r"^# Story (\S+?):", task_text(body), re.M)
-    assert m, "a task without its story line"
-    return m.group(1)
 
 
 APPROVED = verdict("APPROVED", "Good.")
@@ -220,7 +213,7 @@ class Procs:
 
     log_dir: Path
     daemons: list[Daemon] = field(default_factory=list)
-    heroes: list[Hero] = field(default_factory=list)
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
 
     def start(
@@ -231,15 +224,15 @@ class Procs:
         self.daemons.append(d)
         return d
 
-    def append(self, item: Hero | int) -> None:
-        """Keep a ``hero run`` child, or the pid of a process, to end."""
+    def append(self, item: Hero | subprocess.Popen[bytes] | int) -> None:
+        """Keep a ``hero run`` child, another child process, or the pid of a process, to end."""
         if isinstance(item, int):
             self.pids.append(item)
         else:
-            self.heroes.append(item)
+            self.children.append(item.proc if isinstance(item, Hero) else item)
 
     def end_all(self) -> None:
-        for proc in [d.proc for d in self.daemons] + [h.proc for h in self.heroes]:
+        for proc in [d.proc for d in self.daemons] + self.children:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()

@@ -30,37 +30,35 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import GIT_ENV, git, working_bwrap
 from helpers import (
+    COMMIT,
+    SUB_IMPL,
+    VERIFY_SUB,
     backlog,
     is_review,
     load_state,
-    review_round,
-    step_of,
+    story_of,
     task_text,
     verdict,
     watch_command,
     worker_round,
 )
+from run_support import PlanSpec, policy, run_hero, sub_work
 
 from hero.cli import main
 from hero.config.loader import load_config
 from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.sandbox.limits import mechanism
 
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
-COMMIT = "git add -A && git commit -q -m {msg}"
 #: Generous "did not hang" bounds, not speed checks.
 RUN_TIMEOUT_S = 180.0
 
-PlanSpec = Sequence[Reply] | Mapping[int, Sequence[Reply]]
 Review = Callable[[int], Reply]
 
 
@@ -78,50 +76,10 @@ APPROVE = verdict()
 CHANGES = verdict("CHANGES_REQUESTED", "Round 1 is not enough: look again.")
 
 
-def story_of(body: dict) -> str:
-    m = re.match(r"# Story (\S+):", task_text(body))
-    assert m, task_text(body)[:200]
-    return m.group(1)
-
-
-def approve(_round: int) -> Reply:
-    return APPROVE
-
-
 def changes_first(n: int) -> Reply:
     """The reviewer asks for changes in round 1 (so that round 2's prompt is built), then
     approves."""
     return CHANGES if n == 1 else APPROVE
-
-
-def policy(
-    worker: PlanSpec | Mapping[str, PlanSpec], review: Review = approve
-) -> Callable[[dict], Reply]:
-    """The worker's reply by (round, step), or by story, then (round, step); the reviewer's
-    by round. A plan that runs out repeats its last reply."""
-
-    def handler(body: dict) -> Reply:
-        if is_review(body):
-            return review(review_round(body))
-        plan: PlanSpec = worker
-        if isinstance(worker, Mapping) and all(isinstance(k, str) for k in worker):
-            plan = worker[story_of(body)]  # type: ignore[index]
-        if isinstance(plan, Mapping):
-            plan = plan[worker_round(body)]
-        return plan[min(step_of(body), len(plan) - 1)]
-
-    return handler
-
-
-def sub_work(msg: str = "add-sub") -> list[Reply]:
-    return [
-        call("write_file", path="calc/__init__.py", content=SUB_IMPL),
-        call("bash", command=COMMIT.format(msg=msg)),
-    ]
-
-
-def run_hero(home: Path, story: Path) -> int:
-    return main(["run", str(story), "--home", str(home)])
 
 
 def tool_results(model: ScriptedModel, n: int = 1, story: str = "") -> list[str]:

@@ -10,19 +10,16 @@ trailing blank, and a variable whose value holds that token.
 from __future__ import annotations
 
 import http.server
-import shlex
-import sys
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 from conftest import working_bwrap
-from helpers import is_review, step_of, verdict
+from helpers import PY, is_review, step_of, verdict
 
 from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, call, text
 
-PY = shlex.quote(sys.executable)
 TOKEN = "ghp_e2eEnvironmentToken0123456789abcdef"
 BROKER = "redis://:broker-pass-5a7c@127.0.0.1:6399/0"
 #: What a worker-written test does: prints the environment and tries the network.

@@ -14,12 +14,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 from conftest import git
 from helpers import (
+    COMMIT,
+    SUB_IMPL,
+    VERIFY_SUB,
     alive,
     commit_once,
     is_ancestor,
@@ -27,22 +29,14 @@ from helpers import (
     load_state,
     long_command,
     review_round,
-    step_of,
     task_text,
     verdict,
     wait_dead,
     worker_round,
 )
+from run_support import policy, run_hero, sub_work
 
-from hero.cli import main
-from hero.llm.scripted import Reply, ScriptedModel, call, text
-
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
-COMMIT = "git add -A && git commit -q -m {msg}"
-
-PlanSpec = Sequence[Reply] | Mapping[int, Sequence[Reply]]
+from hero.llm.scripted import ScriptedModel, call, text
 
 
 def worktree_of(home: Path, story_id: str = "s1") -> Path:
@@ -51,32 +45,6 @@ def worktree_of(home: Path, story_id: str = "s1") -> Path:
 
 APPROVE = verdict()
 ASK_MORE = verdict("CHANGES_REQUESTED", "More, please.")
-
-
-def policy(
-    worker: PlanSpec, reviewer: Reply | Mapping[int, Reply] = APPROVE
-) -> Callable[[dict], Reply]:
-    """The worker's reply by (round, step), the reviewer's by round; a plan that runs out
-    repeats its last reply."""
-
-    def handler(body: dict) -> Reply:
-        if is_review(body):
-            return reviewer[review_round(body)] if isinstance(reviewer, Mapping) else reviewer
-        plan = worker[worker_round(body)] if isinstance(worker, Mapping) else worker
-        return plan[min(step_of(body), len(plan) - 1)]
-
-    return handler
-
-
-def sub_work(msg: str = "add-sub") -> list[Reply]:
-    return [
-        call("write_file", path="calc/__init__.py", content=SUB_IMPL),
-        call("bash", command=COMMIT.format(msg=msg)),
-    ]
-
-
-def run_hero(home: Path, story: Path) -> int:
-    return main(["run", str(story), "--home", str(home)])
 
 
 def rounds_of(model: ScriptedModel, *, review: bool) -> list[int]:

@@ -19,28 +19,29 @@ from __future__ import annotations
 import hashlib
 import http.server
 import os
-import re
 import shlex
 import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 from conftest import GIT_ENV, git, working_bwrap
-from helpers import is_review, load_state, step_of, task_text, verdict, worker_round
+from helpers import (
+    COMMIT,
+    PY,
+    SUB_IMPL,
+    VERIFY_SUB,
+    is_review,
+    load_state,
+    story_of,
+    verdict,
+    worker_round,
+)
+from run_support import PlanSpec, policy, run_hero, sub_work
 
-from hero.cli import main
-from hero.llm.scripted import Reply, ScriptedModel, call, text
-
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
-COMMIT = "git add -A && git commit -q -m {msg}"
-
-PlanSpec = Sequence[Reply] | Mapping[int, Sequence[Reply]]
+from hero.llm.scripted import ScriptedModel, call, text
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,40 +55,6 @@ def _bwrap_works() -> None:
 
 
 APPROVE = verdict()
-
-
-def story_of(body: dict) -> str:
-    m = re.match(r"# Story (\S+):", task_text(body))
-    assert m, task_text(body)[:200]
-    return m.group(1)
-
-
-def policy(worker: PlanSpec | Mapping[str, PlanSpec]) -> Callable[[dict], Reply]:
-    """The worker's reply by (round, step), or by story, then (round, step); the reviewer
-    approves. A plan that runs out repeats its last reply."""
-
-    def handler(body: dict) -> Reply:
-        if is_review(body):
-            return APPROVE
-        plan: PlanSpec = worker
-        if isinstance(worker, Mapping) and all(isinstance(k, str) for k in worker):
-            plan = worker[story_of(body)]  # type: ignore[index]
-        if isinstance(plan, Mapping):
-            plan = plan[worker_round(body)]
-        return plan[min(step_of(body), len(plan) - 1)]
-
-    return handler
-
-
-def sub_work(msg: str = "add-sub") -> list[Reply]:
-    return [
-        call("write_file", path="calc/__init__.py", content=SUB_IMPL),
-        call("bash", command=COMMIT.format(msg=msg)),
-    ]
-
-
-def run_hero(home: Path, story: Path) -> int:
-    return main(["run", str(story), "--home", str(home)])
 
 
 def tool_outputs(model: ScriptedModel, n: int = 1, story: str = "") -> str:

@@ -17,19 +17,15 @@ passes.
 from __future__ import annotations
 
 import base64
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 from conftest import git
-from helpers import is_review, load_state, step_of, verdict, worker_round
+from helpers import PY, SUB_IMPL, is_review, load_state, step_of, verdict, worker_round
 
 from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, ToolCall, call, calls, text
 
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 VERIFY = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
 
 TARGET = "tests/test_calc.py"

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import git
-from helpers import SUB_AC, is_review, review_round, step_of, task_text, verdict, worker_round
+from helpers import (
+    PY,
+    SUB_AC,
+    VERIFY_SUB,
+    is_review,
+    review_round,
+    step_of,
+    task_text,
+    verdict,
+    worker_round,
+)
 from run_support import (
     APPROVE,
     COMMIT,
@@ -43,10 +51,6 @@ from hero.llm.scripted import (
     text,
 )
 from hero.trace import read_trace
-
-PY = shlex.quote(sys.executable)
-VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
-
 
 # --------------------------------------------------------------------------- helpers
 

@@ -13,30 +13,24 @@ import base64
 import io
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import git
-from helpers import is_review, load_state, review_round, step_of, worker_round
+from helpers import SUB_IMPL, VERIFY_SUB, is_review, load_state
+from run_support import policy, run_hero
 
-from hero.cli import main
 from hero.daemon.logsetup import configure
-from hero.llm.scripted import Reply, ScriptedModel, call, text
+from hero.llm.scripted import ScriptedModel, call, text
 from hero.redact import REDACTED, Redactor
 
 KEY_ENV = "HERO_TEST_PROVIDER_KEY"
 KEY = "sk-hero-test-4f9Qz7LmX2vB8nR1tY6wK3pJ0aE5dH"  # not a real key, long enough for encodings
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
-
-PlanSpec = Sequence[Reply] | Mapping[int, Sequence[Reply]]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -91,22 +85,6 @@ def leaks_under(root: Path) -> dict[str, list[str]]:
     return found
 
 
-def policy(worker: PlanSpec, reviewer: Reply | None = None) -> Callable[[dict], Reply]:
-    """The worker's reply by (round, step); a plan that runs out repeats its last reply."""
-    approve = reviewer or text(
-        json.dumps({"verdict": "APPROVED", "summary": "Good.", "ac_check": [], "comments": []})
-    )
-
-    def handler(body: dict) -> Reply:
-        if is_review(body):
-            review_round(body)  # a review request hero built as it should
-            return approve
-        plan = worker[worker_round(body)] if isinstance(worker, Mapping) else worker
-        return plan[min(step_of(body), len(plan) - 1)]
-
-    return handler
-
-
 def keyed_home(make_home: Callable[..., Path], model: ScriptedModel, **knobs: object) -> Path:
     """A home whose provider takes its API key from ``$KEY_ENV``."""
     home = make_home(model, **knobs)
@@ -131,10 +109,6 @@ def keyed_repo(target_repo: Path) -> Path:
     git(target_repo, "add", "deploy.env")
     git(target_repo, "commit", "-q", "-m", "deploy settings")
     return target_repo
-
-
-def run_hero(home: Path, story: Path) -> int:
-    return main(["run", str(story), "--home", str(home)])
 
 
 def tool_results(model: ScriptedModel) -> dict[str, str]:

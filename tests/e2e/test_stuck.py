@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -41,6 +40,7 @@ from helpers import (
     review_round,
     sha_of,
     step_of,
+    story_of,
     verdict,
     watch_command,
     worker_round,
@@ -529,12 +529,6 @@ def test_what_a_command_detaches_ends_when_the_command_returns(
         for pid_file in leftovers:
             if pid_file.exists() and alive(int(pid_file.read_text())):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
-
-
-def story_of(body: dict[str, Any]) -> str:
-    m = re.search(r"^# Story (\S+?):", str(body["messages"][1]["content"]), re.M)
-    assert m, "a task without its story line"
-    return m.group(1)
 
 
 def test_parallel_stories_in_one_daemon_leave_each_others_processes_alone(

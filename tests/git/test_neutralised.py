@@ -14,13 +14,21 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import git
-from helpers import is_review, load_state, review_round, step_of, verdict, worker_round
+from helpers import (
+    SUB_IMPL,
+    VERIFY_SUB,
+    is_review,
+    load_state,
+    review_round,
+    step_of,
+    verdict,
+    worker_round,
+)
 
 from hero.agent.tools import ToolContext, ToolOutcome, execute_tool
 from hero.cli import main
@@ -38,9 +46,6 @@ from hero.git.storyrepo import StoryRepo
 from hero.llm.scripted import Reply, call, text
 from hero.runner import child_env
 
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
 #: Hooks git runs on the commands hero runs itself (commit, checkout, worktree add, refs).
 HOOKS = (
     "pre-commit",

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import GIT_ENV, git
+from helpers import SUB_IMPL
 
 from hero.git.ops import GitError, TargetRepo
 from hero.git.ops import git as hero_git
@@ -32,7 +33,6 @@ from hero.git.storyrepo import COPIED_SETTINGS, BringBackRefused, StoryRepo
 from hero.github.defang import commit_message_rule
 
 BRANCH = "hero/s1"
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 IDENT = "A U Thor <author@example.com> 1700000000 +0000"
 
 

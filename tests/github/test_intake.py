@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import git
 from fakegithub import FakeGitHub
-from helpers import is_review, task_text, verdict
+from helpers import Log, is_review, task_text, verdict
 
 from hero.cli import main
 from hero.config.home import Config
@@ -55,31 +55,6 @@ Please add it:
 
 
 # --------------------------------------------------------------------------- set-up
-
-
-class Log:
-    """A logger that keeps every event, for assertions on what was said."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    def _add(self, level: str, event: str, **fields: Any) -> None:
-        self.events.append({"event": event, "level": level, **fields})
-
-    def info(self, event: str, **fields: Any) -> None:
-        self._add("info", event, **fields)
-
-    def warning(self, event: str, **fields: Any) -> None:
-        self._add("warning", event, **fields)
-
-    def error(self, event: str, **fields: Any) -> None:
-        self._add("error", event, **fields)
-
-    def debug(self, event: str, **fields: Any) -> None:
-        self._add("debug", event, **fields)
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == event]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import git
 from fakegithub import FakeGitHub
-from helpers import Hero, is_review, step_of, verdict
+from helpers import Hero, Log, is_review, step_of, verdict
 
 from hero.cli import main
 from hero.config.loader import load_config
@@ -36,31 +36,6 @@ REPO = "acme/app"
 LABEL = "hero"
 TOKEN = "ghp_" + "CancelT0kenForTests" * 2
 WAIT_S = 60.0  # a generous "did not hang" bound, not a speed check
-
-
-class Log:
-    """A logger that keeps every event, for assertions on what was said."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    def _add(self, level: str, event: str, **fields: Any) -> None:
-        self.events.append({"event": event, "level": level, **fields})
-
-    def info(self, event: str, **fields: Any) -> None:
-        self._add("info", event, **fields)
-
-    def warning(self, event: str, **fields: Any) -> None:
-        self._add("warning", event, **fields)
-
-    def error(self, event: str, **fields: Any) -> None:
-        self._add("error", event, **fields)
-
-    def debug(self, event: str, **fields: Any) -> None:
-        self._add("debug", event, **fields)
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        return [e for e in self.events if e["event"] == event]
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from conftest import git
 from fakegithub import FakeGitHub
+from helpers import SUB_IMPL, Log
 
 from hero.cli import main
 from hero.config.home import Config
@@ -52,31 +53,6 @@ VERIFY = [
     },
 ]
 AC = [{"ac": "`calc.sub(5, 3) == 2`", "satisfied": True, "commit": "abc1234"}]
-
-
-class Log:
-    """A structlog-shaped logger that keeps what it is told."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def debug(self, event: str, **kw: Any) -> None:
-        self.lines.append(("debug", event, kw))
-
-    def info(self, event: str, **kw: Any) -> None:
-        self.lines.append(("info", event, kw))
-
-    def warning(self, event: str, **kw: Any) -> None:
-        self.lines.append(("warning", event, kw))
-
-    def error(self, event: str, **kw: Any) -> None:
-        self.lines.append(("error", event, kw))
-
-    def events(self, level: str) -> list[tuple[str, dict[str, Any]]]:
-        return [(event, kw) for lv, event, kw in self.lines if lv == level]
-
-    def text(self) -> str:
-        return json.dumps(self.lines, default=str)
 
 
 @dataclass
@@ -247,7 +223,7 @@ def test_a_passed_story_is_pushed_and_gets_one_pull_request_and_one_comment(worl
     assert f"<!-- hero:report gh-{n} passed run 1 at 1712345678 -->" in comment
     assert world.labels(n) == {"hero", DONE}
     reported = {"story": f"gh-{n}", "issue": n, "status": "passed", "pull": pull["html_url"]}
-    assert ("reported", reported) in world.log.events("info")
+    assert ("reported", reported) in world.log.at("info")
 
     before = len(world.fake.requests)
     world.sweep()  # the memory says it was reported: not one request
@@ -273,7 +249,7 @@ def test_a_restart_between_pull_request_and_comment_still_gives_one_of_each(
     with CommentFails(fake.api_url, TOKEN, REPO, retry=Retry(max_attempts=1)) as flaky:
         world.sweep(flaky)
     assert len(world.pulls()) == 1 and world.comments(n) == []
-    [(event, kw)] = world.log.events("warning")
+    [(event, kw)] = world.log.at("warning")
     assert event == "report failed" and kw["story"] == f"gh-{n}" and "502" in kw["error"]
 
     forget(world)  # and the local memory is gone too
@@ -333,7 +309,7 @@ def test_a_push_that_fails_is_logged_and_tried_again(world: World) -> None:
 
     world.sweep()
 
-    [(event, kw)] = world.log.events("warning")
+    [(event, kw)] = world.log.at("warning")
     assert event == "report failed" and kw["story"] == f"gh-{n}"
     assert "nowhere.git" in kw["error"]
     assert world.pulls() == [] and world.comments(n) == []  # no pull request without the branch
@@ -367,7 +343,7 @@ def test_the_push_goes_where_the_remote_says(
     world.sweep()
     pushed = git(mirror, "for-each-ref", "--format=%(objectname)", f"refs/heads/hero/gh-{b}")
     assert pushed.strip() == second.head_sha
-    assert world.log.events("warning") == []
+    assert world.log.at("warning") == []
 
 
 def test_the_push_settings_come_after_the_users_own(
@@ -456,7 +432,7 @@ def test_a_branch_whose_commits_close_other_issues_or_ping_people_is_not_pushed(
 
     assert world.remote_sha(f"hero/gh-{n}") == (bad if pushed_before else "")  # not by hero
     assert world.pulls() == [] and world.comments(n) == []
-    [(event, said)] = world.log.events("error")
+    [(event, said)] = world.log.at("error")
     assert event == "report failed" and said["story"] == f"gh-{n}"
     assert bad[:12] in said["error"] and "Fixes #22" in said["error"] and "@boss" in said["error"]
     assert first[:12] not in said["error"]  # only the commit at fault is named
@@ -475,7 +451,7 @@ def test_a_commit_that_closes_the_storys_own_issue_is_pushed(world: World) -> No
     world.sweep()
 
     assert world.remote_sha(f"hero/gh-{n}") == own
-    assert len(world.pulls()) == 1 and world.log.events("error") == []
+    assert len(world.pulls()) == 1 and world.log.at("error") == []
 
 
 # --------------------------------------------------------------------------- failed
@@ -562,7 +538,7 @@ def test_a_github_failure_on_one_story_does_not_stop_the_others(world: World) ->
 
     assert world.comments(a) == [] and world.pulls() == []
     assert len(world.comments(b)) == 1
-    [(event, kw)] = world.log.events("warning")
+    [(event, kw)] = world.log.at("warning")
     assert (event, kw["story"], kw["note"]) == (
         "report failed",
         f"gh-{a}",
@@ -586,7 +562,7 @@ def test_a_bug_in_one_report_is_logged_and_the_others_go_on(world: World) -> Non
     with Buggy(world.fake.api_url, TOKEN, REPO, retry=Retry(max_attempts=1)) as buggy:
         world.sweep(buggy)
 
-    [(event, kw)] = world.log.events("error")
+    [(event, kw)] = world.log.at("error")
     assert (event, kw["story"]) == ("report failed", f"gh-{a}")
     assert "internal error: ValueError: a bug, with the token [redacted]" in kw["error"]
     assert len(world.comments(b)) == 1 and world.comments(a) == []
@@ -656,9 +632,6 @@ def test_the_token_is_never_written_sent_elsewhere_or_logged(world: World) -> No
 # --------------------------------------------------------------------------- end to end
 
 
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-
-
 def test_a_story_from_an_issue_run_by_hero_is_reported(
     world: World, scripted: Callable[..., Any], make_home: Callable[..., Path]
 ) -> None:
@@ -722,6 +695,6 @@ def test_a_remote_named_like_an_option_is_no_option(world: World, tmp_path: Path
     world.sweep()
 
     assert not ran.exists()
-    [(event, kw)] = world.log.events("warning")
+    [(event, kw)] = world.log.at("warning")
     assert event == "report failed" and kw["story"] == f"gh-{n}"
     assert world.pulls() == [] and world.comments(n) == []

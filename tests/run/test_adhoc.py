@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from conftest import git
 from helpers import (
+    PY,
+    SUB_IMPL,
     Hero,
     commit_once,
     is_review,
@@ -37,8 +39,6 @@ from hero.run.adhoc import Task, enqueue, slug, story_parts, title_of
 from hero.story.format import dumps_story, parse_story
 from hero.story.format import write_story as write_story_file
 
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 VERIFY = f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"
 TASK = "Add a sub function to calc\n\nIt subtracts b from a."
 TASK_ID = "add-a-sub-function-to-calc"

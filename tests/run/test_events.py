@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -18,7 +17,17 @@ from typing import Any
 
 import jsonschema
 import pytest
-from helpers import backlog, is_review, step_of, verdict, worker_round
+from helpers import (
+    COMMIT,
+    PY,
+    SUB_IMPL,
+    VERIFY_SUB,
+    backlog,
+    is_review,
+    step_of,
+    verdict,
+    worker_round,
+)
 
 from hero.cli import main
 from hero.llm.client import Completion, ToolCallRequest
@@ -35,10 +44,6 @@ from hero.run.events import (
 )
 from hero.trace import Trace, read_trace
 
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
-COMMIT = "git add -A && git commit -q -m {msg}"
 KEY_ENV = "HERO_TEST_EVENTS_KEY"
 KEY = "sk-hero-events-9Jq2Lm7Xv4Bn8Rt1Yw6Kp3Ze5Dh0Fa"  # not a real key
 BIG = 5_000  # characters of one tool's output, more than the cut

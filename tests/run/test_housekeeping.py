@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import git
-from helpers import commit_once, is_review, step_of, task_text, verdict, worker_round
+from helpers import SUB_IMPL, Log, commit_once, is_review, step_of, task_text, verdict, worker_round
 
 from hero.cli import main
 from hero.llm.scripted import HttpError, Reply, call, text
@@ -26,7 +26,6 @@ from hero.state import TERMINAL, RunState, Status, load_state, save_state
 
 PY = sys.executable
 APPROVE = verdict("APPROVED", "Good.")
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 TIMEOUT_S = 120.0  # generous "did not hang" bounds, never speed checks
 LONG_AGO = 1_000_000.0  # a finish time long past (1970): older than any rule
 
@@ -373,22 +372,6 @@ def test_branches_policy(
 
 
 # --------------------------------------------------------------------------- the automatic policy
-
-
-class Log:
-    """The dispatcher's structlog logger, recording events (with their bound context)."""
-
-    def __init__(self, events: list[dict[str, Any]] | None = None, **context: Any) -> None:
-        self.events = events if events is not None else []
-        self.context = context
-
-    def bind(self, **more: Any) -> Log:
-        return Log(self.events, **self.context, **more)
-
-    def _add(self, event: str, **fields: Any) -> None:
-        self.events.append({"event": event, **self.context, **fields})  # list.append: atomic
-
-    info = warning = error = _add
 
 
 BLOB_BYTES = 200_000

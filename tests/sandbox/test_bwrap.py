@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import socket
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
-from helpers import alive, is_review, step_of
+from helpers import PY, SUB_IMPL, alive, is_review, step_of
 
 from hero.cli import main
 from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
@@ -38,7 +37,6 @@ from hero.sandbox.bwrap import (
     resolve,
 )
 
-PY = shlex.quote(sys.executable)
 SECRET = "hero-home-secret-4f1c"
 #: What a command prints once it has reached the test's loopback server.
 REACHED = "reached the server"
@@ -318,7 +316,6 @@ def test_worker_commands_have_no_network_unless_it_is_allowed(
 # ----------------------------------------------------------------------------- the pipeline
 
 
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 APPROVE = text('{"verdict": "APPROVED", "summary": "ok", "ac_check": [], "comments": []}')
 
 

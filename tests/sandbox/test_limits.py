@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import alive
+from helpers import PY, alive
 
 from hero.config.loader import load_config
 from hero.config.scaffold import init_home
@@ -42,7 +42,6 @@ from hero.sandbox.limits import (
     tmpfs_args,
 )
 
-PY = shlex.quote(sys.executable)
 #: Small limits, so that each test reaches one quickly.
 SMALL = Limits(tmpfs_mb=16, processes=64, memory_mb=256, file_size_mb=8, cpu_s=1, open_files=64)
 

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 from conftest import git
-from helpers import alive, is_review, step_of, wait_dead
+from helpers import PY, SUB_IMPL, alive, is_review, step_of, wait_dead
 
 from hero.agent.tools import ToolContext
 from hero.agent.tools.shell import tool_bash
@@ -35,7 +35,6 @@ from hero.sandbox.bwrap import SANDBOX_HOME, Sandbox, resolve
 from hero.sandbox.limits import Limits, mechanism
 from hero.sandbox.session import SandboxSession
 
-PY = shlex.quote(sys.executable)
 SECRET = "hero-home-secret-9d2e"
 KEY_NAME = "HERO_SESSION_TEST_PROVIDER_KEY"
 KEY = "sk-session-test-5b7c1a9e3f"
@@ -524,7 +523,6 @@ def test_closing_the_session_ends_its_sandbox(rnd: Round) -> None:
 # ----------------------------------------------------------------------------- the pipeline
 
 
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 APPROVE = text('{"verdict": "APPROVED", "summary": "ok", "ac_check": [], "comments": []}')
 
 

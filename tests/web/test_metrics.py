@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ import pytest
 
 pytest.importorskip("prometheus_client", reason="the serve extra is not installed")
 
-from helpers import SUB_AC, verdict
+from helpers import COMMIT, SUB_AC, SUB_IMPL, VERIFY_SUB, verdict
 from prometheus_client.parser import text_string_to_metric_families
 
 from hero.cli import main
@@ -32,10 +31,6 @@ from hero.state import Round, RunState, Status, save_state
 from hero.trace import Trace, read_trace
 from hero.web.metrics import LABEL_CHARS, LABEL_VALUES, Metrics, exposition
 
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
-VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
-COMMIT = "git add -A && git commit -q -m {msg}"
 MODELS = {
     "worker": {"provider": "local", "model": "w-1", "reasoning_effort": None},
     "reviewer": {"provider": "local", "model": "r-1", "reasoning_effort": None},

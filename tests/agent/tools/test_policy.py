@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import git
-from helpers import is_review, load_state, step_of, verdict, worker_round
+from helpers import PY, SUB_IMPL, is_review, load_state, step_of, verdict, worker_round
 
 from hero.agent.tools import ToolContext, execute_tool
 from hero.agent.tools.command_args import UncheckedCommand
@@ -834,8 +832,6 @@ def test_without_a_policy_the_bash_tool_runs_everything(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------ hero run, end to end
 
-PY = shlex.quote(sys.executable)
-SUB_IMPL = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
 CHECK_SUB = f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"
 
 

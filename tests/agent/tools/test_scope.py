@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import git
-from helpers import is_review, step_of, verdict, worker_round
+from helpers import PY, is_review, step_of, verdict, worker_round
 
 from hero.agent.tools import ToolContext, ToolOutcome, execute_tool
 from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
@@ -313,7 +311,6 @@ def test_undo_outside_reports_nothing_when_all_is_in_scope(repo: Path) -> None:
 
 # --------------------------------------------------------------------------- through hero run
 
-PY = shlex.quote(sys.executable)
 SUB_IMPL = "def add(a, b):\\n    return a + b\\n\\n\\ndef sub(a, b):\\n    return a - b\\n"
 VERIFY = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
 
