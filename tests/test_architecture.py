@@ -369,6 +369,7 @@ def graph() -> dict[str, dict[str, int]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_module_has_a_layer(graph: Graph) -> None:
     problems = unplaced(graph)
     assert not problems, "\n".join(problems)

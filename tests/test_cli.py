@@ -29,6 +29,7 @@ def story_with_a_long_trace(home: Path) -> None:
             trace.event("tool_result", name="bash", content=f"line {i}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [("logs", "s1"), ("status",), ("demo",)], ids=" ".join)
 def test_piping_into_head_ends_quietly(tmp_path: Path, args: tuple[str, ...]) -> None:
     story_with_a_long_trace(tmp_path)

@@ -75,6 +75,7 @@ def test_ci_runs_the_readmes_test_command() -> None:
     assert steps.index("mypy") < steps.index(build) < steps.index(test)
 
 
+@pytest.mark.slow
 def test_the_readmes_environment_works_as_ci_runs_it(tmp_path: Path) -> None:
     """The part of the two commands before pip: a virtual environment with python3 (which a
     system Python, such as Debian's, needs before any `pip install`), made and activated
@@ -149,6 +150,7 @@ def test_every_command_is_documented() -> None:
     assert not undocumented, f"commands no page documents: {undocumented}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
     reason="mkdocs and mkdocs-material are not installed (pip install -e '.[dev]' has them)",

@@ -130,6 +130,7 @@ def test_no_fd_leak_over_many_runs(tmp_path: Path) -> None:
 # --- process group handling --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_timeout_kills_grandchild(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     start = time.monotonic()
@@ -141,6 +142,7 @@ def test_timeout_kills_grandchild(tmp_path: Path) -> None:
     assert _wait_dead(_read_pid(pidfile))
 
 
+@pytest.mark.slow
 def test_timeout_sigkills_a_group_that_ignores_sigterm(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     start = time.monotonic()
@@ -339,6 +341,7 @@ def test_run_process_keeps_all_output(tmp_path: Path) -> None:
     assert len(r.stdout) == 9_000_000  # more than run_command's default budget: callers parse it
 
 
+@pytest.mark.slow
 def test_run_process_timeout_kills_the_group(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     started = time.monotonic()

@@ -69,6 +69,7 @@ def always(reply: Reply) -> Callable[[dict], Reply]:
 # ------------------------------------------------------------------------- ending
 
 
+@pytest.mark.slow
 def test_ends_on_reply_without_tool_calls(
     scripted: Start, ctx: ToolContext, tmp_path: Path
 ) -> None:

@@ -236,6 +236,7 @@ def test_arguments_nested_past_any_parser_are_a_tool_error_not_a_crash(
     assert any("read_file" in out for out in shown)
 
 
+@pytest.mark.slow
 def test_kill_9_mid_round_and_the_count_goes_on_in_the_next_run(
     scripted: Start,
     make_home: Callable[..., Path],

@@ -190,6 +190,7 @@ def dumped(messages: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- the window
 
 
+@pytest.mark.slow
 def test_the_long_round_ends_done(long_round: LongRound) -> None:
     result = long_round.result
     assert result.stop_reason == "done", result.detail

@@ -27,6 +27,7 @@ def hero(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
     )
 
 
+@pytest.mark.slow
 def test_demo_runs_a_story_through_two_rounds_against_the_scripted_model(tmp_path: Path) -> None:
     where = tmp_path / "demo"
     done = hero("demo", "--dir", str(where))
@@ -60,6 +61,7 @@ def test_demo_refuses_a_folder_that_is_not_empty(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["something"]
 
 
+@pytest.mark.slow
 def test_init_scaffolds_the_current_directory_and_run_then_names_the_missing_repo(
     tmp_path: Path,
 ) -> None:
@@ -92,6 +94,7 @@ def demo_env(temp: Path, **more: str) -> dict[str, str]:
     return {**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "TMPDIR": str(temp), **more}
 
 
+@pytest.mark.slow
 def test_demo_removes_its_temporary_folder_unless_kept(tmp_path: Path) -> None:
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -123,6 +126,7 @@ def test_demo_removes_its_temporary_folder_unless_kept(tmp_path: Path) -> None:
     assert (folder / "home" / "runs" / "state" / "add-slugify.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_an_interrupted_demo_removes_its_temporary_folder(tmp_path: Path, how: str) -> None:
     """Stopped mid-way (here while it makes its example repository: a stand-in `git`

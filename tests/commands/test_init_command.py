@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import git
 from helpers import REPO_ROOT, is_review, step_of, verdict
 
@@ -52,6 +53,7 @@ def next_steps(out: str) -> list[str]:
     return re.findall(r"^  \d+\. (.+)$", out.split("next:", 1)[1], flags=re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_init_with_a_target_repo_says_only_what_is_left(tmp_path: Path, target_repo: Path) -> None:
     home = tmp_path / "home"
     made = hero(tmp_path, "init", "--home", str(home), "--target-repo", str(target_repo))
@@ -67,6 +69,7 @@ def test_init_with_a_target_repo_says_only_what_is_left(tmp_path: Path, target_r
     assert next_steps(bare.stdout)[0].startswith("config/roles.yaml: set target_repo")
 
 
+@pytest.mark.slow
 def test_init_says_when_its_target_repo_did_not_reach_an_existing_file(
     tmp_path: Path, target_repo: Path
 ) -> None:
@@ -117,6 +120,7 @@ def sample_story_model(body: dict[str, Any]) -> Any:
     return text("Wrote HERO-NOTES.md.")
 
 
+@pytest.mark.slow
 def test_the_readmes_first_run_works_as_written(tmp_path: Path, target_repo: Path) -> None:
     commands = first_run_commands()
     assert "/path/to/your/repo" in commands and "hero run my-story.md" in commands

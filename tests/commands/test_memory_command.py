@@ -93,6 +93,7 @@ def editor(tmp_path: Path, old: str, new: str) -> dict[str, str]:
     return {"EDITOR": f"{sys.executable} {script}", "OLD": old, "NEW": new}
 
 
+@pytest.mark.slow
 def test_list_and_json(home: Path) -> None:
     empty = hero(home, "list")
     assert empty.returncode == 0 and "no facts in" in empty.stdout
@@ -124,6 +125,7 @@ def test_list_and_json(home: Path) -> None:
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 
+@pytest.mark.slow
 def test_show_and_forget(home: Path) -> None:
     s = seed(home)
     target = next(f for f in s.facts() if f.kind is Kind.COMMAND)
@@ -140,6 +142,7 @@ def test_show_and_forget(home: Path) -> None:
     assert none.returncode == 2 and "expected a command" in none.stderr
 
 
+@pytest.mark.slow
 def test_export_markdown(home: Path, tmp_path: Path) -> None:
     seed(home)
     out = hero(home, "export")
@@ -191,6 +194,7 @@ def test_edit_refuses_a_broken_edit_and_keeps_the_text(home: Path, tmp_path: Pat
     assert s.path.read_text() == before
 
 
+@pytest.mark.slow
 def test_edit_unchanged_failed_or_without_editor(home: Path, tmp_path: Path) -> None:
     s = seed(home)
     before = s.path.read_text()
@@ -210,6 +214,7 @@ def test_edit_a_home_without_a_memory_yet(home: Path, tmp_path: Path) -> None:
     assert [f.text for f in memory_of(home).facts()] == ["Keep the CLI thin"]
 
 
+@pytest.mark.slow
 def test_a_broken_file_is_named_by_every_command(home: Path) -> None:
     s = seed(home)
     text = s.path.read_text().replace("## Recent stories", "## Notes")

@@ -173,6 +173,7 @@ def test_unchanged_emptied_or_failed_editor_aborts(tmp_path: Path, step: str, sa
     assert list((home / "inbox").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_never_overwrites_a_story(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     existing = home / "inbox" / "taken.md"

@@ -347,6 +347,7 @@ def test_the_budget_meter_shows_the_wrapped_models_attributes(scripted: Start) -
 # ----------------------------------------------------------------------------- state, status
 
 
+@pytest.mark.slow
 def test_cached_tokens_reach_the_run_record_and_status(
     scripted: Start,
     make_home: Callable[..., Path],

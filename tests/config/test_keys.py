@@ -104,6 +104,7 @@ def test_other_errors_say_nothing_of_the_key(
     assert "key" not in str(info.value).replace("no such model", "")
 
 
+@pytest.mark.slow
 def test_hero_run_with_the_copied_example_sends_the_environment_key(
     tmp_path: Path, target_repo: Path, scripted: Any, write_story: Any
 ) -> None:
@@ -135,6 +136,7 @@ def test_hero_run_with_the_copied_example_sends_the_environment_key(
     assert "placeholder" not in done.stderr  # the copied example holds none
 
 
+@pytest.mark.slow
 def test_hero_run_with_a_placeholder_left_in_says_so_once_and_uses_the_environment(
     tmp_path: Path, target_repo: Path, scripted: Any, write_story: Any
 ) -> None:
@@ -165,6 +167,7 @@ def test_hero_run_with_a_placeholder_left_in_says_so_once_and_uses_the_environme
     assert "sk-your-key-here" not in done.stderr
 
 
+@pytest.mark.slow
 def test_hero_run_refused_says_where_the_key_came_from(
     tmp_path: Path, target_repo: Path, scripted: Any, write_story: Any
 ) -> None:

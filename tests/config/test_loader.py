@@ -553,6 +553,7 @@ def _hero_run(home: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_fifo_as_roles_file_is_refused_at_once(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     roles = home / "config" / "roles.yaml"
@@ -565,6 +566,7 @@ def test_fifo_as_roles_file_is_refused_at_once(tmp_path: Path) -> None:
     assert (err.file, err.key) == ("config/roles.yaml", "file")
 
 
+@pytest.mark.slow
 def test_device_as_local_file_is_refused(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     (home / "config.local.yaml").symlink_to("/dev/zero")

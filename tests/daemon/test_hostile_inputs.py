@@ -24,6 +24,8 @@ from watch_support import STOP_SPEC_S, Daemon, Policy, Procs, set_age, wait_for
 
 from hero.cli import main
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 NESTED = "[" * 1000 + "]" * 1000  # about 2 KB of YAML that ended in RecursionError
 MAX_DAEMON_RSS_KB = 400_000  # the daemon never holds anything near this; /dev/zero would
 

@@ -130,6 +130,7 @@ def test_notice_with_no_delay_is_due_at_once(inbox_dir: Path) -> None:
     assert inbox.due() == ([], None)  # handed out once
 
 
+@pytest.mark.slow
 def test_a_file_still_changing_is_not_due_until_quiet(inbox_dir: Path) -> None:
     settle = 0.4
     inbox = Inbox(inbox_dir, settle_s=settle)
@@ -386,6 +387,7 @@ def test_watcher_follows_a_story_renamed_within_the_inbox(
     assert collector.handed == [old, new]  # the old name is gone, not handed out again
 
 
+@pytest.mark.slow
 def test_watcher_hands_out_a_file_written_in_place_once_it_is_quiet(
     watching: Callable[..., Inbox], inbox_dir: Path
 ) -> None:
@@ -410,6 +412,7 @@ def test_watcher_hands_out_a_file_written_in_place_once_it_is_quiet(
     assert path.read_text() == STORY
 
 
+@pytest.mark.slow
 def test_watcher_ignores_dot_files_and_other_names(
     watching: Callable[..., Inbox], inbox_dir: Path
 ) -> None:

@@ -53,6 +53,8 @@ from hero.llm.scripted import call, text
 from hero.state import RunState, Status, file_digest, save_state
 from hero.story.feedback import append_feedback
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 
 @pytest.fixture
 def drop(tmp_path: Path, write_story) -> Callable[..., Path]:

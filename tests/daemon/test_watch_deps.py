@@ -35,6 +35,8 @@ from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.plans.manifest import Manifest, ManifestStory, dump_manifest
 from hero.state import RunState, save_state
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 #: Generous "did not hang" bounds for two plans at once on a loaded machine.
 PLANS_TIMEOUT_S = 300.0
 

@@ -99,6 +99,7 @@ def add_roles_lines(home: Path, text_: str) -> None:
 # ----------------------------------------------------------------------------- configuration
 
 
+@pytest.mark.slow
 def test_a_home_that_is_fine_passes_every_check(scripted: Any, make_home: Any) -> None:
     model = scripted(probe_ok)
     home = make_home(model, sandbox="none")
@@ -169,6 +170,7 @@ def test_model_unreachable(make_home: Any, scripted: Any) -> None:
     assert "config/providers/scripted.yaml" in found.fix
 
 
+@pytest.mark.slow
 def test_model_key_refused_names_where_the_key_came_from_never_the_key(
     make_home: Any, scripted: Any
 ) -> None:
@@ -242,6 +244,7 @@ def test_model_server_error_is_tried_once(make_home: Any, scripted: Any) -> None
     assert len(model.requests) == 1
 
 
+@pytest.mark.slow
 def test_model_too_slow_is_a_timeout(make_home: Any, scripted: Any) -> None:
     model = scripted(probe_ok, latency_s=5.0)
     home = make_home(model, sandbox="none")
@@ -559,6 +562,7 @@ def test_preflight_raises_on_a_failure_and_says_warnings(
         preflight(load_config(home), said.append, repository=True)
 
 
+@pytest.mark.slow
 def test_watch_stops_before_taking_a_story_when_a_check_fails(
     make_home: Any, scripted: Any, write_story: Any
 ) -> None:
@@ -579,6 +583,7 @@ def test_watch_stops_before_taking_a_story_when_a_check_fails(
     assert model.requests == []
 
 
+@pytest.mark.slow
 def test_watch_says_a_warning_and_goes_on(
     tmp_path: Path, make_home: Any, scripted: Any, write_story: Any
 ) -> None:
@@ -606,6 +611,7 @@ def test_watch_says_a_warning_and_goes_on(
     assert model.requests  # the story was taken
 
 
+@pytest.mark.slow
 def test_worker_stops_before_starting_when_a_check_fails(
     make_home: Any, scripted: Any, remote: Path
 ) -> None:
@@ -646,6 +652,7 @@ def test_a_remote_named_like_an_option_runs_nothing(
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_two_doctors_at_once_and_beside_a_running_watch(
     make_home: Any, scripted: Any, tmp_path: Path
 ) -> None:

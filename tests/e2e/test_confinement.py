@@ -56,6 +56,8 @@ from hero.config.loader import load_config
 from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.sandbox.limits import mechanism
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 #: Generous "did not hang" bounds, not speed checks.
 RUN_TIMEOUT_S = 180.0
 

@@ -80,6 +80,7 @@ def tool_outputs(model: ScriptedModel) -> str:
     return "\n".join(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("network", [False, True], ids=["verify-network-off", "verify-network-on"])
 def test_commands_and_checks_find_no_secret_and_no_network_by_default(
     scripted,

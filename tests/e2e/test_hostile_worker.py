@@ -38,6 +38,8 @@ from run_support import policy, run_hero, sub_work
 
 from hero.llm.scripted import ScriptedModel, call, text
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 
 def worktree_of(home: Path, story_id: str = "s1") -> Path:
     return home / "worktrees" / story_id

@@ -38,6 +38,8 @@ from watch_support import Procs
 
 from hero.llm.scripted import HttpError, ScriptedModel, call, text
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 START_TIMEOUT_S = 60.0  # generous "did not hang" bounds, not speed checks
 STOP_TIMEOUT_S = 20.0
 RUN_TIMEOUT_S = 120.0

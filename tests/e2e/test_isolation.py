@@ -43,6 +43,8 @@ from run_support import PlanSpec, policy, run_hero, sub_work
 
 from hero.llm.scripted import ScriptedModel, call, text
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _bwrap_works() -> None:

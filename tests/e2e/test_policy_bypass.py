@@ -20,11 +20,14 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import git
 from helpers import PY, SUB_IMPL, is_review, load_state, step_of, verdict, worker_round
 
 from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, ToolCall, call, calls, text
+
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
 
 VERIFY = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert sub(5, 3) == 2'"]
 

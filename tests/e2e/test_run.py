@@ -70,6 +70,7 @@ def tool_messages(body: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- 1. one round
 
 
+@pytest.mark.slow
 def test_pass_in_one_round(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -187,6 +188,7 @@ def test_pass_in_one_round(
 # --------------------------------------------------------------------------- 2. feedback
 
 
+@pytest.mark.slow
 def test_pass_after_reviewer_feedback(scripted, make_home, write_story, target_repo: Path) -> None:
     blocker = {
         "file": "tests/test_calc.py",
@@ -250,6 +252,7 @@ def test_pass_after_reviewer_feedback(scripted, make_home, write_story, target_r
 # --------------------------------------------------------------------------- 3. give up
 
 
+@pytest.mark.slow
 def test_give_up_after_max_retries(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -280,6 +283,7 @@ def test_give_up_after_max_retries(
 # --------------------------------------------------------------------------- 4. red verifier
 
 
+@pytest.mark.slow
 def test_red_verifier_short_circuits_and_fails_fast(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
@@ -326,6 +330,7 @@ def test_red_verifier_short_circuits_and_fails_fast(
 # --------------------------------------------------------------------------- 5. guardrails
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("knobs", "plan", "reason", "turns", "tools", "detail"),
     [
@@ -402,6 +407,7 @@ def test_guardrail_stops_the_worker(
 # --------------------------------------------------------------------------- 6. model errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("first", "note"),
     [
@@ -466,6 +472,7 @@ def test_non_retryable_model_error_pauses_at_once(
     assert state["rounds"] == []
 
 
+@pytest.mark.slow
 def test_retries_exhausted_then_resume(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -526,6 +533,7 @@ def test_retries_exhausted_then_resume(
 # --------------------------------------------------------------------------- 7. bad tool calls
 
 
+@pytest.mark.slow
 def test_malformed_arguments_and_unknown_tool(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
@@ -571,6 +579,7 @@ def test_malformed_arguments_and_unknown_tool(
 # --------------------------------------------------------------------------- 8. path escapes
 
 
+@pytest.mark.slow
 def test_path_escapes_are_refused(
     scripted, make_home, write_story, target_repo: Path, tmp_path: Path
 ) -> None:
@@ -618,6 +627,7 @@ def test_path_escapes_are_refused(
 # --------------------------------------------------------------------------- 9. rescue commit
 
 
+@pytest.mark.slow
 def test_rescue_commit_of_uncommitted_work(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
@@ -648,6 +658,7 @@ def test_rescue_commit_of_uncommitted_work(
 # --------------------------------------------------------------------------- 10. key hidden
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["api_key_env", "config.local.yaml"])
 def test_worker_bash_does_not_see_the_provider_key(
     scripted,
@@ -692,6 +703,7 @@ def test_worker_bash_does_not_see_the_provider_key(
 # --------------------------------------------------------------------------- 11. reviewer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("answer", "malformed", "words"),
     [
@@ -893,6 +905,7 @@ def _attempt_handler(attempt: dict[str, int]) -> Callable[[dict], Answer]:
     return handler
 
 
+@pytest.mark.slow
 def test_rerun_without_state_keeps_old_branch_aside(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
@@ -931,6 +944,7 @@ def test_rerun_without_state_keeps_old_branch_aside(
     assert "attempt-1.txt" not in git(target_repo, "ls-tree", "--name-only", "hero/s1")
 
 
+@pytest.mark.slow
 def test_rerun_after_gave_up_continues_the_branch(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
@@ -970,6 +984,7 @@ def test_rerun_after_gave_up_continues_the_branch(
 # --------------------------------------------------------------------------- more runs
 
 
+@pytest.mark.slow
 def test_rerun_of_a_passed_story_does_nothing(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -991,6 +1006,7 @@ def test_rerun_of_a_passed_story_does_nothing(
     assert after["head_sha"] == git(target_repo, "rev-parse", "hero/s1").strip()
 
 
+@pytest.mark.slow
 def test_another_file_with_the_id_of_a_passed_story_is_refused(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1025,6 +1041,7 @@ def test_another_file_with_the_id_of_a_passed_story_is_refused(
     assert len(model.requests) == n
 
 
+@pytest.mark.slow
 def test_base_ref_that_names_no_commit_ends_in_error_once(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1054,6 +1071,7 @@ def test_base_ref_that_names_no_commit_ends_in_error_once(
     assert load_state(home)["base_ref"] == "no-such-branch"
 
 
+@pytest.mark.slow
 def test_story_run_by_another_process_exits_2(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1073,6 +1091,7 @@ def test_story_run_by_another_process_exits_2(
     assert run_hero(home, story) == 0  # once the other run is gone
 
 
+@pytest.mark.slow
 def test_worker_switching_branch_does_not_pass_on_an_empty_branch(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
@@ -1095,6 +1114,7 @@ def test_worker_switching_branch_does_not_pass_on_an_empty_branch(
         assert git(target_repo, "show", "hero/s1:calc/__init__.py") == SUB_IMPL
 
 
+@pytest.mark.slow
 def test_worker_commits_elsewhere_fail_the_round_and_stay_on_their_branch(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:

@@ -43,6 +43,8 @@ from watch_support import Procs
 
 from hero.llm.scripted import ScriptedModel
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 CHANGES = verdict("CHANGES_REQUESTED", "Not yet: more please.")
 
 

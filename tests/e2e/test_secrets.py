@@ -190,6 +190,7 @@ def test_a_secret_split_across_two_chunks_of_a_stream_is_found() -> None:
 # ----------------------------------------------------------------- the model and the trace
 
 
+@pytest.mark.slow
 def test_secret_printed_by_env_and_cat_is_redacted_before_the_model_and_in_the_trace(
     scripted, make_home, write_story, keyed_repo: Path, key_env: None
 ) -> None:
@@ -249,6 +250,7 @@ def test_secret_printed_by_env_and_cat_is_redacted_before_the_model_and_in_the_t
 # --------------------------------------------------------------------- commits and files
 
 
+@pytest.mark.slow
 def test_a_worker_that_commits_the_key_fails_the_round_and_nothing_under_runs_holds_it(
     scripted, make_home, write_story, keyed_repo: Path, key_env: None
 ) -> None:
@@ -301,6 +303,7 @@ def test_a_worker_that_commits_the_key_fails_the_round_and_nothing_under_runs_ho
     assert git(keyed_repo, "log", "--format=%s", "main..hero/s1").split() == ["add-sub", "notes"]
 
 
+@pytest.mark.slow
 def test_a_worktree_file_holding_the_key_is_not_committed_and_the_round_fails_naming_it(
     scripted, make_home, write_story, keyed_repo: Path, key_env: None
 ) -> None:
@@ -445,6 +448,7 @@ def test_the_log_processor_redacts_every_field_and_exceptions() -> None:
     assert json.loads(out.getvalue())["detail"] == KEY
 
 
+@pytest.mark.slow
 def test_hero_watch_log_redacts_the_key(
     make_home, write_story, scripted, keyed_repo: Path, tmp_path: Path
 ) -> None:

@@ -49,6 +49,8 @@ from helpers import (
 from hero.cli import main
 from hero.llm.scripted import ScriptedModel, call, text
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 START_TIMEOUT_S = 60.0  # generous "did not hang" bounds, not speed checks
 RUN_TIMEOUT_S = 120.0
 

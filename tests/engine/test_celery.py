@@ -92,6 +92,7 @@ def long_once(pid_file: str, flag: Path) -> str:
 # --------------------------------------------------------------------------- many machines
 
 
+@pytest.mark.slow
 def test_eight_stories_over_three_workers_all_pass(
     cluster: Cluster, scripted, write_story, target_repo: Path, remote: Path
 ) -> None:
@@ -140,6 +141,7 @@ def test_eight_stories_over_three_workers_all_pass(
     assert (home / "runs" / "s3" / "round-1.jsonl").is_file()
 
 
+@pytest.mark.slow
 def test_hero_status_on_the_coordinator_shows_a_story_running_on_a_worker(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -183,6 +185,7 @@ def published(cluster: Cluster, key: str) -> dict | None:
     return json.loads(text.partition("\n")[2]) if text else None
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_story_resumes_on_another_with_nothing_lost(
     cluster: Cluster, scripted, write_story, target_repo: Path, remote: Path, tmp_path: Path
 ) -> None:
@@ -251,6 +254,7 @@ def test_worker_killed_mid_story_resumes_on_another_with_nothing_lost(
     assert (home / "done" / "k1.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_step_finished_just_before_a_kill_is_not_redone(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -283,6 +287,7 @@ def test_a_step_finished_just_before_a_kill_is_not_redone(
     assert [t for t in worker_turns(model, "k2") if t[0] == 1] == [(1, 0), (1, 1)]
 
 
+@pytest.mark.slow
 def test_a_story_resumes_on_the_branch_as_the_remote_has_it(
     cluster: Cluster, scripted, write_story, target_repo: Path, remote: Path, tmp_path: Path
 ) -> None:
@@ -334,6 +339,7 @@ def test_a_story_resumes_on_the_branch_as_the_remote_has_it(
 # --------------------------------------------------------------------------- one run at a time
 
 
+@pytest.mark.slow
 def test_two_workers_offered_the_same_story_run_it_once(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -380,6 +386,7 @@ def test_two_workers_offered_the_same_story_run_it_once(
 # --------------------------------------------------------------------------- restarts
 
 
+@pytest.mark.slow
 def test_broker_restart_mid_run_loses_no_story_and_runs_none_twice(
     cluster: Cluster, scripted, write_story, remote: Path
 ) -> None:
@@ -415,6 +422,7 @@ def test_broker_restart_mid_run_loses_no_story_and_runs_none_twice(
         assert [w.ran(sid) for w in workers].count(True) == 1
 
 
+@pytest.mark.slow
 def test_a_broker_restart_just_after_a_story_ended_does_not_run_it_again(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -460,6 +468,7 @@ def test_a_broker_restart_just_after_a_story_ended_does_not_run_it_again(
     assert (home / "done" / "e1.md").is_file()
 
 
+@pytest.mark.slow
 def test_coordinator_killed_mid_run_then_restarted_follows_the_story_to_its_end(
     cluster: Cluster, scripted, write_story, target_repo: Path, remote: Path
 ) -> None:
@@ -493,6 +502,7 @@ def test_coordinator_killed_mid_run_then_restarted_follows_the_story_to_its_end(
     assert (home / "done" / "c1.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_story_that_ended_while_the_coordinator_was_down_is_not_run_again(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -529,6 +539,7 @@ def test_a_story_that_ended_while_the_coordinator_was_down_is_not_run_again(
 # --------------------------------------------------------------------------- long stories
 
 
+@pytest.mark.slow
 def test_a_healthy_story_longer_than_the_visibility_timeout_is_not_redelivered(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -583,6 +594,7 @@ def wait_refused(coordinator, sid: str) -> dict:
     return wait_for(ended, f"{sid} ended in error", procs=(coordinator,))
 
 
+@pytest.mark.slow
 def test_a_worker_refuses_a_story_from_another_hero_version(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -603,6 +615,7 @@ def test_a_worker_refuses_a_story_from_another_hero_version(
     assert (home / "inbox" / "old1.md").is_file()  # left for a worker of its version
 
 
+@pytest.mark.slow
 def test_a_worker_that_cannot_reach_the_remote_refuses(
     cluster: Cluster, scripted, write_story, tmp_path: Path
 ) -> None:
@@ -621,6 +634,7 @@ def test_a_worker_that_cannot_reach_the_remote_refuses(
     assert worker_turns(model, "far1") == []
 
 
+@pytest.mark.slow
 def test_a_token_in_the_remote_url_never_reaches_the_coordinator(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -639,6 +653,7 @@ def test_a_token_in_the_remote_url_never_reaches_the_coordinator(
     assert secret not in record and secret not in coordinator.output()
 
 
+@pytest.mark.slow
 def test_a_worker_calls_itself_as_celery_does(cluster: Cluster, scripted) -> None:
     cluster.home(scripted(Policy()))
     worker = cluster.start_worker("w1")  # --hostname w1@%h
@@ -650,6 +665,7 @@ def test_a_worker_calls_itself_as_celery_does(cluster: Cluster, scripted) -> Non
 # --------------------------------------------------------------------------- set-up
 
 
+@pytest.mark.slow
 def test_the_local_engine_imports_nothing_of_celery_or_redis(
     make_home, scripted, write_story, tmp_path: Path
 ) -> None:
@@ -678,6 +694,7 @@ def test_the_local_engine_imports_nothing_of_celery_or_redis(
 # --------------------------------------------------------------------------- plans
 
 
+@pytest.mark.slow
 def test_a_plan_runs_on_workers_with_code_flowing_along_its_edges(
     cluster: Cluster, scripted, target_repo: Path, remote: Path
 ) -> None:
@@ -727,6 +744,7 @@ def test_a_plan_runs_on_workers_with_code_flowing_along_its_edges(
     assert (home / "done" / "dia" / "d.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_task_that_fails_on_its_worker_ends_the_story_in_error_once(
     cluster: Cluster, scripted, write_story
 ) -> None:

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import git
 from engine_support import (
     ENGINE_KEY,
@@ -42,6 +43,7 @@ def wip_mark(cluster: Cluster, key: str) -> dict[str, Any] | None:
     return json.loads(value.partition("\n")[2]) if value else None
 
 
+@pytest.mark.slow
 def test_a_worker_killed_between_a_write_and_its_commit_loses_no_round(
     cluster: Cluster, scripted, write_story, remote: Path, tmp_path: Path
 ) -> None:
@@ -118,6 +120,7 @@ def test_a_worker_killed_between_a_write_and_its_commit_loses_no_round(
     assert "the uncommitted work put back" in coordinator.output()
 
 
+@pytest.mark.slow
 def test_a_worker_stopped_mid_turn_hands_over_its_commits_and_its_uncommitted_work(
     cluster: Cluster, scripted, write_story, remote: Path, tmp_path: Path
 ) -> None:
@@ -164,6 +167,7 @@ def test_a_worker_stopped_mid_turn_hands_over_its_commits_and_its_uncommitted_wo
     assert "k5-a" in subjects and "k5-b" in subjects, subjects
 
 
+@pytest.mark.slow
 def test_work_holding_a_secret_is_not_published_and_the_resumed_round_is_told(
     cluster: Cluster, scripted, write_story, remote: Path, tmp_path: Path
 ) -> None:
@@ -213,6 +217,7 @@ def test_work_holding_a_secret_is_not_published_and_the_resumed_round_is_told(
     assert ENGINE_KEY not in told[0]
 
 
+@pytest.mark.slow
 def test_a_task_taken_by_a_worker_that_died_before_its_lease_is_sent_again(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -247,6 +252,7 @@ def hogs(n: int) -> list[subprocess.Popen[bytes]]:
     ]
 
 
+@pytest.mark.slow
 def test_the_coordinator_outlives_a_worker_killed_under_load(
     cluster: Cluster, scripted, write_story
 ) -> None:
@@ -319,6 +325,7 @@ class Said:
         self.lines.append(("warning", event, kw))
 
 
+@pytest.mark.slow
 def test_the_coordinator_keeps_watching_a_story_through_failures_it_did_not_foresee(
     cluster: Cluster, scripted, write_story
 ) -> None:

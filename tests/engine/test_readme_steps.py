@@ -78,6 +78,7 @@ def apply_steps(home: Path, roles_block: str, local_block: str, model_url: str) 
         fh.write(local_block)
 
 
+@pytest.mark.slow
 def test_the_readmes_celery_steps_run_a_story_from_hero_init_homes(
     tmp_path: Path,
     redis_server: RedisServer,

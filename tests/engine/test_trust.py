@@ -30,6 +30,8 @@ from engine_support import (
 )
 from helpers import backlog
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 #: The ACL user for hero's keys (engine_queue ``hero``) as docs/celery.md types it.
 ACL_RULES = "reset on >hero-acl-password-0123456789 ~hero:* &hero:* +@all -@dangerous"
 ACL_PASSWORD = "hero-acl-password-0123456789"

@@ -296,6 +296,7 @@ def plant_command(gitdir: Path, marks: Path) -> str:
     )
 
 
+@pytest.mark.slow
 def test_programs_a_worker_plants_never_run_under_hero_git(
     scripted, make_home, write_story, target_repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

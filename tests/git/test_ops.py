@@ -306,6 +306,7 @@ def _wait_until(predicate: Callable[[], bool], within_s: float = 5.0) -> bool:
     return predicate()
 
 
+@pytest.mark.slow
 def test_hung_git_times_out_and_leaves_no_process(target_repo: Path, tmp_path: Path) -> None:
     # A network remote that never answers, without a network: the ssh git runs sleeps.
     pids = tmp_path / "pids"
@@ -424,6 +425,7 @@ def story_wt(target_repo: Path, base: str, tmp_path: Path) -> Path:
     return add_worktree(target_repo, "hero/x", tmp_path / "worktrees" / "x", base)
 
 
+@pytest.mark.slow
 def test_git_killed_mid_commit_leaves_locks_that_are_waited_on_then_cleared(
     repo: TargetRepo, story_wt: Path, target_repo: Path
 ) -> None:
@@ -534,6 +536,7 @@ def test_lock_files_of_a_story_repository_are_cleared(
     assert work and story.bring_back() == work == repo.branch_sha("hero/x")
 
 
+@pytest.mark.slow
 def test_a_lock_a_live_process_holds_is_waited_on_never_removed(
     repo: TargetRepo, story_wt: Path, target_repo: Path
 ) -> None:

@@ -1071,6 +1071,7 @@ def with_lib(
     return WithLib(base, lib, lib_sha, story)
 
 
+@pytest.mark.slow
 def test_init_submodules_checks_out_what_the_users_base_names(
     with_lib: WithLib, probe: Probe
 ) -> None:
@@ -1086,6 +1087,7 @@ def test_init_submodules_checks_out_what_the_users_base_names(
     assert probe.hits == []
 
 
+@pytest.mark.slow
 def test_init_submodules_fetches_no_submodule_the_story_branch_added(
     with_lib: WithLib, probe: Probe
 ) -> None:
@@ -1107,6 +1109,7 @@ def test_init_submodules_fetches_no_submodule_the_story_branch_added(
     assert probe.hits != []
 
 
+@pytest.mark.slow
 def test_init_submodules_checks_out_no_submodule_the_story_branch_pointed_elsewhere(
     with_lib: WithLib, probe: Probe
 ) -> None:
@@ -1122,6 +1125,7 @@ def test_init_submodules_checks_out_no_submodule_the_story_branch_pointed_elsewh
     assert probe.hits == []
 
 
+@pytest.mark.slow
 def test_init_submodules_without_a_base_checks_out_nothing(
     target: TargetRepo, with_lib: WithLib, probe: Probe, tmp_path: Path
 ) -> None:
@@ -1132,6 +1136,7 @@ def test_init_submodules_without_a_base_checks_out_nothing(
     assert '[submodule "' not in (story.gitdir / "config").read_text()
 
 
+@pytest.mark.slow
 def test_init_submodules_fetches_no_url_the_story_branch_gave_a_base_path(
     with_lib: WithLib, probe: Probe
 ) -> None:

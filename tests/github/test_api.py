@@ -229,6 +229,7 @@ def test_too_many_failures_end_in_an_error_that_does_not_hold_the_token(
     assert not any(TOKEN in told for told in waits.told)
 
 
+@pytest.mark.slow
 def test_a_timeout_is_tried_again_then_reported(connect: Connect, waits: Waits) -> None:
     with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
         port = silent.getsockname()[1]

@@ -345,6 +345,7 @@ def test_headings_in_code_fences_and_levels_4_to_6_are_kept(tmp_path: Path) -> N
 # --------------------------------------------------------------------------- never twice
 
 
+@pytest.mark.slow
 def test_no_second_story_after_a_restart_or_a_lost_or_corrupt_memory(
     home: Path, fake: FakeGitHub
 ) -> None:
@@ -452,6 +453,7 @@ def json_events(stderr: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_watcher_survives_a_5xx_storm_and_a_rate_limit_and_never_shows_the_token(
     home: Path, fake: FakeGitHub, tmp_path: Path
 ) -> None:
@@ -486,6 +488,7 @@ def test_watcher_survives_a_5xx_storm_and_a_rate_limit_and_never_shows_the_token
         assert TOKEN.encode() not in path.read_bytes(), f"the token is in {path}"
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_watcher_even_in_a_rate_limit_wait(
     home: Path, fake: FakeGitHub, tmp_path: Path
 ) -> None:
@@ -580,6 +583,7 @@ def test_usage_errors_exit_2(
     assert not (home / "inbox").exists()
 
 
+@pytest.mark.slow
 def test_the_token_in_config_local_yaml_is_used_and_redacted(
     home: Path, fake: FakeGitHub, tmp_path: Path
 ) -> None:
@@ -609,6 +613,7 @@ def test_the_token_in_config_local_yaml_is_used_and_redacted(
 # --------------------------------------------------------------------------- in hero watch
 
 
+@pytest.mark.slow
 def test_hero_watch_with_a_github_block_takes_the_issue_and_runs_it(
     scripted: Any, make_home: Any, fake: FakeGitHub, target_repo: Path, tmp_path: Path
 ) -> None:
@@ -670,6 +675,7 @@ CLOSES_22 = re.compile(r"(?i)\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?):?\s+(?:
 MENTION = re.compile(r"(?<!\w)@[A-Za-z0-9]")
 
 
+@pytest.mark.slow
 def test_an_issues_story_has_hero_sections_only_and_its_pull_request_closes_only_it(
     scripted: Any, make_home: Any, fake: FakeGitHub, target_repo: Path, tmp_path: Path
 ) -> None:
@@ -742,6 +748,7 @@ def test_an_issues_story_has_hero_sections_only_and_its_pull_request_closes_only
     assert not CLOSES_22.search(pull["body"]) and not MENTION.search(pull["body"])
 
 
+@pytest.mark.slow
 def test_hero_watch_with_a_github_block_and_no_token_exits_2(
     home: Path, tmp_path: Path, fake: FakeGitHub
 ) -> None:
@@ -791,6 +798,7 @@ def test_a_failing_report_back_is_logged_and_the_intake_goes_on(
     assert inbox(home) == [f"gh-{first}.md", f"gh-{second}.md"]
 
 
+@pytest.mark.slow
 def test_one_watcher_per_home(home: Path, fake: FakeGitHub, tmp_path: Path) -> None:
     from hero.github.watch import WatcherLock
 

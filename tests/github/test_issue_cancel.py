@@ -140,6 +140,7 @@ def world(
 # --------------------------------------------------------------------------- queued
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["closed", "unlabelled"])
 def test_a_queued_story_whose_issue_is_closed_or_unlabelled_is_cancelled(
     world: World, how: str, capsys: pytest.CaptureFixture[str]
@@ -182,6 +183,7 @@ def test_a_queued_story_whose_issue_is_closed_or_unlabelled_is_cancelled(
     assert f"gh-{n} " in table and "cancelled" in table and why in table
 
 
+@pytest.mark.slow
 def test_retry_puts_a_cancelled_story_back_once_its_issue_is_open_again(world: World) -> None:
     n = world.issue()
     world.sweep()
@@ -225,6 +227,7 @@ def test_a_story_asked_to_start_while_its_cancellation_stands_does_not_start(
 # --------------------------------------------------------------------------- running
 
 
+@pytest.mark.slow
 def test_a_running_story_whose_issue_closes_is_stopped_and_reported_nowhere(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -268,6 +271,7 @@ def test_a_running_story_whose_issue_closes_is_stopped_and_reported_nowhere(
     assert "hero: in progress" not in world.fake.labels(REPO, n)
 
 
+@pytest.mark.slow
 def test_an_issue_closed_after_its_story_passed_gets_no_pull_request_nor_comment(
     world: World,
     target_repo: Path,
@@ -294,6 +298,7 @@ def test_an_issue_closed_after_its_story_passed_gets_no_pull_request_nor_comment
 # --------------------------------------------------------------------------- off
 
 
+@pytest.mark.slow
 def test_with_the_setting_off_a_closed_issues_story_runs_and_is_reported(world: World) -> None:
     world.set_block(cancel_when_closed="false")
     n = world.issue()
@@ -337,6 +342,7 @@ def test_a_killed_run_of_a_story_whose_issue_closed_is_cancelled_by_the_sweep(
 # --------------------------------------------------------------------------- hero watch
 
 
+@pytest.mark.slow
 def test_hero_watch_stops_a_story_whose_issue_closes_while_it_runs(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],

@@ -632,6 +632,7 @@ def test_the_token_is_never_written_sent_elsewhere_or_logged(world: World) -> No
 # --------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_a_story_from_an_issue_run_by_hero_is_reported(
     world: World, scripted: Callable[..., Any], make_home: Callable[..., Path]
 ) -> None:

@@ -166,6 +166,7 @@ def test_keyless_role_does_not_send_a_real_key(scripted: Start) -> None:
 # ------------------------------------------------------------------------- retries
 
 
+@pytest.mark.slow
 def test_429_retry_after_is_honoured(scripted: Start) -> None:
     model = scripted([HttpError(429, "slow down", headers={"Retry-After": "1"}), text("ok")])
     notes: list[str] = []

@@ -226,6 +226,7 @@ def test_a_record_from_before_models_were_kept_loads() -> None:
 # --------------------------------------------------------------------------- hero run
 
 
+@pytest.mark.slow
 def test_a_per_story_model_reaches_the_request(
     scripted, make_home, write_story, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -272,6 +273,7 @@ def test_a_per_story_model_reaches_the_request(
     )
 
 
+@pytest.mark.slow
 def test_a_story_on_another_provider_uses_its_url_and_key(
     scripted, make_home, write_story, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -301,6 +303,7 @@ def test_a_story_on_another_provider_uses_its_url_and_key(
     assert "sk-other-provider-key" not in json.dumps(state)
 
 
+@pytest.mark.slow
 def test_hero_run_model_overrides_the_story_for_that_run_only(
     scripted, make_home, write_story, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -380,6 +383,7 @@ def requests_of(model: ScriptedModel, sid: str) -> list[dict[str, Any]]:
     return [r.body for r in model.requests if story_of(r.body) == sid]
 
 
+@pytest.mark.slow
 def test_watch_runs_a_story_on_its_model_and_a_down_provider_holds_back_only_its_stories(
     scripted, make_home, write_story, procs: Procs
 ) -> None:
@@ -416,6 +420,7 @@ def test_watch_runs_a_story_on_its_model_and_a_down_provider_holds_back_only_its
     assert daemon.proc.poll() is None
 
 
+@pytest.mark.slow
 def test_watch_records_the_models_a_story_used(
     scripted, make_home, write_story, procs: Procs
 ) -> None:
@@ -436,6 +441,7 @@ def test_watch_records_the_models_a_story_used(
 # --------------------------------------------------------------------------- celery
 
 
+@pytest.mark.slow
 def test_on_the_celery_engine_the_worker_machine_runs_the_storys_model(
     cluster: Cluster, scripted, write_story
 ) -> None:

@@ -328,6 +328,7 @@ def events_between(daemon: Daemon, first: str, last: str) -> list[dict[str, Any]
     return found
 
 
+@pytest.mark.slow
 def test_watch_waits_out_an_outage_and_every_story_passes(
     scripted, make_home, write_story, procs: Procs
 ) -> None:
@@ -379,6 +380,7 @@ def test_watch_waits_out_an_outage_and_every_story_passes(
     assert daemon.proc.poll() is None  # still watching
 
 
+@pytest.mark.slow
 def test_a_refused_key_stops_the_queue_once_and_spends_no_story(
     scripted, make_home, write_story, procs: Procs, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -445,6 +447,7 @@ def test_a_refused_key_stops_the_queue_once_and_spends_no_story(
     assert sorted(e["id"] for e in story_ends()) == ids  # one each, when it passed
 
 
+@pytest.mark.slow
 def test_kill_9_while_a_breaker_is_open_then_restart_recovers(
     scripted, make_home, write_story, procs: Procs, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -482,6 +485,7 @@ def test_kill_9_while_a_breaker_is_open_then_restart_recovers(
 # --------------------------------------------------------------------------- the Celery engine
 
 
+@pytest.mark.slow
 def test_on_the_celery_engine_a_story_paused_on_its_worker_waits_for_the_breaker(
     cluster: Any, scripted, write_story
 ) -> None:

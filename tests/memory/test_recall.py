@@ -316,6 +316,7 @@ def run(home: Path, story: Path) -> int:
     return main(["run", str(story), "--home", str(home), "-v"])
 
 
+@pytest.mark.slow
 def test_a_fact_in_the_store_reaches_the_next_storys_first_request_and_forget_removes_it(
     make_home: Callable[..., Path],
     write_story: Callable[..., Path],
@@ -353,6 +354,7 @@ def test_a_fact_in_the_store_reaches_the_next_storys_first_request_and_forget_re
     assert "Test methods are named" in first_c
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("off", ["home", "story"])
 def test_memory_off_sends_the_prompt_as_before_memory(
     off: str,
@@ -386,6 +388,7 @@ def test_memory_off_sends_the_prompt_as_before_memory(
     assert RECAP_HEADING not in worker_task(review)
 
 
+@pytest.mark.slow
 def test_an_empty_memory_sends_the_prompt_as_before_memory(
     make_home: Callable[..., Path],
     write_story: Callable[..., Path],
@@ -438,6 +441,7 @@ def test_a_broken_memory_file_tells_nothing_and_says_why(
     assert said and str(store.path) in said[0]
 
 
+@pytest.mark.slow
 def test_a_resumed_round_replays_its_first_messages_not_a_new_recall(
     make_home: Callable[..., Path],
     write_story: Callable[..., Path],
@@ -485,6 +489,7 @@ def test_a_resumed_round_replays_its_first_messages_not_a_new_recall(
 # ------------------------------------------------------------------ the Celery engine
 
 
+@pytest.mark.slow
 def test_on_the_celery_engine_the_coordinators_memory_travels_in_the_task(
     cluster: Any, scripted: Callable[..., ScriptedModel], write_story: Callable[..., Path]
 ) -> None:

@@ -441,6 +441,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_two_processes_adding_at_once_lose_nothing(tmp_path: Path) -> None:
     script = tmp_path / "writer.py"
     script.write_text(WRITER)

@@ -152,6 +152,7 @@ def test_a_secret_in_a_reviewer_comment_never_reaches_the_store(
 # --------------------------------------------------------------------------- the verifier
 
 
+@pytest.mark.slow
 def test_a_check_that_failed_then_passed_is_a_command_fact(
     scripted: Callable[..., ScriptedModel], make_home, write_story
 ) -> None:
@@ -179,6 +180,7 @@ def test_a_check_that_failed_then_passed_is_a_command_fact(
     assert "calc/ready" in recap.changed and "calc/__init__.py" in recap.changed
 
 
+@pytest.mark.slow
 def test_a_story_that_gave_up_teaches_its_recap_and_a_rejected_approach(
     scripted: Callable[..., ScriptedModel], make_home, write_story
 ) -> None:
@@ -220,6 +222,7 @@ def test_memory_off_writes_nothing(
 # --------------------------------------------------------------------------- the memory role
 
 
+@pytest.mark.slow
 def test_the_memory_role_distills_facts(
     scripted: Callable[..., ScriptedModel], make_home, write_story, capsys
 ) -> None:
@@ -262,6 +265,7 @@ def test_the_memory_role_distills_facts(
     assert state["usage"]["llm_calls"] == 4  # three worker turns and one review
 
 
+@pytest.mark.slow
 def test_a_garbage_answer_of_the_memory_role_gives_no_facts_and_the_story_stands(
     scripted: Callable[..., ScriptedModel], make_home, write_story, capsys
 ) -> None:
@@ -403,6 +407,7 @@ def test_extraction_rules() -> None:
 # --------------------------------------------------------------------------- the Celery engine
 
 
+@pytest.mark.slow
 def test_with_the_celery_engine_the_coordinator_learns_and_the_worker_does_not(
     cluster: Any, scripted: Callable[..., ScriptedModel], write_story
 ) -> None:

@@ -80,6 +80,7 @@ def test_commands_run_in_the_worktree(tmp_path: Path) -> None:
     assert result.commands[0].tail == "here\n"
 
 
+@pytest.mark.slow
 def test_timeout_gives_exit_124(tmp_path: Path) -> None:
     result = verify(
         tmp_path,

@@ -96,6 +96,7 @@ def expected_text(task: Task, story_id: str) -> str:
 # --------------------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_task_runs_end_to_end_and_ends_in_done(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -130,6 +131,7 @@ def test_task_runs_end_to_end_and_ends_in_done(
     assert capsys.readouterr().out.startswith(f"{TASK_ID}-2: passed")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 def test_interrupted_task_resumes_with_the_same_command(
     scripted: Callable[..., ScriptedModel],
@@ -166,6 +168,7 @@ def test_interrupted_task_resumes_with_the_same_command(
     assert not (home / "runs" / "state" / f"{TASK_ID}-2.json").exists()
 
 
+@pytest.mark.slow
 def test_two_runs_of_one_task_at_once_run_it_once(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -196,6 +199,7 @@ def test_two_runs_of_one_task_at_once_run_it_once(
     assert inbox_files(home) == [] and sorted(os.listdir(home / "done")) == [f"{TASK_ID}.md"]
 
 
+@pytest.mark.slow
 def test_task_beside_a_running_watch_runs_once(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -240,6 +244,7 @@ def test_task_beside_a_running_watch_runs_once(
     watch.wait(timeout=STOP_TIMEOUT_S)
 
 
+@pytest.mark.slow
 def test_task_taken_first_by_another_process_is_waited_for(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -434,6 +439,7 @@ def test_bad_task_arguments_exit_2_and_write_nothing(
     assert inbox_files(home) == []
 
 
+@pytest.mark.slow
 def test_non_utf8_task_from_the_command_line(
     make_home: Callable[..., Path], scripted: Callable[..., ScriptedModel], tmp_path: Path
 ) -> None:

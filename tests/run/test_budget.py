@@ -95,6 +95,7 @@ def status_json(home: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any
 # --------------------------------------------------------------------------- per story
 
 
+@pytest.mark.slow
 def test_story_tokens_stop_the_story_keep_its_work_and_show_in_status(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -153,6 +154,7 @@ def test_story_tokens_stop_the_story_keep_its_work_and_show_in_status(
     assert "prev" not in git(target_repo, "branch", "--list", "hero/*")
 
 
+@pytest.mark.slow
 def test_story_cost_from_the_provider_prices_stops_before_the_reviewer(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -179,6 +181,7 @@ def test_story_cost_from_the_provider_prices_stops_before_the_reviewer(
     assert_clean(home)
 
 
+@pytest.mark.slow
 def test_story_cost_reported_by_the_provider_wins_over_its_prices(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -205,6 +208,7 @@ def test_story_cost_reported_by_the_provider_wins_over_its_prices(
     assert_clean(home)
 
 
+@pytest.mark.slow
 def test_story_wall_time_counts_across_runs_and_retry_waits_for_a_raised_budget(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -261,6 +265,7 @@ def test_story_wall_time_counts_across_runs_and_retry_waits_for_a_raised_budget(
     assert subjects(target_repo) == ["one"]
 
 
+@pytest.mark.slow
 def test_a_round_cut_short_by_the_story_wall_budget_counts_and_retry_waits_for_a_raise(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -326,6 +331,7 @@ def test_a_round_cut_short_by_the_story_wall_budget_counts_and_retry_waits_for_a
 # --------------------------------------------------------------------------- per round
 
 
+@pytest.mark.slow
 def test_round_tokens_count_each_round_afresh(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -369,6 +375,7 @@ def test_round_tokens_count_each_round_afresh(
     assert load_state(home)["status"] == "queued"
 
 
+@pytest.mark.slow
 def test_round_cost_stops_before_the_reviewer(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],
@@ -392,6 +399,7 @@ def test_round_cost_stops_before_the_reviewer(
     assert subjects(target_repo) == ["one"]
 
 
+@pytest.mark.slow
 def test_round_wall_time_stops_the_worker_between_turns(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],

@@ -30,6 +30,8 @@ from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, call, text
 from hero.views.status import collect_status
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 STOP_TIMEOUT_S = 20.0  # a generous "did not hang" bound, not a speed check
 
 

@@ -15,11 +15,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import git
 from helpers import commit_once, is_review, verdict
 
 from hero.llm.scripted import Reply, call, text
 from hero.state import RunState, Status, save_state
+
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
 
 KEY = "sk-dryrun-9f8e7d6c5b4a3210"
 KEY_ENV = "HERO_TEST_DRYRUN_KEY"

@@ -119,6 +119,7 @@ def types(events: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- hero run --events
 
 
+@pytest.mark.slow
 def test_two_round_story_streams_valid_events_in_order_ending_with_the_result(
     scripted: Callable[..., ScriptedModel], make_home, write_story, tmp_path: Path
 ) -> None:
@@ -214,6 +215,7 @@ def test_two_round_story_streams_valid_events_in_order_ending_with_the_result(
     assert "event stream:" not in done.stderr
 
 
+@pytest.mark.slow
 def test_events_and_json_together_are_refused(
     scripted: Callable[..., ScriptedModel], make_home, write_story, tmp_path: Path
 ) -> None:
@@ -226,6 +228,7 @@ def test_events_and_json_together_are_refused(
     assert "--events and --json" in done.stderr and not model.requests
 
 
+@pytest.mark.slow
 def test_a_reader_that_goes_away_does_not_break_the_story(
     scripted: Callable[..., ScriptedModel], make_home, write_story, tmp_path: Path
 ) -> None:
@@ -273,6 +276,7 @@ def test_a_reader_that_goes_away_does_not_break_the_story(
 # --------------------------------------------------------------------------- hero watch --events
 
 
+@pytest.mark.slow
 def test_watch_streams_each_story_whole_lines_one_result_each(
     scripted: Callable[..., ScriptedModel], make_home, write_story, tmp_path: Path
 ) -> None:
@@ -334,6 +338,7 @@ def test_sink_stops_quietly_once_its_reader_is_gone() -> None:
     assert told == [True] and not sink.open and not events
 
 
+@pytest.mark.slow
 def test_sink_writes_whole_lines_from_many_threads() -> None:
     stream = io.StringIO()
     sink = EventSink(stream)
@@ -392,6 +397,7 @@ def run_events(home: Path, story: Path, capsys: pytest.CaptureFixture[str]) -> t
     return code, parse(capsys.readouterr().out)
 
 
+@pytest.mark.slow
 def test_a_guardrail_and_the_rounds_running_out_are_stops_naming_their_setting(
     scripted: Callable[..., ScriptedModel],
     make_home,
@@ -414,6 +420,7 @@ def test_a_guardrail_and_the_rounds_running_out_are_stops_naming_their_setting(
     assert kinds[-2:] == ["stop", "result"] and events[-1]["result"]["status"] == "gave_up"
 
 
+@pytest.mark.slow
 def test_a_budget_stop_names_the_budget(
     scripted: Callable[..., ScriptedModel],
     make_home,
@@ -450,6 +457,7 @@ def test_an_outage_is_a_stop_then_the_result_of_a_paused_story(
     assert result["transcripts"] == [str(home / "runs" / "s1" / "round-1.jsonl")]
 
 
+@pytest.mark.slow
 def test_sigterm_mid_round_ends_the_stream_with_a_stop_and_the_result(
     scripted: Callable[..., ScriptedModel], make_home, write_story, tmp_path: Path
 ) -> None:
@@ -571,6 +579,7 @@ def test_an_event_that_cannot_be_built_is_said_once_and_never_raised(
     assert capsys.readouterr().err.count("hero: event stream:") == 1
 
 
+@pytest.mark.slow
 def test_a_second_run_of_a_running_story_streams_its_refusal_and_a_result(
     scripted: Callable[..., ScriptedModel], make_home, write_story, tmp_path: Path
 ) -> None:

@@ -199,6 +199,7 @@ def test_a_worker_calling_its_tools_wrongly_fails_its_round_with_the_reason(
     assert not any(is_review(r.body) for r in model.requests)
 
 
+@pytest.mark.slow
 def test_hero_run_plan_exits_124_when_its_story_runs_out_of_time(
     scripted: Callable[..., ScriptedModel],
     make_home: Callable[..., Path],

@@ -111,6 +111,7 @@ with held:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["home", "repository"])
 def test_a_story_whose_lock_another_process_holds_is_left_alone(
     scripted, make_home, target_repo: Path, capsys: pytest.CaptureFixture[str], which: str
@@ -247,6 +248,7 @@ main(["clean", "--home", sys.argv[1]])
 """
 
 
+@pytest.mark.slow
 def test_a_clean_killed_midway_leaves_no_half_repository(
     scripted, make_home, target_repo: Path
 ) -> None:
@@ -286,6 +288,7 @@ def write_story(home: Path, sid: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_retry_after_clean_goes_on_from_the_branch_with_the_kept_leftovers(
     scripted, make_home, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -341,6 +344,7 @@ def passing(body: dict[str, Any]) -> Reply:
     return text("Done.")
 
 
+@pytest.mark.slow
 def test_branches_policy(
     scripted, make_home, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -391,6 +395,7 @@ def writes_a_blob(body: dict[str, Any]) -> Reply:
     return text("Done.")
 
 
+@pytest.mark.slow
 def test_watch_keeps_worktrees_under_the_size_cap_over_30_stories(
     scripted, make_home, target_repo: Path
 ) -> None:
@@ -542,6 +547,7 @@ def test_a_celery_worker_housekeeps_its_own_home_after_each_story(
     assert (workdir / "home" / "worktrees" / "i1" / "build" / "out.bin").is_file()
 
 
+@pytest.mark.slow
 def test_a_story_running_beside_the_clean_in_a_real_process_is_untouched(
     scripted, make_home, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -582,6 +588,7 @@ def test_a_story_running_beside_the_clean_in_a_real_process_is_untouched(
     assert state is not None and state.status == Status.PASSED
 
 
+@pytest.mark.slow
 def test_two_cleans_at_once_remove_everything_once_without_an_error(
     scripted, make_home, target_repo: Path
 ) -> None:

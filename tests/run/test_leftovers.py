@@ -95,6 +95,7 @@ def test_a_detached_process_ends_when_its_command_returns(tmp_path: Path) -> Non
         _kill_all(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["timeout", "cancel"])
 def test_a_detached_process_ends_with_a_command_that_is_stopped(tmp_path: Path, how: str) -> None:
     pid_file = tmp_path / "detached.pid"

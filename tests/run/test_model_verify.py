@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from conftest import git
 from plan_support import PlanPolicy, write_plan, write_plan_story
 
@@ -50,6 +51,7 @@ def test_a_plan_story_whose_verify_breaks_this_machine_s_policy_ends_in_error_un
     assert not (home / "worktrees" / "plans" / "pol" / "b").exists()
 
 
+@pytest.mark.slow
 def test_a_loose_story_s_verify_is_the_user_s_and_is_not_checked(
     scripted, make_home, write_story
 ) -> None:

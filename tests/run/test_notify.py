@@ -234,6 +234,7 @@ def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 # --------------------------------------------------------------------------- hero watch
 
 
+@pytest.mark.slow
 def test_watch_sends_one_event_per_story_end_to_the_command_and_the_webhook(
     scripted, make_home, write_story, receiver, daemons, tmp_path: Path, monkeypatch
 ) -> None:
@@ -277,6 +278,7 @@ def test_watch_sends_one_event_per_story_end_to_the_command_and_the_webhook(
     assert len(notified) == 4, daemon.output()  # two stories, two targets each
 
 
+@pytest.mark.slow
 def test_a_hanging_webhook_holds_up_neither_the_stories_nor_a_stop(
     scripted, make_home, write_story, receiver, daemons
 ) -> None:
@@ -299,6 +301,7 @@ def test_a_hanging_webhook_holds_up_neither_the_stories_nor_a_stop(
     assert log_events(daemon.err, "notify unfinished"), daemon.output()
 
 
+@pytest.mark.slow
 def test_a_refused_webhook_and_a_failing_command_are_logged_and_the_daemon_carries_on(
     scripted, make_home, write_story, daemons
 ) -> None:
@@ -324,6 +327,7 @@ def test_a_refused_webhook_and_a_failing_command_are_logged_and_the_daemon_carri
     assert json.loads((home / "runs" / "state" / "s1.json").read_text())["status"] == "passed"
 
 
+@pytest.mark.slow
 def test_run_plan_sends_each_story_s_end_a_skip_too(
     scripted, make_home, receiver, tmp_path: Path
 ) -> None:
@@ -353,6 +357,7 @@ def test_run_plan_sends_each_story_s_end_a_skip_too(
 # --------------------------------------------------------------------------- hero run
 
 
+@pytest.mark.slow
 def test_hero_run_sends_its_story_end(
     scripted, make_home, write_story, receiver, tmp_path: Path
 ) -> None:
@@ -397,6 +402,7 @@ def test_hero_run_sends_its_story_end(
     assert event["story"] == str(story.resolve()) or Path(event["story"]).name == "s1.md"
 
 
+@pytest.mark.slow
 def test_hero_run_with_a_refused_webhook_still_exits_with_the_story_s_code(
     scripted, make_home, write_story
 ) -> None:
@@ -452,6 +458,7 @@ def ended(status: Status = Status.PASSED, **more: Any) -> RunState:
     return RunState(id="s1", status=status, title="A story", **more)
 
 
+@pytest.mark.slow
 def test_breaker_opened_is_sent_unless_left_out_of_notify_events(home_of, receiver) -> None:
     hook = receiver()
     info = {"provider": "openai", "kind": "outage", "reason": "5 failures", "retry_at": 1.5e9}
@@ -477,6 +484,7 @@ def test_breaker_opened_is_sent_unless_left_out_of_notify_events(home_of, receiv
     assert [p["event"] for p in only_ends.posts] == [STORY_END]
 
 
+@pytest.mark.slow
 def test_a_command_that_outlives_its_timeout_is_ended_and_logged(home_of, tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     home = home_of(notify_command=f"echo $$ > {pid_file}; exec sleep 300", notify_timeout_s=0.5)
@@ -512,6 +520,7 @@ def test_what_a_command_leaves_running_is_ended_with_it(home_of, tmp_path: Path)
     assert wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 20)
 
 
+@pytest.mark.slow
 def test_kill_9_of_hero_run_mid_alert_leaves_no_command_behind(
     scripted, make_home, write_story, tmp_path: Path
 ) -> None:
@@ -590,6 +599,7 @@ def test_a_crashed_story_is_sent_as_an_error_from_its_record(home_of, tmp_path: 
     assert got[0]["error"] == "story 's1' crashed: KeyError: 'x'"
 
 
+@pytest.mark.slow
 def test_a_full_queue_drops_events_with_a_line_instead_of_growing(
     home_of, receiver, monkeypatch
 ) -> None:
@@ -611,6 +621,7 @@ def test_a_full_queue_drops_events_with_a_line_instead_of_growing(
     assert len(hook.posts) == 3 and not log.named("notify unfinished")
 
 
+@pytest.mark.slow
 def test_a_redirect_is_not_followed(home_of, receiver) -> None:
     hook = receiver()
 

@@ -37,6 +37,8 @@ from watch_support import Procs
 from hero.agent.replay import LOST_RUNNING
 from hero.llm.scripted import Reply, ScriptedModel, ToolCall, text
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 Start = Callable[..., ScriptedModel]
 STOP_TIMEOUT_S = 20.0  # a generous "did not hang" bound, not a speed check
 RESTART_NOTE = "hero was restarted (a crash, a reboot or a stop) in the middle of this round"

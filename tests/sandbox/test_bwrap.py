@@ -328,6 +328,7 @@ def _worker(port: int) -> list[Reply]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("knobs", "worker_online", "checks_online"),
     [

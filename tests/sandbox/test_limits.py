@@ -181,6 +181,7 @@ def test_a_memory_hog_fails_and_the_worker_is_told(bwrap: str, worktree: Path) -
     assert "256 MB" in result.limit_note and "limit_memory_mb" in result.limit_note
 
 
+@pytest.mark.slow
 def test_a_process_past_its_cpu_time_is_stopped(bwrap: str, worktree: Path) -> None:
     result = run(bwrap, worktree, f'{PY} -c "while True: pass"')
 

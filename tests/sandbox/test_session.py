@@ -195,6 +195,7 @@ def test_detached_processes_are_gone_when_their_command_returns(rnd: Round) -> N
     assert rnd.session.started == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", ["timeout", "cancel"])
 def test_a_stopped_command_ends_with_all_it_started_and_the_next_runs_in_the_same_sandbox(
     rnd: Round, stop: str
@@ -526,6 +527,7 @@ def test_closing_the_session_ends_its_sandbox(rnd: Round) -> None:
 APPROVE = text('{"verdict": "APPROVED", "summary": "ok", "ac_check": [], "comments": []}')
 
 
+@pytest.mark.slow
 def test_a_rounds_bash_calls_share_one_sandbox_that_ends_with_the_round(
     bwrap: str, scripted, make_home, write_story, capsys: pytest.CaptureFixture[str]
 ) -> None:

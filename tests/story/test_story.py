@@ -353,6 +353,7 @@ def test_an_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
     assert shared.scope == ("x",)
 
 
+@pytest.mark.slow
 def test_recursion_error_is_a_story_error_as_a_last_resort(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -62,6 +62,7 @@ def ran(scripted: Start, make_home, write_story) -> Path:
 # --------------------------------------------------------------------------- the format
 
 
+@pytest.mark.slow
 def test_every_round_exports_as_a_valid_chat_request(
     ran: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -103,6 +104,7 @@ def test_every_round_exports_as_a_valid_chat_request(
     assert "## Feedback on round 1" in lines[1]["messages"][1]["content"]
 
 
+@pytest.mark.slow
 def test_status_filter_and_ids(ran: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def stories(*args: str) -> list[str]:
         return [x["metadata"]["story"] for x in export(ran, capsys, *args)]
@@ -126,6 +128,7 @@ def test_status_filter_and_ids(ran: Path, capsys: pytest.CaptureFixture[str]) ->
     assert exit_info.value.code == 2
 
 
+@pytest.mark.slow
 def test_a_key_added_to_the_config_later_is_not_exported(
     ran: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,6 +147,7 @@ def test_a_key_added_to_the_config_later_is_not_exported(
 # --------------------------------------------------------------------------- condensed
 
 
+@pytest.mark.slow
 def test_a_condensed_round_is_marked(
     scripted: Start, make_home, write_story, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -194,6 +198,7 @@ def test_a_condensed_round_is_marked(
 # --------------------------------------------------------------------------- cut short
 
 
+@pytest.mark.slow
 def test_a_round_killed_mid_call_exports_its_call_closed_then_resumed_whole(
     scripted: Start,
     make_home,
@@ -275,6 +280,7 @@ def test_a_round_killed_mid_call_exports_its_call_closed_then_resumed_whole(
 # --------------------------------------------------------------------------- hostile traces
 
 
+@pytest.mark.slow
 def test_odd_traces_are_left_out_with_a_note(ran: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = ran / "runs"
     # s1: round 1 is not JSON at all, round 2 answers a call nobody made
@@ -311,6 +317,7 @@ def test_odd_traces_are_left_out_with_a_note(ran: Path, capsys: pytest.CaptureFi
     assert "s1 round 4 left out: its trace is a symlink" in err
 
 
+@pytest.mark.slow
 def test_an_unloadable_config_stops_the_export(
     ran: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -320,6 +327,7 @@ def test_an_unloadable_config_stops_the_export(
     assert out == "" and "roles.yaml" in err
 
 
+@pytest.mark.slow
 def test_a_subprocess_export_pipes_to_head(ran: Path) -> None:
     """`hero export | head -1`: the reader leaving early ends hero quietly."""
     proc = subprocess.run(
@@ -333,6 +341,7 @@ def test_a_subprocess_export_pipes_to_head(ran: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_an_over_large_trace_is_not_read(
     ran: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -344,6 +353,7 @@ def test_an_over_large_trace_is_not_read(
     assert out == "" and "s2 round 1 left out: too large" in err
 
 
+@pytest.mark.slow
 def test_a_plan_story_exports_under_its_key(ran: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A story of plan p1 keeps its record and traces under plans/p1/."""
     state = json.loads((ran / "runs" / "state" / "s2.json").read_text())

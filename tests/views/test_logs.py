@@ -686,6 +686,7 @@ def spawn_follow(home: Path) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 def test_follow_in_a_real_process(tmp_path: Path) -> None:
     save(tmp_path, current_round=1)
     with Trace(trace_path(tmp_path, "s1", 1)) as trace:

@@ -42,6 +42,7 @@ def one_round_model(body: dict[str, object]) -> object:
     return text("Added sub.")
 
 
+@pytest.mark.slow
 def test_follow_waits_for_a_queued_story_then_follows_its_run(
     make_home: HomeFactory, write_story: StoryWriter
 ) -> None:

@@ -164,6 +164,7 @@ def test_two_plans_may_use_one_id(tmp_path: Path) -> None:
     assert max(len(line) for line in text.splitlines()) <= WIDTH
 
 
+@pytest.mark.slow
 def test_unreadable_plan_records_are_rows_and_odd_folders_ignored(tmp_path: Path) -> None:
     record(tmp_path, "fine", plan="p")
     plan_dir = tmp_path / "runs" / "state" / "plans" / "p"

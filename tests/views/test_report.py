@@ -39,6 +39,7 @@ def cells(row: str) -> list[str]:
     return [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
 
 
+@pytest.mark.slow
 def test_the_report_of_a_two_round_story(
     ran: Path, target_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -82,6 +83,7 @@ def test_the_report_of_a_two_round_story(
     assert out.read_text().split("_Written by")[0] == text.split("_Written by")[0]
 
 
+@pytest.mark.slow
 def test_model_text_cannot_break_the_report(
     ran: Path,
     target_repo: Path,
@@ -129,6 +131,7 @@ def test_model_text_cannot_break_the_report(
     assert "`````\n" in changes and "x````y.txt" in changes
 
 
+@pytest.mark.slow
 def test_a_branch_gone_and_an_unknown_story(
     ran: Path, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -304,6 +304,7 @@ def status_in_a_child(home: Path, *args: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(BAD_INBOX_FILES))
 def test_a_bad_inbox_file_is_a_rejected_row(tmp_path: Path, kind: str) -> None:
     make, reason = BAD_INBOX_FILES[kind]
@@ -342,6 +343,7 @@ BAD_STATE_FILES: dict[str, tuple[Any, str]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(BAD_STATE_FILES))
 def test_a_bad_state_file_is_an_unreadable_row(tmp_path: Path, kind: str) -> None:
     make, reason = BAD_STATE_FILES[kind]

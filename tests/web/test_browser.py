@@ -29,6 +29,8 @@ from serve_support import SECRET, Page, serve_model, story_file, url_from
 
 from hero.llm.scripted import Reply, ScriptedModel
 
+pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
+
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 
 

@@ -72,6 +72,7 @@ def worker_reply(*calls: ToolCall, content: str | None = None, n: int = 1) -> Re
 # ----------------------------------------------------------------------------- a real run
 
 
+@pytest.mark.slow
 def test_a_real_run_is_counted_as_its_record_and_traces_say(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:

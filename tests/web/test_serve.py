@@ -152,6 +152,7 @@ def assert_inert(html: str) -> Page:
 # ----------------------------------------------------------------------------- pages
 
 
+@pytest.mark.slow
 def test_the_board_shows_the_story_its_queue_and_the_daemon(home: Path) -> None:
     r = client(home).get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
@@ -481,6 +482,7 @@ def _get(url: str) -> tuple[int, bytes]:
         return r.status, r.read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_hero_serve_runs_and_stops_on_a_signal(home: Path, stop: signal.Signals) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -523,6 +525,7 @@ def test_hero_serve_runs_and_stops_on_a_signal(home: Path, stop: signal.Signals)
     assert "ignored" not in "".join(lines) + rest and "Traceback" not in rest
 
 
+@pytest.mark.slow
 def test_hero_watch_serves_the_page_in_its_process(
     tmp_path: Path, make_home: Any, scripted: Any
 ) -> None:

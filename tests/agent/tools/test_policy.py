@@ -233,6 +233,7 @@ def bash_runs_rm(command: str, tmp_path: Path, shell: str = "bash") -> bool:
     return mark.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_the_forms_are_what_bash_runs(tmp_path: Path) -> None:
     """The lists above are real: bash runs `rm` for each refused form, not for an allowed one."""
@@ -853,6 +854,7 @@ def tool_results(model: ScriptedModel) -> list[str]:
     return last
 
 
+@pytest.mark.slow
 def test_hero_run_refuses_the_workers_denied_command_and_not_the_verify_commands(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
@@ -889,6 +891,7 @@ def test_hero_run_refuses_the_workers_denied_command_and_not_the_verify_commands
     assert (worktree / "verify-ran").exists()
 
 
+@pytest.mark.slow
 def test_hero_run_with_allow_commands_refuses_the_rest(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:

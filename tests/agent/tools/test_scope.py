@@ -333,6 +333,7 @@ def tool_results(model: ScriptedModel) -> str:
     return "\n".join(str(m["content"]) for m in last["messages"] if m.get("role") == "tool")
 
 
+@pytest.mark.slow
 def test_hero_run_tells_the_worker_and_its_branch_keeps_only_the_scope(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:
@@ -357,6 +358,7 @@ def test_hero_run_tells_the_worker_and_its_branch_keeps_only_the_scope(
     assert "def sub(a, b)" in git(target_repo, "show", "hero/s1:calc/__init__.py")
 
 
+@pytest.mark.slow
 def test_the_rescue_commit_leaves_out_what_appeared_outside_the_scope(
     scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -405,6 +405,7 @@ def test_read_file_never_follows_a_symlink_swapped_in(
     assert any("harmless" in r for r in results)
 
 
+@pytest.mark.slow
 def test_write_file_never_writes_through_a_symlink_swapped_in(
     ctx: ToolContext, root: Path, outside: Path
 ) -> None:
@@ -418,6 +419,7 @@ def test_write_file_never_writes_through_a_symlink_swapped_in(
     assert not any("TOPSECRET" in r.content for r in results)  # not in a diff either
 
 
+@pytest.mark.slow
 def test_edit_file_never_edits_through_a_symlink_swapped_in(
     ctx: ToolContext, root: Path, outside: Path
 ) -> None:
@@ -448,6 +450,7 @@ def test_read_file_and_ls_never_follow_a_directory_symlink_swapped_in(
     assert any("harmless" in r for r in results)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repo", ["git", "plain"])
 def test_grep_and_find_never_follow_a_symlink_swapped_in(
     tmp_path: Path, outside: Path, repo: str
