@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,13 @@ from hero.llm.scripted import ScriptedModel
 if TYPE_CHECKING:
     from watch_support import Procs
 from hero.sandbox.bwrap import bwrap_problem
+
+# Bytecode, where PYTHONDONTWRITEBYTECODE is set (as in some CI images): the suite starts
+# hundreds of hero processes and imports every test module in each pytest worker. Without
+# written bytecode each of those processes compiles hero's modules anew (+0.3 s of CPU each),
+# and pytest rewrites every test module again in every worker and every run (+20 s each).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 GIT_ENV = {**DEFAULT_IDENTITY, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
 
@@ -37,14 +45,47 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout
 
 
+#: The signals a test sends to the hero processes it starts (Ctrl-C, a service's stop).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _ignored_or_blocked(signals: tuple[int, ...]) -> list[str]:
+    """Which of ``signals`` this process (its main thread) ignores or blocks: what every
+    process it starts would inherit, deaf to them."""
+    status = Path("/proc/self/status").read_text(encoding="ascii")
+    masks = {
+        line.split(":")[0]: int(line.split(":")[1], 16)
+        for line in status.splitlines()
+        if line.startswith(("SigIgn:", "SigBlk:"))
+    }
+    return [
+        f"{signal.Signals(sig).name} {'ignored' if name == 'SigIgn' else 'blocked'}"
+        for sig in signals
+        for name in ("SigIgn", "SigBlk")
+        if masks.get(name, 0) & (1 << (sig - 1))
+    ]
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``-n auto``: half again as many as cores. Many tests wait on hero's own
+    processes (a daemon's settle delay, a lease, a stop's grace), and a third worker keeps
+    the cores busy meanwhile."""
+    cores = len(os.sched_getaffinity(0))
+    return max(2, cores + cores // 2)
+
+
 @pytest.fixture(autouse=True)
 def _restore_signal_handlers() -> Iterator[None]:
     """`hero run` and `hero watch`, run in this process, install SIGTERM and SIGINT handlers of
-    their own: every test gives pytest its own back afterwards."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    their own: every test gives pytest its own back afterwards. A test that leaves them ignored
+    or blocked fails here, since every process a later test starts would inherit that."""
+    saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     yield
+    left = _ignored_or_blocked(STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+    assert not left, f"the test left this process with {', '.join(left)}"
 
 
 @pytest.fixture(autouse=True)

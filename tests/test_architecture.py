@@ -403,6 +403,34 @@ def test_the_round_loop_the_agent_loop_and_the_command_line_keep_their_size() ->
     assert not problems, "\n".join(problems)
 
 
+def test_the_tests_mirror_the_package() -> None:
+    """tests/<package>/ holds the tests of src/hero/<package>/ (tests/e2e/ what runs hero
+    whole), and no test module imports another: what tests share lives in conftest.py,
+    helpers.py and the *_support.py modules."""
+    tests = REPO_ROOT / "tests"
+    problems = []
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        rel = folder.relative_to(tests)
+        if rel.parts[0] in ("e2e", "data") or "__pycache__" in rel.parts:
+            continue
+        if not (SRC / "hero" / rel / "__init__.py").is_file():
+            problems.append(f"tests/{rel}/ names no package of src/hero/")
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            for name in names:
+                if name.split(".")[0].startswith("test_"):
+                    rel_path = path.relative_to(REPO_ROOT)
+                    problems.append(f"{rel_path}:{node.lineno} imports the test module {name}")
+    assert not problems, "\n".join(problems)
+
+
 # ----------------------------------------------------------------------------- the checker
 
 

@@ -422,9 +422,12 @@ def fork_bombs(mark: str) -> list[Reply]:
     """Two fork bombs: 5000 background sleeps, and the classic ``:(){ :|:& };:`` (under a
     name dash takes) inside `timeout 20`, which waits for the bomb's first complaint, a whole
     line, and reports it with shell builtins only (they need no fork): the command ends once
-    the bomb has met the limit, not at a time. Both carry ``mark`` in their command lines."""
+    the bomb has met the limit, not at a time. The bomb starts in a subshell, the command's
+    one fork, made while nothing else runs: started from the command's own shell, the bomb's
+    first processes could fill the limit before that shell forked its second, and that shell
+    would die of it, saying so only in bomb.err. Both carry ``mark`` in their command lines."""
     bomb = (
-        "f(){ f|f& }; f 2>/tmp/bomb.err; until read -r said < /tmp/bomb.err; do :; done; "
+        "f(){ f|f& }; (f 2>/tmp/bomb.err); until read -r said < /tmp/bomb.err; do :; done; "
         f'echo "bomb: $said"; exit 3 # {mark}'
     )
     return [

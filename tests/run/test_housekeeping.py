@@ -379,6 +379,8 @@ def test_branches_policy(
 
 
 BLOB_BYTES = 200_000
+#: Stories the daemon runs one after another under the size cap.
+STORIES = 16
 
 
 def writes_a_blob(body: dict[str, Any]) -> Reply:
@@ -396,7 +398,7 @@ def writes_a_blob(body: dict[str, Any]) -> Reply:
 
 
 @pytest.mark.slow
-def test_watch_keeps_worktrees_under_the_size_cap_over_30_stories(
+def test_watch_keeps_worktrees_under_the_size_cap_over_many_stories(
     scripted, make_home, target_repo: Path
 ) -> None:
     from hero.config.loader import load_config
@@ -404,13 +406,13 @@ def test_watch_keeps_worktrees_under_the_size_cap_over_30_stories(
     from hero.llm.client import LlmClient
     from hero.run.housekeeping import _size
 
-    cap = 1_000_000  # bytes: fewer than 30 stories' build output (6 MB)
+    cap = 500_000  # bytes: a fifth of the stories' build output (3.2 MB)
     home = make_home(scripted(writes_a_blob), max_parallel=2)
     with (home / "config" / "roles.yaml").open("a") as fh:
         fh.write(
             f"housekeeping_after_days: null\nhousekeeping_max_worktrees_mb: {cap / (1 << 20)}\n"
         )
-    sids = [f"k{n:02d}" for n in range(30)]
+    sids = [f"k{n:02d}" for n in range(STORIES)]
     for sid in sids:
         path = home / "inbox" / f"{sid}.md"
         path.write_text(f"---\nid: {sid}\ntitle: Story {sid}\n---\n\n## Goal\nA file.\n")
@@ -444,7 +446,7 @@ def test_watch_keeps_worktrees_under_the_size_cap_over_30_stories(
         pytest.fail(f"the daemon did not finish: {log.events[-5:]}")
 
     finished = [e for e in log.events if e["event"] == "finished"]
-    assert sorted(e.get("status") for e in finished) == ["passed"] * 30, log.events[-5:]
+    assert sorted(e.get("status") for e in finished) == ["passed"] * STORIES, log.events[-5:]
     assert _size(home / "worktrees") <= cap
     # two stories run at once, each with its build output, on top of what the cap allows
     assert peak["bytes"] <= cap + 3 * (BLOB_BYTES + 200_000)
@@ -459,7 +461,7 @@ def test_watch_keeps_worktrees_under_the_size_cap_over_30_stories(
     order = [e["story"] for e in finished]
     assert 0 < len(remaining) <= 5
     assert remaining <= set(order[-(len(remaining) + 2) :]), (remaining, order)
-    assert 30 * BLOB_BYTES > 5 * cap  # without the policy the cap would be far exceeded
+    assert STORIES * BLOB_BYTES > 5 * cap  # without the policy the cap would be far exceeded
 
 
 def test_the_automatic_policy_removes_by_age_and_logs_and_keeps_the_young(
