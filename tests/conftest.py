@@ -75,12 +75,16 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _restore_signal_handlers() -> Iterator[None]:
-    """`hero run` and `hero watch`, run in this process, install SIGTERM and SIGINT handlers of
-    their own: every test gives pytest its own back afterwards. A test that leaves them ignored
-    or blocked fails here, since every process a later test starts would inherit that."""
+def _the_process_as_found() -> Iterator[None]:
+    """A command run in this process (`hero run`, `hero watch`) installs SIGTERM and SIGINT
+    handlers of its own and sets up structlog for the test's output: every test gives pytest
+    its handlers back, and the next test structlog's defaults (this test's output is closed
+    by then). A test that leaves the signals ignored or blocked fails here, since every
+    process a later test starts would inherit that."""
     saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     yield
+    if "structlog" in sys.modules:
+        sys.modules["structlog"].reset_defaults()
     left = _ignored_or_blocked(STOP_SIGNALS)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     for sig, handler in saved.items():

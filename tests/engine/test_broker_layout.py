@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_support import Cluster, Policy
+from helpers import Log
 
 #: A generous "did not hang" bound for a message to come back from a local redis-server.
 TAKE_TIMEOUT_S = 60.0
@@ -28,8 +29,6 @@ TAKE_TIMEOUT_S = 60.0
 def coordinator(home: Path, path: Path) -> tuple[Any, Any, Any, tuple[list[str], str]]:
     """(RemoteRun, Store, Celery app, broker keys) for the story file ``path`` of ``home``,
     made as the coordinator makes them."""
-    import structlog
-
     from hero.config.loader import load_config
     from hero.engine.app import broker_keys, make_app
     from hero.engine.remote import RemoteRun
@@ -44,7 +43,7 @@ def coordinator(home: Path, path: Path) -> tuple[Any, Any, Any, tuple[list[str],
     assert keys is not None, "a Redis broker that holds hero's keys: its keys can be read"
     store = Store(engine.state_url, engine.queue, engine.lease_s, Seal(engine.key))
     app = make_app(engine)
-    log = structlog.get_logger("test")
+    log = Log()  # the daemon's structlog logger, recording
     run = RemoteRun(
         parse_story(path),
         path,
