@@ -80,13 +80,16 @@ def _the_process_as_found() -> Iterator[None]:
     handlers of its own and sets up structlog for the test's output: every test gives pytest
     its handlers back, and the next test structlog's defaults (this test's output is closed
     by then). A test that leaves the signals ignored or blocked fails here, since every
-    process a later test starts would inherit that."""
+    process a later test starts would inherit that (a signal found so, as a shell's
+    background job finds SIGINT, is left as found)."""
     saved = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    found = set(_ignored_or_blocked(STOP_SIGNALS))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     yield
     if "structlog" in sys.modules:
         sys.modules["structlog"].reset_defaults()
-    left = _ignored_or_blocked(STOP_SIGNALS)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    left = [what for what in _ignored_or_blocked(STOP_SIGNALS) if what not in found]
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     for sig, handler in saved.items():
         signal.signal(sig, handler)
     assert not left, f"the test left this process with {', '.join(left)}"

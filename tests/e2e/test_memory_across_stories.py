@@ -33,6 +33,7 @@ from hero.memory.recall import FACTS_HEADING
 TOLD = "test_‹unit›_‹behaviour›"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("memory_on", [True, False])
 def test_a_convention_learned_in_story_a_reaches_story_bs_first_request(
     memory_on: bool,

@@ -55,6 +55,7 @@ def memory_file(home: Path) -> Path:
 # --------------------------------------------------------------------------- the reviewer
 
 
+@pytest.mark.slow
 def test_what_the_reviewer_asks_twice_is_an_always_on_convention(
     scripted: Callable[..., ScriptedModel], make_home, write_story
 ) -> None:
@@ -89,6 +90,7 @@ def test_what_the_reviewer_asks_twice_is_an_always_on_convention(
     assert "calc/__init__.py" in recaps[0].changed
 
 
+@pytest.mark.slow
 def test_a_convention_a_person_forgot_is_not_learned_again(
     scripted: Callable[..., ScriptedModel], make_home, write_story
 ) -> None:
@@ -108,6 +110,7 @@ def test_a_convention_a_person_forgot_is_not_learned_again(
     assert [r.story for r in recaps] == ["first", "second"]  # the story still taught its recap
 
 
+@pytest.mark.slow
 def test_a_github_storys_facts_are_outside_and_never_always_on(
     scripted: Callable[..., ScriptedModel], make_home, write_story
 ) -> None:
@@ -129,6 +132,7 @@ def test_a_github_storys_facts_are_outside_and_never_always_on(
     assert conv.trust is Trust.USER and conv.always_on and conv.seen == 2
 
 
+@pytest.mark.slow
 def test_a_secret_in_a_reviewer_comment_never_reaches_the_store(
     scripted: Callable[..., ScriptedModel], make_home, write_story, monkeypatch
 ) -> None:
@@ -201,6 +205,7 @@ def test_a_story_that_gave_up_teaches_its_recap_and_a_rejected_approach(
 # --------------------------------------------------------------------------- off
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["home", "story"])
 def test_memory_off_writes_nothing(
     scripted: Callable[..., ScriptedModel], make_home, write_story, where: str
@@ -283,6 +288,7 @@ def test_a_garbage_answer_of_the_memory_role_gives_no_facts_and_the_story_stands
     assert err.count("the memory model's answer was not the JSON asked for") == 1
 
 
+@pytest.mark.slow
 def test_a_memory_model_that_is_down_is_tried_twice_and_the_story_keeps_its_facts(
     scripted: Callable[..., ScriptedModel], make_home, write_story, capsys
 ) -> None:
@@ -322,6 +328,7 @@ def test_parse_distilled_refuses_every_shape_but_the_one_asked() -> None:
 # --------------------------------------------------------------------------- never in the way
 
 
+@pytest.mark.slow
 def test_a_memory_hero_cannot_write_leaves_the_story_passed_and_the_file_alone(
     scripted: Callable[..., ScriptedModel], make_home, write_story, capsys
 ) -> None:

@@ -144,6 +144,7 @@ class Dispatcher:
         # runs out; one thread pays it, many endings in one pass, never holding a slot.
         self._housekeeping_due = threading.Event()
         self._housekeeping_now = False  # under _lock: a pass is under way (not idle yet)
+        self._requeueing = 0  # under _lock: paused stories between running and queued again
         self._served = threading.Event()  # serve() returned: the housekeeper ends too
         self._housekept_at = 0.0  # time.monotonic() of the last timed housekeeping
         # the providers a story's models use when it chooses none (the worker's and the
@@ -230,6 +231,7 @@ class Dispatcher:
         with self._lock:
             return (
                 not self._running
+                and not self._requeueing
                 and launchable == 0
                 # housekeeping owed for the stories that ended is paid first
                 and not self._housekeeping_due.is_set()
@@ -576,11 +578,17 @@ class Dispatcher:
             self._remember_digest(running.story.ref)  # before its file is looked at again
             # owed before the story stops counting as running: an idle daemon has housekept
             self._housekeeping_due.set()
+            requeue = paused and not self._stopping.is_set()
             with self._lock:
                 self._running.pop(story_id, None)
+                self._requeueing += requeue  # not idle: it is on its way back to the queue
             self.inbox.forget(running.path)  # its file may have changed meanwhile
-            if paused and not self._stopping.is_set():
-                self._consider_safely(running.path)  # back in the queue now, not at a rescan
+            if requeue:
+                try:
+                    self._consider_safely(running.path)  # back in the queue now, not at a rescan
+                finally:
+                    with self._lock:
+                        self._requeueing -= 1
             self.inbox.wake.set()
 
     # -- model outages -----------------------------------------------------------------
