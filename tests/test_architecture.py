@@ -84,6 +84,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.config.home",
         "hero.config.keys",
         "hero.config.sections",
+        "hero.config.project",
         "hero.config.providers",
         "hero.config.schema",
         "hero.story.*",

@@ -222,7 +222,7 @@ def test_budget_names_come_from_one_table() -> None:
 def test_story_fields_are_read_and_written_from_one_declaration() -> None:
     text = (
         "---\nid: s1\ntitle: T\npriority: high\nmax_retries: 2\nverify: [make]\n"
-        "scope: [src/**]\ndepends_on: [s0]\nbase_ref: main\nallow_empty: true\nmemory: false\n"
+        "setup: [make deps]\nscope: [src/**]\ndepends_on: [s0]\nbase_ref: main\nallow_empty: true\nmemory: false\n"
         "model: {worker: big}\nreasoning_effort: low\n"
         "source: {repo: o/r, issue: 3}\n---\nDo it.\n"
     )

@@ -409,7 +409,7 @@ def test_unknown_field_suggests_the_close_match(tmp_path: Path) -> None:
     assert err.field == "depend_on"
     assert "unknown field" in err.message
     assert "did you mean 'depends_on'" in err.message
-    assert "known fields: id, title, priority, max_retries, verify, scope" in err.message
+    assert "known fields: id, title, priority, max_retries, verify, setup, scope" in err.message
 
 
 def test_binary_file(tmp_path: Path) -> None:

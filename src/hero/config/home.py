@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hero.config.project import ProjectSettings
 from hero.config.providers import ROLE_SETTINGS, Provider, RoleConfig
 from hero.config.schema import (
     GITHUB_API_URL,
@@ -130,6 +131,7 @@ class Config:
     engine: EngineSettings = EngineSettings()
     notify: NotifySettings = NotifySettings()
     memory: MemorySettings = MemorySettings()
+    project: ProjectSettings = ProjectSettings()
     github: GitHubSettings | None = knob(
         "github",
         None,
@@ -212,6 +214,7 @@ def roles_settings() -> tuple[Setting, ...]:
         *settings_of(EngineSettings),
         *settings_of(NotifySettings),
         *settings_of(MemorySettings),
+        *settings_of(ProjectSettings),
     )
     order = {section.title: n for n, section in enumerate(ROLES_SECTIONS)}
     return tuple(sorted(found, key=lambda s: order[s.section]))

@@ -37,6 +37,7 @@ from hero.config.keys import (
     url_credentials,
     url_password,
 )
+from hero.config.project import ProjectSettings
 from hero.config.providers import ROLE_SETTINGS, Provider, RoleConfig
 from hero.config.schema import (
     ENGINE_KEY_HOWTO,
@@ -238,6 +239,7 @@ def _load(
         engine=engine,
         notify=notify,
         memory=_record(MemorySettings, values),
+        project=_record(ProjectSettings, values),
         github=github,
         github_token=github_token,
         serve_token=serve_token,

@@ -281,6 +281,12 @@ ROLES_SECTIONS = (
         "last stories, in memory/<repository>.md in this home, a Markdown file you can read "
         "and edit (`hero memory`). No secret hero knows is ever stored.",
     ),
+    Section(
+        "project environment",
+        "How the target repository's environment is made (its dependencies installed) before "
+        "a story's commands run, and what hero's own commits leave out (docs/environment.md). "
+        "Without setup, commands run with this machine's tools.",
+    ),
 )
 TARGET_SECTION, ROUNDS_SECTION, SANDBOX_SECTION, LIMITS_SECTION, POLICY_SECTION = (
     s.title for s in ROLES_SECTIONS[:5]
@@ -292,5 +298,6 @@ CONTEXT_SECTION, ENGINE_SECTION = (s.title for s in ROLES_SECTIONS[10:12])
 ALERTS_SECTION = ROLES_SECTIONS[12].title
 SERVE_SECTION = ROLES_SECTIONS[13].title
 MEMORY_SECTION = ROLES_SECTIONS[14].title
+PROJECT_SECTION = ROLES_SECTIONS[15].title
 #: The shortest serve_token hero accepts (``secrets.token_urlsafe(32)`` makes 43 characters).
 SERVE_TOKEN_MIN_CHARS = 24

@@ -230,6 +230,15 @@ FIELDS = (
         "default_verify of config/roles.yaml",
     ),
     StoryField(
+        "setup",
+        "list of commands",
+        "Shell commands that complete the project's environment for this story, run after "
+        "the setup of config/roles.yaml (in the story's repository, in the sandbox, before "
+        "round 1); they are part of the environment's key.",
+        lambda value, path, fields: _str_list(value, "setup", path),
+        "none: the setup of config/roles.yaml alone",
+    ),
+    StoryField(
         "scope",
         "list of paths and globs",
         "What the Worker may change: .gitignore-style globs (`*` within a path component, "

@@ -68,6 +68,7 @@ class Story:
     priority: str = "normal"
     max_retries: int | None = None
     verify: tuple[VerifyTier, ...] = ()
+    setup: tuple[str, ...] = ()  # after the home's setup commands (hero.run.environment)
     scope: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
     base_ref: str | None = None
