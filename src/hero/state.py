@@ -185,6 +185,13 @@ class RunState:
     # otherwise. It tells a story that ran out of time (exit 124) from one that ran out of
     # money, without reading the error's words; the next run clears it.
     budget: str = ""
+    # The project's environment this run used (hero.run.environment): {key, reused, seconds,
+    # log, path}; {} (and left out of the file) for a story without setup.
+    setup: dict[str, Any] = field(default_factory=dict)
+    # The story's checks on the commit it started from (hero.run.baseline): {commit, cached,
+    # log, checks: [{tier, command, passed, exit_code, timed_out, tail}]}; {} (and left out
+    # of the file) before it ran, or for a story without checks.
+    baseline: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -203,6 +210,12 @@ class RunState:
             raise TypeError("models: expected an object of role -> object of text values")
         if not isinstance(self.budget, str):
             raise TypeError(f"budget: expected text, found {type(self.budget).__name__}")
+        for name in ("setup", "baseline"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"{name}: expected an object")
+        checks = self.baseline.get("checks", [])
+        if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+            raise TypeError("baseline: expected its checks as a list of objects")
 
     def max_rounds(self, budget: int) -> int:
         """The round count at which this run stops: ``budget`` rounds after the offset."""
@@ -273,6 +286,9 @@ class RunState:
             del data["models"]  # as before models were recorded
         if not self.budget:
             del data["budget"]  # as before time budgets were told apart
+        for name in ("setup", "baseline"):
+            if not data[name]:
+                del data[name]  # as before project environments
         return data
 
     @classmethod

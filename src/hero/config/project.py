@@ -95,6 +95,12 @@ class ProjectSettings:
         "knows is in its environment.",
         section=PROJECT_SECTION,
     )
+    setup_timeout_s: float = knob(
+        "setup_timeout_s",
+        1800.0,
+        "Time limit of each setup command, in seconds.",
+        section=PROJECT_SECTION,
+    )
     setup_inputs: tuple[str, ...] = knob(
         "setup_inputs",
         DEFAULT_SETUP_INPUTS,

@@ -153,6 +153,9 @@ class StoryRepo:
         self._config = ""  # what hero writes as the repository's config
         self._packed_ok: tuple[int, ...] | None = None  # packed-refs last found sound
         self._format = ""  # the target's object format
+        #: what hero writes in ``info/exclude``: the project environment's directories
+        #: (hero.run.environment), which no commit may take; "" for none
+        self.excluded = ""
 
     def config_text(self) -> str:
         """The repository's config as hero writes it (worked out once)."""
@@ -331,7 +334,7 @@ class StoryRepo:
             if d.is_symlink() or (d.exists() and not d.is_dir()):
                 d.unlink()
             d.mkdir(exist_ok=True)
-        _replace_file(self.gitdir / "info" / "exclude", "")
+        _replace_file(self.gitdir / "info" / "exclude", self.excluded)
 
     def _copy_refs(self) -> None:
         """The user's branches and tags, as a story's repository starts with them: a worker
@@ -474,9 +477,12 @@ class StoryRepo:
                 if entry not in keep:
                     _remove(d / entry)
                     notes.append(f".git/{name}/{entry} was made; hero removed it")
-        if _read_small(self.gitdir / "info" / "exclude") != "":
-            _replace_file(self.gitdir / "info" / "exclude", "")
-            notes.append(".git/info/exclude was changed; hero emptied it")
+        if _read_small(self.gitdir / "info" / "exclude") != self.excluded:
+            _replace_file(self.gitdir / "info" / "exclude", self.excluded)
+            notes.append(
+                ".git/info/exclude was changed; hero "
+                + ("put it back" if self.excluded else "emptied it")
+            )
         note = self._check_packed_refs()
         if note:
             notes.append(note)

@@ -75,6 +75,9 @@ class CommandCheck:
     duration_s: float
     timed_out: bool
     tail: str
+    #: how it did on the story's starting commit, before any change (hero.run.baseline):
+    #: "passed", "failed", or "" (not known)
+    baseline: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,12 @@ class VerifyResult:
         for c in self.commands:
             mark = "PASS" if c.exit_code == 0 else "FAIL"
             extra = " (timed out)" if c.timed_out else ""
+            if c.exit_code != 0 and c.baseline:
+                extra += (
+                    " (already failing before any change)"
+                    if c.baseline == "failed"
+                    else " (passed before the story's changes: the story broke it)"
+                )
             lines.append(f"- [{mark}] {c.tier}: `{c.command}` exit {c.exit_code}{extra}")
         if self.skipped_tiers:
             lines.append("- not run (an earlier tier failed): " + ", ".join(self.skipped_tiers))
@@ -109,10 +118,18 @@ class VerifyResult:
         parts = []
         for c in self.commands:
             if c.exit_code != 0:
+                before = " (it failed before any change too)" if c.baseline == "failed" else ""
                 parts.append(
-                    f"`{c.command}` exited {c.exit_code}; end of its output:\n```\n{c.tail}\n```"
+                    f"`{c.command}` exited {c.exit_code}{before}; end of its output:\n```\n"
+                    f"{c.tail}\n```"
                 )
         return "\n\n".join(parts)
+
+
+def _before(baseline: Mapping[str, bool] | None, command: str) -> str:
+    if baseline is None or command not in baseline:
+        return ""
+    return "passed" if baseline[command] else "failed"
 
 
 def run_verify(
@@ -126,11 +143,13 @@ def run_verify(
     redact: Redactor | None = None,
     sandbox: Sandbox | None = None,
     on_command: Callable[[CommandCheck], None] | None = None,
+    baseline: Mapping[str, bool] | None = None,
 ) -> VerifyResult:
     """Run the tiers; every secret in ``redact`` is taken out of each command's output
     before it is logged or kept (the tail that reaches the reviewer and the feedback).
     Each command runs inside ``sandbox`` when one is given; ``on_command`` is told of
-    each command once it ended (the event stream, hero.run.events)."""
+    each command once it ended (the event stream, hero.run.events). ``baseline``: command ->
+    whether it passed on the story's starting commit (hero.run.baseline), said with each."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     checks: list[CommandCheck] = []
     skipped: list[str] = []
@@ -165,6 +184,7 @@ def run_verify(
                     duration_s=round(result.duration_s, 3),
                     timed_out=result.timed_out,
                     tail=output[-TAIL_CHARS:],
+                    baseline=_before(baseline, command),
                 )
                 checks.append(check)
                 if on_command is not None:

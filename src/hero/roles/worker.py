@@ -39,6 +39,7 @@ def build_messages(
     home: Path | None,
     builds_on: str = "",
     memory: str = "",
+    baseline: str = "",
 ) -> list[dict[str, Any]]:
     """The system and task messages; raises PromptError for a template that does not fit.
 
@@ -51,7 +52,7 @@ def build_messages(
     task = render_added(
         "worker_task.md",
         home,
-        {"memory": memory},
+        {"memory": memory, "baseline": baseline},
         id=story.id,
         title=story.title,
         body=story.body.strip(),

@@ -62,6 +62,8 @@ class EventType(StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
     CONDENSE = "condense"
+    SETUP = "setup"
+    BASELINE = "baseline"
     VERIFY_COMMAND = "verify_command"
     VERIFY = "verify"
     VERDICT = "verdict"
@@ -247,6 +249,35 @@ class StoryEvents:
         self.round = None
 
     @_quiet
+    def setup(self, record: Mapping[str, Any]) -> None:
+        """``record``: the run record's ``setup`` (hero.run.environment)."""
+        self.emit(
+            EventType.SETUP,
+            key=str(record.get("key", "")),
+            reused=bool(record.get("reused")),
+            seconds=float(record.get("seconds") or 0.0),
+            log=str(record.get("log", "")),
+        )
+
+    @_quiet
+    def baseline(self, record: Mapping[str, Any]) -> None:
+        """``record``: the run record's ``baseline`` (hero.run.baseline)."""
+        self.emit(
+            EventType.BASELINE,
+            commit=str(record.get("commit", "")),
+            cached=bool(record.get("cached")),
+            checks=[
+                {
+                    "tier": str(c.get("tier", "")),
+                    "command": self._text(c.get("command")),
+                    "passed": bool(c.get("passed")),
+                    "exit_code": c.get("exit_code"),
+                }
+                for c in record.get("checks", [])
+            ],
+        )
+
+    @_quiet
     def verify_command(self, check: Mapping[str, Any]) -> None:
         """``check``: a verify command's ``hero.roles.verifier.CommandCheck`` as a dict."""
         self.emit(
@@ -400,6 +431,8 @@ def run_result(state: RunState, home: Path, duration_s: float) -> dict[str, Any]
         "outage": state.outage or None,
         "budget": state.budget or None,  # the budget that stopped it (budget_exceeded)
         "models": state.models or None,  # {role: {provider, model, reasoning_effort}}
+        "setup": state.setup or None,  # {key, reused, seconds, log, path}
+        "baseline": state.baseline or None,  # {commit, cached, log, checks: [...]}
         "state": str(state.ref.state_path(home)),
         "story": state.story_path,
         "final_text": state.rounds[-1].worker.summary if state.rounds else "",

@@ -35,9 +35,11 @@ from hero.roles.prompting import PromptError
 from hero.roles.reviewer import APPROVED, Verdict, review_commits, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.roles.worker import build_messages, condense_prompt
+from hero.run.baseline import worker_note
 from hero.run.budget import BudgetExceeded, Meter
 from hero.run.cancel import StoryCancelled, cancel_at_start
 from hero.run.cancel import check as check_cancelled
+from hero.run.environment import SetupFailed
 from hero.run.events import EventSink, StopReason, StoryEvents, run_result
 from hero.run.record import RunRecord, finish_done_move
 from hero.run.start import RunStart, write_error_log
@@ -63,6 +65,7 @@ FAILURES: tuple[tuple[type[Exception], str], ...] = (
     (GitError, "git error: "),
     (PromptError, "prompt template error: "),
     (SandboxUnavailable, ""),
+    (SetupFailed, ""),
 )
 
 
@@ -222,6 +225,7 @@ class StoryRun:
                 self.say(f"{self.key}: already passed on {state.branch}; nothing to do")
                 return state
             env = self.workspace.prepare(state)
+            _before_round_1(self, state, env, tiers)
             while len(state.rounds) < max_rounds:
                 record = self._round(len(state.rounds) + 1, max_rounds, tiers, env)
                 state.rounds.append(record)
@@ -239,7 +243,7 @@ class StoryRun:
             self.say(f"{self.key}: gave up after {len(state.rounds)} round(s)")
         except ModelOutage as exc:
             self.record.pause(exc)
-        except (LlmError, GitError, PromptError, SandboxUnavailable) as exc:
+        except (LlmError, GitError, PromptError, SandboxUnavailable, SetupFailed) as exc:
             self.record.fail(_failure(exc))
         except BudgetExceeded as exc:
             self._keep_leftovers("left when a budget ran out")
@@ -352,6 +356,7 @@ class StoryRun:
             # once, at the round's start: every turn of the round sends these same first
             # messages (a resumed round replays them from its trace, above)
             memory=self._recall().section,
+            baseline=worker_note(self.state.baseline),
         )
         return first, None, why
 
@@ -465,8 +470,9 @@ class StoryRun:
             log_path=self.run_dir / f"verify-r{n}.log",
             cancel=self.cancel,
             redact=self.redactor,
-            sandbox=self.workspace.verify_sandbox,
+            sandbox=self.workspace.verify_refit(),
             on_command=lambda check: self.events.verify_command(asdict(check)),
+            baseline={c["command"]: c["passed"] for c in self.state.baseline.get("checks", [])},
         )
         trace.verify(verify.to_dict())
         self.say(f"round {n}: verify {'passed' if verify.passed else 'FAILED'}")
@@ -500,6 +506,23 @@ class StoryRun:
             self.workspace.keep_leftovers(self.state, why)
         except GitError as err:  # the next run keeps what is left, as after any stop
             self.say(f"{self.key}: could not commit the work left: {err}")
+
+
+def _before_round_1(
+    run: StoryRun, state: RunState, env: dict[str, str], tiers: tuple[VerifyTier, ...]
+) -> None:
+    """The project's environment (``setup``), then, once per story, its checks on the
+    commit it starts from (the baseline); each in the run record and the events."""
+    if run.config.project.setup or run.story.setup:
+        run.record.phase("setup", f"{run.key}: setup", run.cancel)
+    state.setup = run.workspace.set_up(state, env, run.cancel) or state.setup
+    if state.setup:
+        run.events.setup(state.setup)
+    if tiers and not state.rounds and not state.baseline:
+        run.record.phase("baseline", f"{run.key}: the checks before any change", run.cancel)
+        state.baseline = run.workspace.baseline(tiers, env, run.cancel)
+        run.events.baseline(state.baseline)
+    run.record.save()
 
 
 def _failure(exc: Exception) -> str:

@@ -35,12 +35,14 @@ from hero.git.wip import (
 )
 from hero.github.defang import commit_message_rule
 from hero.redact import Redactor
+from hero.run.baseline import run_baseline
+from hero.run.environment import Environment, Setup, setup_commands
 from hero.runner import RUN_MARKER, child_env, kill_marked
 from hero.sandbox.bwrap import Sandbox
 from hero.sandbox.bwrap import resolve as resolve_sandbox
 from hero.sandbox.session import SandboxSession
 from hero.state import RunState
-from hero.story.record import Story
+from hero.story.record import Story, VerifyTier
 
 Progress = Callable[[str], None]
 
@@ -83,6 +85,8 @@ class Workspace:
         self.verify_sandbox: Sandbox | None = None
         #: where hero's own git walks the story's repository at a phase's end
         self.git_sandbox: Sandbox | None = None
+        #: the project's environment (hero.run.environment), once set up; None: no setup
+        self.environment: Environment | None = None
         self._warned: set[str] = set()  # warnings said in this run
 
     # -- before the run ---------------------------------------------------------------
@@ -126,22 +130,97 @@ class Workspace:
             git_config=push_refusals(self.repo.path),
         )
 
+    def set_up(
+        self, state: RunState, env: dict[str, str], cancel: threading.Event | None
+    ) -> dict[str, object]:
+        """The project's environment (``setup``), found or made, and the sandboxes rebuilt
+        with it; returns the run record's ``setup`` ({} when none is declared). SetupFailed
+        when a setup command fails. Without a sandbox, its tools go first on ``env``'s PATH."""
+        commands = setup_commands(self.config, self.story.setup)
+        if not commands:
+            return {}
+        log = self.ref.run_dir(self.config.home) / "setup.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        setup = Setup(
+            self.config, self.repo, state.base_sha, commands, env, log, self.redactor, cancel
+        )
+        self.say(f"{self.key}: setting up the project's environment")
+        environment, reused = setup.ensure(self.path)
+        if reused and not log.exists():
+            log.write_text(f"reused environment {environment.key}: no setup ran\n")
+        self.environment = environment
+        # what it made is never committed, by the worker's `git add -A` either
+        self.story_repo.excluded = "".join(f"/{_literal(d)}/\n" for d in environment.excluded)
+        self.story_repo.make_safe()
+        if environment.path is None and environment.bins:
+            env["PATH"] = ":".join([*environment.bins, env.get("PATH", "")])
+        self.confine()
+        how = "reused" if reused else f"made in {environment.seconds:.1f} s"
+        self.say(f"{self.key}: project environment {environment.key} {how}")
+        return environment.record(reused=reused, log=str(log))
+
+    def worker_refit(self) -> Sandbox:
+        """The worker's sandbox for a round, refitted as ``verify_refit`` does."""
+        if self.environment is not None and self.environment.path is not None:
+            self.confine()
+        assert self.worker_sandbox is not None
+        return self.worker_sandbox
+
+    def verify_refit(self) -> Sandbox | None:
+        """The checks' sandbox, its environment's mount points checked again first (the
+        worker may have put a link where one goes)."""
+        if self.environment is not None and self.environment.path is not None:
+            self.confine()
+        return self.verify_sandbox
+
+    def baseline(
+        self,
+        tiers: tuple[VerifyTier, ...],
+        env: dict[str, str],
+        cancel: threading.Event | None,
+    ) -> dict[str, object]:
+        """The story's checks on its starting commit (hero.run.baseline)."""
+        self.confine()  # the environment's mount points, checked again
+        commit = self.repo.branch_sha(self.branch) or self.base_sha
+        self.story_repo.make_safe()
+        with self._own_git():
+            return run_baseline(
+                tiers,
+                self.path,
+                home=self.config.home,
+                commit=commit,
+                env_key=self.environment.key if self.environment else "",
+                env=env,
+                timeout_s=self.config.verify_timeout_ms / 1000,
+                log_path=self.ref.run_dir(self.config.home) / "baseline.log",
+                sandbox=self.verify_sandbox,
+                redact=self.redactor,
+                cancel=cancel,
+            )
+
     def confine(self) -> None:
         """Build the sandbox of the worker's and of the checks' commands (``sandbox`` in
         config/roles.yaml), once per run: ``auto`` without a working bwrap warns here, once;
         ``bwrap`` without one raises SandboxUnavailable, which ends the story in error."""
         safety = self.config.safety
-        box = resolve_sandbox(
-            safety.sandbox,
-            worktree=self.path,
-            objects=self.story_repo.objects_dir(),
-            guarded=self.story_repo.guarded(),
-            hide=(self.config.home, self.repo.path),
-            limits=safety.limits,
-            warn=self.warn_once,
-        )
-        self.worker_sandbox = box and box.with_network(safety.sandbox_network)
-        self.verify_sandbox = box and box.with_network(safety.verify_network)
+
+        def sandbox(environment: Environment | None = None) -> Sandbox | None:
+            return resolve_sandbox(
+                safety.sandbox,
+                worktree=self.path,
+                objects=self.story_repo.objects_dir(),
+                guarded=self.story_repo.guarded(),
+                hide=(self.config.home, self.repo.path),
+                limits=safety.limits,
+                project=environment.mounts(self.path) if environment else None,
+                warn=self.warn_once,
+            )
+
+        box = sandbox()
+        env = self.environment
+        with_env = sandbox(env) if box is not None and env is not None and env.path else box
+        self.worker_sandbox = with_env and with_env.with_network(safety.sandbox_network)
+        self.verify_sandbox = with_env and with_env.with_network(safety.verify_network)
         self.git_sandbox = box and box.with_network(False)
         self.git.sandbox = self.git_sandbox.wrap if self.git_sandbox is not None else None
 
@@ -275,7 +354,7 @@ class Workspace:
             bash_timeout_s=limits.bash_timeout_s,
             max_bash_timeout_s=max(limits.bash_timeout_s, 1800.0),
             cancel=cancel,
-            sandbox=None if box is None else SandboxSession(box, self.path),
+            sandbox=None if box is None else SandboxSession(self.worker_refit(), self.path),
             policy=Policy.from_rules(allow=safety.allow_commands, deny=safety.deny_commands),
             scope=self.story.scope,
             protected=safety.protected_files,
@@ -297,3 +376,9 @@ class Workspace:
                     f"warning: the worker's commands each ran in a sandbox of their own "
                     f"(slower): the round's sandbox could not be made: {session.problem}"
                 )
+
+
+def _literal(path: str) -> str:
+    """``path`` as a .gitignore pattern that matches it alone (its glob characters escaped)."""
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in path)
+    return "\\" + escaped if escaped.startswith(("#", "!")) else escaped

@@ -67,6 +67,10 @@ HIDDEN = ("/root", "/home")
 #: HOME inside the sandbox: in its private /tmp, empty at the start of every command run in
 #: a sandbox of its own, and of every round of the worker's (``hero.sandbox.session``).
 SANDBOX_HOME = "/tmp/home"
+#: Where a story's repository is seen too when it has a project environment
+#: (:class:`ProjectMounts`): the same path in every sandbox, so that what the setup wrote
+#: there (a virtualenv's scripts, an editable install) holds in every story's repository.
+PROJECT_PATH = "/hero/project"
 #: Variables that point into the real home: unset, so tools fall back to ``HOME``.
 _UNSET = (
     "XDG_CONFIG_HOME",
@@ -100,6 +104,38 @@ class SandboxUnavailable(HeroError):
 
 
 @dataclass(frozen=True)
+class ProjectMounts:
+    """A project environment in the sandbox (:mod:`hero.run.environment`): the story's
+    repository seen at ``PROJECT_PATH`` too (commands start there), what the setup made bound
+    on top, its tools first on ``PATH``, and hero's own Python environment not shown."""
+
+    read_only: tuple[tuple[str, str], ...] = ()
+    """(path on this machine, path in the sandbox) bound read-only: the environment's
+    directories under ``PROJECT_PATH``, what its setup kept of HOME under ``SANDBOX_HOME``."""
+    writable: tuple[tuple[str, str], ...] = ()
+    """The same, bound writable (the setup's own HOME, kept after it)."""
+    path: tuple[str, ...] = ()
+    """Directories in the sandbox put first on PATH."""
+    env: tuple[tuple[str, str], ...] = ()
+    """More variables set (``VIRTUAL_ENV``)."""
+
+
+def hero_python_dirs() -> tuple[str, ...]:
+    """The Python environment hero itself runs in, when it is a virtual environment (its
+    interpreter and packages, which a project's commands must not pick up); () otherwise."""
+    if os.path.realpath(sys.prefix) == os.path.realpath(sys.base_prefix):
+        return ()
+    return tuple(dict.fromkeys(os.path.normpath(p) for p in (sys.prefix, sys.exec_prefix)))
+
+
+def sandbox_python() -> str:
+    """An interpreter a sandbox shows even when hero's virtual environment is hidden: the
+    one it was made from (hero's own modules are not needed there, only the standard ones)."""
+    base = getattr(sys, "_base_executable", "") or sys.executable
+    return base if os.path.isfile(base) else sys.executable
+
+
+@dataclass(frozen=True)
 class Sandbox:
     """How to run one story's commands in bubblewrap: the bwrap argv up to the command."""
 
@@ -114,6 +150,20 @@ class Sandbox:
     """What bwrap does to a command's environment (the ``--setenv`` and ``--unsetenv`` in
     ``prefix``, in order; None: unset), for a command that is not started by bwrap itself
     (``hero.sandbox.session``): ``env_for``."""
+    worktrees: tuple[str, ...] = ()
+    """The story repository's paths on this machine (as given, and resolved)."""
+    project: bool = False
+    """The repository is seen at ``PROJECT_PATH`` too, and commands start there."""
+
+    def inside(self, path: Path | str) -> str:
+        """Where ``path`` (on this machine) is seen by a command: under ``PROJECT_PATH``
+        for a path in the story's repository when it has a project environment."""
+        text = os.path.abspath(path)
+        if self.project:
+            for root in self.worktrees:
+                if _inside(text, root):
+                    return PROJECT_PATH + text[len(root.rstrip("/")) :]
+        return text
 
     def wrap(
         self,
@@ -139,7 +189,7 @@ class Sandbox:
             fds += ["--block-fd", str(block_fd)]
         if as_pid_1:
             fds.append("--as-pid-1")
-        return [*self.prefix, *net, *fds, "--chdir", str(cwd), "--", *argv]
+        return [*self.prefix, *net, *fds, "--chdir", self.inside(cwd), "--", *argv]
 
     def env_for(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` as bwrap hands it to a command it starts (``env_changes``)."""
@@ -164,6 +214,7 @@ def resolve(
     hide: Iterable[Path] = (),
     network: bool = False,
     limits: Limits | None = None,
+    project: ProjectMounts | None = None,
     warn: Callable[[str], None] = lambda _message: None,
 ) -> Sandbox | None:
     """The sandbox the ``sandbox`` setting asks for: None for ``none``; for ``auto`` a
@@ -196,6 +247,7 @@ def resolve(
         network=network,
         bwrap=bwrap,
         limits=limits,
+        project=project,
     )
 
 
@@ -230,6 +282,7 @@ def build(
     tool_dirs: Iterable[str] | None = None,
     identity: bool = True,
     limits: Limits | None = None,
+    project: ProjectMounts | None = None,
 ) -> Sandbox:
     """The sandbox for commands run in ``worktree`` (writable), a story's repository whose
     object store borrows ``objects`` (read-only; None: no repository), the paths of its git
@@ -239,13 +292,17 @@ def build(
     user's home. ``tool_dirs``: directories commands need read-only (default: the Python
     hero runs on and the directories on ``PATH``). ``identity``: set the git author and
     committer from the repository's git config where the environment does not, since the
-    user's ``~/.gitconfig`` is not in the sandbox."""
+    user's ``~/.gitconfig`` is not in the sandbox. ``project``: a project environment
+    (:class:`ProjectMounts`)."""
     worktree = Path(os.path.abspath(worktree))
     real_worktree = worktree.resolve()
     hidden = [*HIDDEN, str(Path.home()), *(os.path.abspath(p) for p in hide)]
     hidden = [h for h in dict.fromkeys(hidden) if h != "/"]
     system = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
     writable = [str(real_worktree), str(worktree)]
+    hero_python = hero_python_dirs() if project is not None else ()
+    if project is not None and tool_dirs is None:  # hero's own interpreter and packages: not shown
+        tool_dirs = _default_tool_dirs(skip=hero_python)
     tools = _tool_dirs(tool_dirs, system=system, hidden=hidden, writable=writable)
 
     args: list[str] = [bwrap, *_BASE_FLAGS]
@@ -282,6 +339,8 @@ def build(
         mounts.append((w, ("--bind", str(real_worktree), w)))
     if objects is not None:
         mounts += _git_mounts(real_worktree, Path(objects), guarded)
+    if project is not None:
+        mounts += _project_mounts(real_worktree, guarded if objects is not None else None, project)
     mounts.sort(key=lambda m: len(PurePosixPath(m[0]).parts))
     for _dest, op in mounts:
         args += op
@@ -293,13 +352,69 @@ def build(
     changes += [(name, None) for name in _UNSET]
     if identity and objects is not None:
         changes += _git_identity(worktree).items()
+    if project is not None:
+        changes += _project_env(project, hero_python)
     for name, value in changes:
         args += ["--unsetenv", name] if value is None else ["--setenv", name, value]
-    return Sandbox(tuple(args), network, limits, tuple(changes))
+    worktrees = tuple(dict.fromkeys((str(worktree), str(real_worktree))))
+    return Sandbox(tuple(args), network, limits, tuple(changes), worktrees, project is not None)
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _default_tool_dirs(skip: Sequence[str] = ()) -> list[str]:
+    """The Python hero runs on and the directories on ``PATH``, but those in ``skip``."""
+    prefixes = (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
+    path_dirs = os.environ.get("PATH", "").split(os.pathsep)
+    return [
+        d
+        for d in (*prefixes, *path_dirs)
+        if d and not any(_inside(os.path.normpath(d), s) for s in skip)
+    ]
+
+
+def _project_mounts(
+    worktree: Path, guarded: Iterable[Path] | None, project: ProjectMounts
+) -> list[tuple[str, tuple[str, ...]]]:
+    """The story's repository at ``PROJECT_PATH`` as at its own path (its git directory
+    bound on itself, the guarded paths read-only), then the environment's binds."""
+    real = str(worktree)
+    mounts: list[tuple[str, tuple[str, ...]]] = [(PROJECT_PATH, ("--bind", real, PROJECT_PATH))]
+    if guarded is not None:
+        gitdir = PROJECT_PATH + "/.git"
+        mounts.append((gitdir, ("--bind", real + "/.git", gitdir)))
+        for path in guarded:
+            p = str(path)
+            if _inside(p, real):
+                dest = PROJECT_PATH + p[len(real) :]
+                mounts.append((dest, ("--ro-bind-try", p, dest)))
+    for src, dest in project.read_only:
+        mounts.append((dest, ("--ro-bind", src, dest)))
+    for src, dest in project.writable:
+        mounts.append((dest, ("--bind", src, dest)))
+    return mounts
+
+
+def _project_env(
+    project: ProjectMounts, hero_python: Sequence[str]
+) -> list[tuple[str, str | None]]:
+    """PATH with the environment's tools first and hero's own Python environment left out;
+    its other variables; hero's VIRTUAL_ENV unset when the project has none."""
+    kept = [
+        d
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+        if d and not any(_inside(os.path.normpath(d), h) for h in hero_python)
+    ]
+    changes: list[tuple[str, str | None]] = [
+        ("PATH", os.pathsep.join(dict.fromkeys([*project.path, *kept])))
+    ]
+    names = {name for name, _value in project.env}
+    if "VIRTUAL_ENV" not in names:
+        changes.append(("VIRTUAL_ENV", None))
+    changes += list(project.env)
+    return changes
 
 
 def _tool_dirs(
@@ -312,9 +427,7 @@ def _tool_dirs(
     """The read-only directories commands need beyond the system: existing absolute
     directories that are not already shown, and that hold no hidden directory."""
     if given is None:
-        prefixes = (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
-        path_dirs = os.environ.get("PATH", "").split(os.pathsep)
-        given = [*prefixes, *path_dirs]
+        given = _default_tool_dirs()
     found: list[str] = []
     for raw in given:
         if not raw or not os.path.isabs(raw):

@@ -63,7 +63,7 @@ from hero.runner import (
     run_command,
 )
 from hero.sandbox import pid1
-from hero.sandbox.bwrap import Sandbox
+from hero.sandbox.bwrap import Sandbox, sandbox_python
 from hero.sandbox.limits import Confinement, confine, explain
 
 #: Seconds a sandbox may take to start and say it is ready (a loaded machine is slow).
@@ -274,7 +274,7 @@ class SandboxSession(CommandHost):
         request = {
             "op": "run",
             "argv": ["sh", "-c", command],
-            "cwd": str(cwd),
+            "cwd": self.sandbox.inside(cwd),
             "env": self.sandbox.env_for(os.environ if env is None else env),
         }
         read_end, write_end = os.pipe()
@@ -460,7 +460,7 @@ def _start(sandbox: Sandbox, root: Path) -> _Box:
         os.write(source_w, agent_source())  # less than a pipe holds
         close(source_w)
         argv = [
-            sys.executable,
+            sandbox_python() if sandbox.project else sys.executable,
             *("-I", "-S", "-X", "utf8", "-c", pid1.BOOT),
             str(theirs.fileno()),
         ]
