@@ -15,6 +15,7 @@ _COUNTED = (
     ("repository", "1 repository", "{n} repositories"),
     ("logs", "the logs of 1 story", "the logs of {n} stories"),
     ("branch", "1 branch", "{n} branches"),
+    ("environment", "1 project environment", "{n} project environments"),
 )
 _BRANCH_HELP = "; ".join(
     f"{name}: {doc}"
@@ -37,7 +38,8 @@ def add_parser(subparsers: Subparsers) -> None:
         "interrupted story is never touched, nor is a run record: `hero status` and "
         "`hero retry` still work, a retried story's repository is made again from its "
         "branch. What a story that did not pass left uncommitted is committed on its branch "
-        "first. Branches are deleted only with --branches. Exit 0; 2 for a bad argument.",
+        "first. Project environments (envs/) that no queued, running or interrupted story "
+        "uses go too (the next story with setup makes its own again). Branches are deleted only with --branches. Exit 0; 2 for a bad argument.",
     )
     parser.add_argument(
         "keys", nargs="*", metavar="KEY", help="only these stories (ID, or PLAN/ID)"
@@ -102,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         logs_after_s=None if args.keep_logs or logs_days is None else logs_days * 86400.0,
         branches=args.branches,
         only=frozenset(args.keys),
+        environments=not args.keys,  # a clean of named stories leaves the home's alone
     )
     keeper = Housekeeper(config, TargetRepo(config.target_repo))
     outcome = keeper.run(rules, dry_run=args.dry_run)

@@ -6,7 +6,8 @@ stop when one fails, since then every story they took would fail the same way.
 
 The checks, in order: the configuration loads; git is new enough; the target repository
 and its base ref; the sandbox works when it is on; ripgrep; free disk in the home; the
-repository's memory file reads. Then,
+repository's memory file reads; the project's environment is made (``setup``, or with
+``quick`` found made) and the default checks run on the base commit in it. Then,
 unless ``quick``, the ones that talk to something else: each configured role's model
 answers one tiny request with a tool call; the push remote answers ``git ls-remote``; the
 GitHub token can reach the repository with the scopes hero needs; Redis answers a PING.
@@ -44,6 +45,7 @@ from hero.doctor.network import (
     push_remotes,
     redis_servers,
 )
+from hero.doctor.project import project
 from hero.errors import HeroError
 
 __all__ = [
@@ -88,6 +90,7 @@ def run_all(
     for notice in config.notices:
         yield Finding(WARN, CONFIGURATION, notice)
     yield from cheap_checks(config, repository=True)
+    yield from project(config, quick=quick)
     if quick:
         return
     yield from models(config, model_timeout_s)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from hero.config.home import Config
 from hero.config.providers import RoleConfig
 from hero.errors import UsageError
-from hero.git.ops import NO_PROGRAMS, GitError, TargetRepo, git, git_env
+from hero.git.ops import NO_PROGRAMS, GitError, TargetRepo, commit_of, git, git_env
 from hero.redact import Redactor
 from hero.roles.repo import MAX_RULE_DIR_ENTRIES
 from hero.state import RunState, Status, load_state
@@ -103,6 +103,7 @@ def dry_run(story_path: Path, config: Config, models: Override | None = None) ->
     except (StartError, GitError) as exc:  # the run would end in error before a model call
         raise WouldNotStart(f"{story_path}: would not start: {exc}") from exc
     result["verify"] = _verify_plan(config, tiers)
+    result["setup"] = _setup_plan(config, story, repo, where)
     result["roles"] = {name: _role(role) for name, role in roles.items()}
     if "memory" in config.roles and memory_on(config, story):
         # one request after the story ends, to distill what it learned (hero.roles.learner)
@@ -398,6 +399,30 @@ def _verify_plan(config: Config, tiers: tuple[VerifyTier, ...]) -> dict[str, Any
     }
 
 
+def _setup_plan(
+    config: Config, story: Story, repo: TargetRepo, where: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The project's environment the run would take: its commands, its key and whether it
+    is made yet (a run that would make it runs them first, with the network unless
+    setup_network is off). None without setup."""
+    from hero.run.environment import Setup, envs_dir, load, setup_commands
+
+    commands = setup_commands(config, story.setup)
+    if not commands:
+        return None
+    base = where.get("base_sha") or commit_of(repo.path, where.get("base_ref") or "HEAD")
+    setup = Setup(config, repo, base, commands, {}, config.home / "setup.log", Redactor(()))
+    key = setup.key() if base else ""
+    made = bool(key) and load(envs_dir(config.home) / key) is not None
+    return {
+        "commands": list(commands),
+        "network": config.project.setup_network,
+        "key": key,
+        "made": made,
+        "sandboxed": setup.sandboxed(),
+    }
+
+
 def _role(role: RoleConfig) -> dict[str, Any]:
     """A role's model as the run would use it: never its key, only where the key is from."""
     provider = role.provider
@@ -471,9 +496,23 @@ def render_text(plan: Mapping[str, Any]) -> str:
         box = f"in the bwrap sandbox, network {'on' if sandbox['network'] else 'off'}"
     else:
         box = "without a sandbox" + (f" ({sandbox['problem']})" if sandbox.get("problem") else "")
+    setup = plan.get("setup")
+    if setup:
+        if not setup["sandboxed"]:
+            state = "made in the story's repository (no sandbox: nothing is reused)"
+        elif setup["made"]:
+            state = f"{setup['key']} made: reused, no setup runs"
+        else:
+            network = "on" if setup["network"] else "off"
+            state = f"{setup['key']} not made yet: these run first, network {network}"
+        out.append(f"setup (the project's environment: {state})")
+        out.extend(f"  $ {cmd}" for cmd in setup["commands"])
+        out.append("")
     out.append(f"verify (each command: timeout {verify['timeout_s']:g} s, {box})")
     if not verify["tiers"]:
         out.append("  (no checks)")
+    elif where["action"] == "fresh":
+        out.append("  (run once on the starting commit before round 1: the baseline)")
     for tier in verify["tiers"]:
         out.append(f"  {tier['name']}:")
         out.extend(f"    $ {cmd}" for cmd in tier["commands"])

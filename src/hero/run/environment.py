@@ -63,6 +63,10 @@ class SetupFailed(HeroError):
     """A setup command failed: the story does not start."""
 
 
+class EnvironmentBusy(HeroError):
+    """Another process holds an environment's lock (its setup, or a story taking it)."""
+
+
 @dataclass(frozen=True)
 class Environment:
     """A made environment: where it is and what a story's commands see of it."""
@@ -182,6 +186,30 @@ def envs_dir(home: Path) -> Path:
     return home / ENVS_DIR
 
 
+#: The file of an environment whose time says when a story last took it.
+USED = "used"
+#: An environment taken this recently is never removed (its story may not have saved its
+#: record yet).
+RECENT_S = 600.0
+
+
+def touch_used(path: Path) -> None:
+    try:
+        (path / USED).touch()
+    except OSError:
+        pass
+
+
+def last_used(path: Path) -> float:
+    """When a story last took the environment at ``path`` (when it was made, else)."""
+    for name in (USED, RECORD):
+        try:
+            return os.lstat(path / name).st_mtime
+        except OSError:
+            continue
+    return 0.0
+
+
 def load(path: Path) -> Environment | None:
     """The environment made in ``path``, or None when there is none (or not of this layout)."""
     try:
@@ -202,8 +230,11 @@ def load(path: Path) -> Environment | None:
 
 
 @contextmanager
-def key_lock(home: Path, key: str, cancel: threading.Event | None) -> Iterator[None]:
-    """Hold ``envs/<key>.lock``: one setup per key at a time; a second waits (stoppable)."""
+def key_lock(
+    home: Path, key: str, cancel: threading.Event | None, *, wait: bool = True
+) -> Iterator[None]:
+    """Hold ``envs/<key>.lock``: one setup per key at a time; a second waits (stoppable);
+    without ``wait``, EnvironmentBusy at once."""
     directory = envs_dir(home)
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / f"{key}.lock", "a") as fh:
@@ -212,6 +243,8 @@ def key_lock(home: Path, key: str, cancel: threading.Event | None) -> Iterator[N
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if not wait:
+                    raise EnvironmentBusy("another hero process is taking it") from None
                 if cancel is not None and cancel.wait(_WAIT_POLL_S):
                     raise Interrupted("stopped while waiting for another story's setup") from None
                 if cancel is None:
@@ -255,15 +288,14 @@ class Setup:
         if not self.sandboxed():
             return self._in_place(key, worktree), False
         final = envs_dir(self.config.home) / key
-        found = load(final)
-        if found is not None:
-            return found, True
-        with key_lock(self.config.home, key, self.cancel):
-            found = load(final)  # made meanwhile by the story this one waited for
+        with key_lock(self.config.home, key, self.cancel):  # housekeeping takes it too
+            found = load(final)  # made earlier, or by the story this one waited for
             if found is not None:
-                self.log_path.write_text(f"reused environment {key} (made meanwhile)\n")
+                touch_used(final)
                 return found, True
-            return self._make(key, final), False
+            made = self._make(key, final)
+            touch_used(final)
+            return made, False
 
     # -- made in a checkout of its own, sandboxed -------------------------------------------
 
@@ -305,12 +337,12 @@ class Setup:
                 "made_at": time.time(),
                 "base_sha": self.base_sha,
             }
-            _remove(project)
+            remove(project)
             shutil.copyfile(self.log_path, work / "setup.log")
             atomic_write(work / RECORD, json.dumps(record, indent=2).encode())
             os.rename(work, final)
         except BaseException:
-            _remove(work)
+            remove(work)
             raise
         made = load(final)
         if made is None:  # cannot be: it was just written
@@ -406,7 +438,7 @@ def _kept_home(home: Path) -> list[str]:
     for entry in sorted(os.listdir(home)):
         mode = os.lstat(home / entry).st_mode
         if entry in HOME_SKIPPED:
-            _remove(home / entry)
+            remove(home / entry)
         elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
             kept.append(entry)
     return kept
@@ -466,7 +498,7 @@ def mount_point(repo: Path, rel: str) -> bool:
     return True
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
     """Delete ``path`` whatever its modes (a setup may leave read-only directories)."""
     if os.path.islink(path) or os.path.isfile(path):
         os.unlink(path)
@@ -488,9 +520,23 @@ def _remove(path: Path) -> None:
 
 
 def environments(home: Path) -> list[Path]:
-    """Every environment folder of the home (made ones and ones a killed setup left)."""
+    """Every environment folder of the home (made ones, and ``.make-*`` ones a setup left)."""
     directory = envs_dir(home)
     try:
-        return sorted(p for p in directory.iterdir() if _is_dir(p))
+        return sorted(p for p in directory.iterdir() if _is_dir(p) and p.name != "baselines")
     except OSError:
         return []
+
+
+def maker_alive(path: Path) -> bool:
+    """Whether the ``.make-<key>-<pid>-<n>`` folder ``path`` is a live process's setup."""
+    parts = path.name.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

@@ -48,6 +48,16 @@ from hero.github.merged import merged_ids
 from hero.locks import StoryBusy, story_lock
 from hero.names import StoryRef
 from hero.redact import Redactor
+from hero.run.environment import (
+    ENVS_DIR,
+    RECENT_S,
+    EnvironmentBusy,
+    environments,
+    key_lock,
+    last_used,
+    maker_alive,
+    remove,
+)
 from hero.run.workspace import Workspace
 from hero.runner import kill_marked
 from hero.state import TERMINAL, RunState, StateError, Status, load_state, state_dir
@@ -92,6 +102,9 @@ class Rules:
     after_pr_merged: bool = False
     """A passed gh-story's repository goes once its pull request is known merged (see
     hero.github.merged), whatever its age."""
+    environments: bool = False
+    """Every project environment (envs/) no story uses goes; else only when worktrees/ and
+    envs/ are over their cap, or the disk under its floor, least recently used first."""
 
     @classmethod
     def automatic(cls, settings: Housekeeping) -> Rules:
@@ -200,42 +213,97 @@ class Housekeeper:
         pressure = _Pressure(self.worktrees, rules)
         self._merged = merged_ids(self.home) if rules.after_pr_merged else frozenset()
         for state in states:
-            ref = state.ref
-            plan = self._plan(state, rules, pressure)
-            if not plan:
-                continue
-            if dry_run:
-                for what, where, why in plan:
-                    size = _size(Path(where)) if what != "branch" else 0
-                    outcome.removed.append(Removal(ref.key, what, where, size, why))
-                    if what == "repository":
-                        pressure.freed += size
-                continue
-            try:
-                with self._locked(ref):
-                    now = load_state(self.home, ref)  # again, under the lock
-                    if now is None or now.status not in FINISHED:
-                        status = now.status if now is not None else "gone"
-                        outcome.kept.append((ref.key, f"no longer finished ({status})"))
-                        continue
-                    # again too: it may have run again, another clean may have been first
-                    plan = self._plan(now, rules, pressure)
-                    for what, where, why in plan:
-                        done = self._remove(now, rules, (what, where, why), outcome)
-                        if done is not None:
-                            outcome.removed.append(done)
-                            if what == "repository":
-                                pressure.freed += done.bytes
-            except StoryBusy:
-                outcome.kept.append(
-                    (
-                        ref.key,
-                        "another hero process holds its lock (a run, or another clean): untouched",
-                    )
-                )
-            except (GitError, OSError, StateError) as exc:
-                outcome.kept.append((ref.key, f"not cleaned: {exc}"))
+            self._story(state, rules, pressure, outcome, dry_run)
+        self._environments(rules, pressure, outcome, dry_run)
         return outcome
+
+    def _story(
+        self, state: RunState, rules: Rules, pressure: _Pressure, outcome: Outcome, dry_run: bool
+    ) -> None:
+        ref = state.ref
+        plan = self._plan(state, rules, pressure)
+        if not plan:
+            return
+        if dry_run:
+            for what, where, why in plan:
+                size = _size(Path(where)) if what != "branch" else 0
+                outcome.removed.append(Removal(ref.key, what, where, size, why))
+                if what == "repository":
+                    pressure.freed += size
+            return
+        try:
+            with self._locked(ref):
+                now = load_state(self.home, ref)  # again, under the lock
+                if now is None or now.status not in FINISHED:
+                    status = now.status if now is not None else "gone"
+                    outcome.kept.append((ref.key, f"no longer finished ({status})"))
+                    return
+                # again too: it may have run again, another clean may have been first
+                plan = self._plan(now, rules, pressure)
+                for what, where, why in plan:
+                    done = self._remove(now, rules, (what, where, why), outcome)
+                    if done is not None:
+                        outcome.removed.append(done)
+                        if what == "repository":
+                            pressure.freed += done.bytes
+        except StoryBusy:
+            outcome.kept.append(
+                (
+                    ref.key,
+                    "another hero process holds its lock (a run, or another clean): untouched",
+                )
+            )
+        except (GitError, OSError, StateError) as exc:
+            outcome.kept.append((ref.key, f"not cleaned: {exc}"))
+
+    def _environments(
+        self, rules: Rules, pressure: _Pressure, outcome: Outcome, dry_run: bool
+    ) -> None:
+        """The project environments no story uses (none queued, running or paused has it
+        in its record, none took it in the last RECENT_S): all of them with
+        ``rules.environments``, else while over the cap or under the floor, least recently
+        used first. What a killed setup left (``.make-*``) goes whenever its process is gone."""
+        used = self._environments_in_use()
+        now = self.now()
+        for path in sorted(environments(self.home), key=last_used):
+            key = path.name
+            if key.startswith("."):
+                if key.startswith(".make-") and not maker_alive(path):
+                    self._drop_environment(
+                        path, "left by a setup that was stopped", outcome, dry_run
+                    )
+                continue
+            if key in used or now - last_used(path) < RECENT_S:
+                continue
+            why = "no story uses it" if rules.environments else pressure.why()
+            if why:
+                freed = self._drop_environment(path, why, outcome, dry_run)
+                pressure.freed += freed
+
+    def _drop_environment(self, path: Path, why: str, outcome: Outcome, dry_run: bool) -> int:
+        size = _size(path)
+        name = f"{ENVS_DIR}/{path.name}"
+        if not dry_run:
+            try:
+                with key_lock(self.home, path.name, None, wait=False):
+                    remove(path)
+            except (OSError, EnvironmentBusy) as exc:
+                outcome.kept.append((name, f"not removed: {exc}"))
+                return 0
+        outcome.removed.append(Removal(name, "environment", str(path), size, why))
+        return size
+
+    def _environments_in_use(self) -> set[str]:
+        """The environment of every story that may run again by itself."""
+        used: set[str] = set()
+        for ref in _refs(state_dir(self.home)):
+            try:
+                state = load_state(self.home, ref)
+            except StateError:
+                continue
+            if state is not None and state.status not in FINISHED and state.setup:
+                used.add(str(state.setup.get("key", "")))
+        return used
 
     def _not_finished(self, key: str) -> str:
         """Why a story named to be cleaned is not (it is not a finished story)."""
@@ -398,7 +466,9 @@ class _Pressure:
     def __init__(self, worktrees: Path, rules: Rules) -> None:
         self.rules = rules
         self.freed = 0
-        self.used = _size(worktrees) if rules.max_worktrees_bytes is not None else 0
+        self.used = 0
+        if rules.max_worktrees_bytes is not None:  # the project environments count too
+            self.used = _size(worktrees) + _size(worktrees.parent / ENVS_DIR)
         self.free = 0
         if rules.min_free_bytes is not None:
             where = worktrees if worktrees.is_dir() else worktrees.parent
@@ -408,7 +478,7 @@ class _Pressure:
         cap, floor = self.rules.max_worktrees_bytes, self.rules.min_free_bytes
         if cap is not None and self.used - self.freed > cap:
             return (
-                f"worktrees/ takes {human_bytes(self.used - self.freed)}, over "
+                f"worktrees/ and envs/ take {human_bytes(self.used - self.freed)}, over "
                 f"housekeeping_max_worktrees_mb ({human_bytes(cap)})"
             )
         if floor is not None and self.free + self.freed < floor:

@@ -221,6 +221,10 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         "error": str(state.error or ""),
         "outage": dict(state.outage) if isinstance(state.outage, dict) else {},
         "models": _models(state.models),
+        # the project's environment ({key, reused, seconds, log}) and the checks on the
+        # starting commit ({commit, cached, checks: [...]}); {} when there are none
+        "setup": dict(state.setup) if isinstance(state.setup, dict) else {},
+        "baseline": dict(state.baseline) if isinstance(state.baseline, dict) else {},
         "started_at": started or None,
         "finished_at": finished,
         "updated_at": updated or None,
@@ -493,6 +497,9 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
         out.append(line)
         if used and row.get("models"):  # the stories used different models: each says its
             out.append(cut("    models: " + models_text(row["models"]), WIDTH))
+        before = baseline_summary(row.get("baseline"))
+        if before:
+            out.append(cut("    baseline: " + before, WIDTH))
         if row["error"]:  # a skipped story's says which ancestor failed
             out.append(cut("    error: " + " ".join(row["error"].split()), WIDTH))
         elif row.get("outage") and row["status"] == Status.INTERRUPTED:
@@ -500,6 +507,19 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
             said = f"{outage.get('provider')} {outage.get('kind')}: {outage.get('reason')}"
             out.append(cut("    paused on model provider " + " ".join(said.split()), WIDTH))
     return out
+
+
+def baseline_summary(baseline: Any) -> str:
+    """``1 of 2 checks already failing before any change: `make lint` ``; "" when every
+    check passed on the starting commit (or none ran)."""
+    checks = baseline.get("checks") if isinstance(baseline, dict) else None
+    if not isinstance(checks, list):
+        return ""
+    failed = [c for c in checks if isinstance(c, dict) and c.get("passed") is False]
+    if not failed:
+        return ""
+    named = ", ".join(f"`{' '.join(str(c.get('command', '')).split())}`" for c in failed)
+    return f"{len(failed)} of {len(checks)} checks already failing before any change: {named}"
 
 
 def breaker_lines(breaker: dict[str, Any], now: float) -> list[str]:

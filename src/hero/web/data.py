@@ -261,6 +261,8 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
         "elapsed_s": None if elapsed is None else round(max(elapsed, 0.0), 3),
         "models": {k: dict(v) for k, v in state.models.items()},
         "outage": dict(state.outage),
+        "setup": dict(state.setup),
+        "baseline": dict(state.baseline),
         "started_at": started or None,
         "finished_at": finished,
         "updated_at": float(state.updated_at or 0.0) or None,
