@@ -193,7 +193,7 @@ def test_init_proposes_the_target_repositorys_setup_and_checks(
     assert cli.main(init) == 0
     out = capsys.readouterr().out
     assert (
-        "proposed setup (3) and checks (3) for ../web-app at the top of config/roles.yaml, "
+        "proposed 3 setup commands and 3 checks for ../web-app at the top of config/roles.yaml, "
         "commented out: uncomment what fits\n" in out
     )
     roles = home / "config" / "roles.yaml"

@@ -32,10 +32,11 @@ def run(args: argparse.Namespace) -> int:
     for path in created:
         print(f"created {path.relative_to(where) if path.is_relative_to(where) else path}")
     if proposal and where / "config" / "roles.yaml" in created:
+        setup, checks = len(proposal.setup), len(proposal.checks)
         print(
-            f"proposed setup ({len(proposal.setup)}) and checks ({len(proposal.checks)}) for "
-            f"{args.target_repo} at the top of config/roles.yaml, commented out: uncomment "
-            "what fits"
+            f"proposed {setup} setup command{'s' * (setup != 1)} and {checks} "
+            f"check{'s' * (checks != 1)} for {args.target_repo} at the top of "
+            "config/roles.yaml, commented out: uncomment what fits"
         )
     unwritten = _unwritten_target_repo(where, created, args.target_repo)
     if not created:
