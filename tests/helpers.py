@@ -36,6 +36,17 @@ VERIFY_SUB = [f"{PY} -m unittest -q", f"{PY} -c 'from calc import sub; assert su
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def uncomment_proposal(roles_yaml: str) -> str:
+    """A config/roles.yaml `hero init` wrote with its proposal for the target repository
+    taken on, as the block says: "# " off each line from its first key (``# setup:`` or
+    ``# default_verify:``, the first in the file) to the blank line that ends it."""
+    lines = roles_yaml.split("\n")
+    start = next(i for i, line in enumerate(lines) if line in ("# setup:", "# default_verify:"))
+    end = lines.index("", start)
+    lines[start:end] = [line.removeprefix("# ") for line in lines[start:end]]
+    return "\n".join(lines)
+
+
 def is_review(body: dict[str, Any]) -> bool:
     return str(body["messages"][0]["content"]).startswith("You are hero's reviewer")
 

@@ -29,15 +29,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hero.commands.*",),  # 2  one module per command: its arguments, what it prints, its exit
     # 3  what the commands share and the services only a command calls: running one story and
     #    whether it may run, `hero run --task`'s story, `hero run --dry-run`'s account of a run,
-    #    the demo's home and model, `hero init`'s scaffold and the reference pages, drafting and
-    #    writing a plan, the pre-flight checks (`hero doctor`, and `hero watch` and `hero worker`
-    #    at start)
+    #    the demo's home and model, `hero init`'s scaffold and what it proposes for the target
+    #    repository's setup and checks, the reference pages, drafting and writing a plan, the
+    #    pre-flight checks (`hero doctor`, and `hero watch` and `hero worker` at start)
     (
         "hero.run.launch",
         "hero.run.adhoc",
         "hero.run.dryrun",
         "hero.run.demo",
         "hero.config.scaffold",
+        "hero.config.detect",
         "hero.config.settings_doc",
         "hero.plans.drafting",
         "hero.doctor.*",

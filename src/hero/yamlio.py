@@ -38,8 +38,9 @@ class ValueProblem(HeroError):
         super().__init__(self.message)
 
 
-def read_file(path: Path, *, limit: int, what: str = "file") -> bytes:
-    """The bytes of the regular file at ``path`` (a symlink is followed), at most ``limit``.
+def read_file(path: Path, *, limit: int, what: str = "file", follow_link: bool = True) -> bytes:
+    """The bytes of the regular file at ``path`` (a symlink is followed, unless ``follow_link``
+    is False: then a symlink as its last component is refused), at most ``limit``.
 
     ValueProblem for anything that is not a regular file (a directory, a FIFO, a device, a
     socket) and for a file over ``limit`` bytes, checked before reading and while reading
@@ -48,8 +49,9 @@ def read_file(path: Path, *, limit: int, what: str = "file") -> bytes:
     between is read. It is opened non-blocking, so a FIFO never blocks the caller. OSError
     (FileNotFoundError, PermissionError, ...) reaches the caller as it is.
     """
-    _check_kind(os.stat(path).st_mode, what)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    _check_kind((os.stat(path) if follow_link else os.lstat(path)).st_mode, what)
+    nofollow = 0 if follow_link else os.O_NOFOLLOW  # a link swapped in since: ELOOP
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | nofollow)
     try:
         info = os.fstat(fd)
         _check_kind(info.st_mode, what)
@@ -83,6 +85,8 @@ def _check_kind(mode: int, what: str) -> None:
         kind = "a block device"
     elif stat.S_ISSOCK(mode):
         kind = "a socket"
+    elif stat.S_ISLNK(mode):
+        kind = "a symlink"
     else:
         kind = "a special file"
     raise ValueProblem(f"expected a regular {what}; found {kind}")

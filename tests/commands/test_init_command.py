@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 from conftest import git
-from helpers import REPO_ROOT, is_review, step_of, verdict
+from helpers import REPO_ROOT, is_review, step_of, uncomment_proposal, verdict
 
+from hero import cli
+from hero.config.loader import load_config
+from hero.config.scaffold import PROPOSAL_TITLE
 from hero.llm.scripted import ScriptedModel, call, text
 from hero.story.format import parse_story
 from hero.views.status import collect_status
@@ -165,3 +168,57 @@ def test_the_readmes_first_run_works_as_written(tmp_path: Path, target_repo: Pat
     assert "# calc" in git(target_repo, "show", "hero/my-story:HERO-NOTES.md")
     changed = git(target_repo, "diff", "--name-only", "main", "hero/my-story")
     assert changed.strip() == "HERO-NOTES.md"
+
+
+@pytest.mark.slow
+def test_init_proposes_the_target_repositorys_setup_and_checks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = tmp_path / "web-app"
+    (repo / "app").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text(
+        '[project]\nname = "app"\nversion = "0.1"\n\n'
+        '[project.optional-dependencies]\ntest = ["pytest>=8"]\n'
+    )
+    scripts = {"test": "vitest run", "lint": "eslint ."}
+    (repo / "package.json").write_text(json.dumps({"name": "app", "scripts": scripts}))
+    (repo / "package-lock.json").write_text("{}\n")
+    (repo / "Makefile").write_text("test:\n\tpytest\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    home = tmp_path / "home"
+    init = ["init", "--home", str(home), "--target-repo", "../web-app"]
+
+    assert cli.main(init) == 0
+    out = capsys.readouterr().out
+    assert (
+        "proposed 3 setup commands and 3 checks for ../web-app at the top of config/roles.yaml, "
+        "commented out: uncomment what fits\n" in out
+    )
+    roles = home / "config" / "roles.yaml"
+    text = roles.read_text(encoding="utf-8")
+    assert "# pyproject.toml has a `test` extra" in text
+    assert load_config(home, env={}).project.setup == ()  # off until the user says so
+    roles.write_text(uncomment_proposal(text), encoding="utf-8")
+    config = load_config(home, env={})
+    assert config.project.setup == (
+        "python3 -m venv .venv",
+        ".venv/bin/pip install -e '.[test]'",
+        "npm ci",
+    )
+    assert config.default_verify == (".venv/bin/python -m pytest -q", "npm test", "npm run lint")
+
+    # config/roles.yaml is there now: it is not rewritten, and nothing is proposed
+    assert cli.main(init) == 0
+    assert "proposed" not in capsys.readouterr().out
+
+
+def test_init_proposes_nothing_for_a_repository_it_does_not_recognise(
+    tmp_path: Path, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    assert cli.main(["init", "--home", str(home), "--target-repo", str(target_repo)]) == 0
+    assert "proposed" not in capsys.readouterr().out
+    roles = (home / "config" / "roles.yaml").read_text(encoding="utf-8")
+    assert PROPOSAL_TITLE not in roles and "\nsetup: []\n" in roles

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import REPO_ROOT
+from helpers import REPO_ROOT, uncomment_proposal
 
+from hero.config.detect import Proposal, Step
 from hero.config.loader import load_config
-from hero.config.scaffold import init_home, local_example
+from hero.config.scaffold import PROPOSAL_TITLE, init_home, local_example, roles_yaml
 from hero.config.schema import ConfigError
 
 FILES = (
@@ -246,3 +247,69 @@ def test_home_that_is_a_file(tmp_path: Path) -> None:
     path.write_text("x", encoding="utf-8")
     with pytest.raises(NotADirectoryError):
         init_home(path)
+
+
+# -- the proposal for the target repository's setup and checks (hero.config.detect) -----------
+
+#: Commands YAML would misread unquoted: each must come back as it is.
+AWKWARD = (
+    'echo "a: b" # not a comment',
+    "[ -f setup.cfg ] || true",
+    "- x",
+    "yes",
+    "'quoted' tail",
+    "*glob && @at && %pct",
+    "{brace}",
+)
+
+
+def test_a_proposal_is_written_commented_and_loads_once_uncommented(tmp_path: Path) -> None:
+    git_repo(tmp_path / "repo")
+    setup = (
+        Step("python3 -m venv .venv", "a venv"),
+        Step(".venv/bin/pip install -e '.[test]'", "x"),
+    )
+    checks = tuple(Step(command, f"reason {n}") for n, command in enumerate(AWKWARD))
+    proposal = Proposal("its HEAD commit 1234567", setup, checks, ("tox.ini is there",))
+    home = tmp_path / "home"
+    init_home(home, target_repo="../repo", proposal=proposal)
+    roles = home / "config" / "roles.yaml"
+    text = roles.read_text(encoding="utf-8")
+    label = "\n# Proposed for ../repo: uncomment to use. hero init read its HEAD commit 1234567"
+    assert f"---- {PROPOSAL_TITLE}\n" in text and label in text
+    assert text.index(label) < text.index("\nworker:")  # at the top
+    assert "\n#   # a venv\n#   - python3 -m venv .venv\n" in text  # each after its reason
+    assert "# Also: tox.ini is there." in text
+    # as written, it is off: the settings keep their defaults, and each key's own line
+    # further down is commented out, so that taking the proposal on gives each key once
+    config = load_config(home, env={})
+    assert (config.project.setup, config.default_verify) == ((), ())
+    assert "\n# setup: []\n" in text and "\n# default_verify: []\n" in text
+    roles.write_text(uncomment_proposal(text), encoding="utf-8")
+    config = load_config(home, env={})
+    assert config.project.setup == tuple(s.command for s in setup)
+    assert config.default_verify == AWKWARD
+
+
+def test_a_proposal_of_checks_alone_leaves_setup_as_it_was(tmp_path: Path) -> None:
+    repo = git_repo(tmp_path / "repo")
+    home = tmp_path / "home"
+    proposal = Proposal(
+        "its working tree", checks=(Step("make test", "Makefile has a `test` target"),)
+    )
+    init_home(home, target_repo=str(repo), proposal=proposal)
+    roles = home / "config" / "roles.yaml"
+    text = roles.read_text(encoding="utf-8")
+    assert "\nsetup: []\n" in text and "\n# default_verify: []\n" in text
+    assert "\n# setup:\n#   # " not in text  # the setting's own example, no proposal
+    roles.write_text(uncomment_proposal(text), encoding="utf-8")
+    config = load_config(home, env={})
+    assert (config.project.setup, config.default_verify) == ((), ("make test",))
+
+
+def test_without_a_proposal_the_roles_file_is_as_before(tmp_path: Path) -> None:
+    plain = roles_yaml("../repo")
+    assert roles_yaml("../repo", Proposal("its working tree", notes=("a note only",))) == plain
+    assert PROPOSAL_TITLE not in plain and "Proposed for" not in plain
+    # the repository's own config/roles.yaml is written with no target: no proposal in it
+    assert (REPO_ROOT / "config" / "roles.yaml").read_text(encoding="utf-8") == roles_yaml()

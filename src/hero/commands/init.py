@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hero.commands import Subparsers, home, home_option
 from hero.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from hero.config.detect import Proposal
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -23,9 +27,17 @@ def run(args: argparse.Namespace) -> int:
     from hero.config.scaffold import init_home
 
     where = home(args)
-    created = init_home(where, target_repo=args.target_repo)
+    proposal = _proposal(where, args.target_repo)
+    created = init_home(where, target_repo=args.target_repo, proposal=proposal)
     for path in created:
         print(f"created {path.relative_to(where) if path.is_relative_to(where) else path}")
+    if proposal and where / "config" / "roles.yaml" in created:
+        setup, checks = len(proposal.setup), len(proposal.checks)
+        print(
+            f"proposed {setup} setup command{'s' * (setup != 1)} and {checks} "
+            f"check{'s' * (checks != 1)} for {args.target_repo} at the top of "
+            "config/roles.yaml, commented out: uncomment what fits"
+        )
     unwritten = _unwritten_target_repo(where, created, args.target_repo)
     if not created:
         print(f"{where} is already a hero home" + ("" if unwritten else "; nothing to do"))
@@ -36,6 +48,17 @@ def run(args: argparse.Namespace) -> int:
     for n, step in enumerate(still_to_do(where, created, args.target_repo, unwritten), 1):
         print(f"  {n}. {step}")
     return EXIT_OK
+
+
+def _proposal(where: Path, target_repo: str | None) -> Proposal | None:
+    """What to propose for the target repository's setup and checks, from its files; None
+    without one, or when config/roles.yaml is there already (it is not rewritten)."""
+    if target_repo is None or (where / "config" / "roles.yaml").exists():
+        return None
+    from hero.config.detect import detect
+
+    # resolved: the home may not be there yet for a path through it (``../repo``)
+    return detect((where / target_repo).resolve())
 
 
 def still_to_do(

@@ -10,12 +10,14 @@ them equal).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hero.config.home import (
     github_label_settings,
@@ -26,6 +28,9 @@ from hero.config.home import (
 )
 from hero.config.providers import ROLE_SETTINGS
 from hero.config.settings import Setting, yaml_value
+
+if TYPE_CHECKING:
+    from hero.config.detect import Proposal
 
 GITIGNORE_LINES = ("config.local.yaml", "worktrees/", "runs/")
 HOME_DIRS = ("config", "config/providers", "inbox", "done", "runs", "worktrees")
@@ -192,19 +197,24 @@ WIDTH = 92
 _RULE = "# " + "-" * 64 + " "
 
 
-def home_files(target_repo: str | None) -> dict[str, str]:
-    """The commented config files of a new home by path: providers, roles, the local
-    file's example."""
+def home_files(target_repo: str | None, proposal: Proposal | None = None) -> dict[str, str]:
+    """The commented config files of a new home by path: providers, roles (with
+    ``proposal``'s block, see :func:`roles_yaml`), the local file's example."""
     files = {f"config/providers/{name}.yaml": provider_yaml(p) for name, p in PROVIDERS.items()}
-    files["config/roles.yaml"] = roles_yaml(target_repo)
+    files["config/roles.yaml"] = roles_yaml(target_repo, proposal)
     files["config.local.yaml.example"] = local_example()
     return files
 
 
-def roles_yaml(target_repo: str | None = None) -> str:
+def roles_yaml(target_repo: str | None = None, proposal: Proposal | None = None) -> str:
     """The commented config/roles.yaml ``hero init`` writes: every setting of
     roles_settings() by section, each with its doc and default. ``target_repo``
-    is written as given; None writes a placeholder the comment asks to change."""
+    is written as given; None writes a placeholder the comment asks to change.
+
+    A ``proposal`` for the target repository (:mod:`hero.config.detect`) comes first after
+    the header, commented out (:func:`proposal_block`); the lines of the settings it sets
+    are then commented out where they are, so that uncommenting it gives each key once."""
+    proposed = _proposed_keys(proposal)
     width = max(len(s.key) for s in ROLE_SETTINGS) + 3
     lines = _comment(
         "hero roles and settings; docs/settings.md describes each of them.\n\n"
@@ -213,6 +223,8 @@ def roles_yaml(target_repo: str | None = None) -> str:
         + "\n".join(f"  {s.key + ':':<{width}}{s.doc} {_default(s)}" for s in ROLE_SETTINGS)
         + "\nAPI keys never go here: see config.local.yaml.example."
     )
+    if proposal:
+        lines += ["", *proposal_block(proposal, target_repo or DEFAULT_TARGET_REPO)]
     lines += ["", *ROLE_BLOCKS.splitlines()]
     for section, settings in roles_sections():
         lines += ["", _RULE + section.title]
@@ -228,9 +240,60 @@ def roles_yaml(target_repo: str | None = None) -> str:
                 change = "" if target_repo else "CHANGE THIS. "
                 lines += _comment(f"{change}{s.text} {_default(s)}")
                 lines.append(f"target_repo: {_quoted(target_repo or DEFAULT_TARGET_REPO)}")
+            elif s.key in proposed:
+                more = "Proposed at the top of this file, where it is set once uncommented."
+                note = f"{s.note} {more}" if s.note else more
+                lines += _setting(dataclasses.replace(s, written=False, note=note))
             else:
                 lines += _setting(s)
     return "\n".join(lines) + "\n"
+
+
+#: The proposal's block in config/roles.yaml: its section title and its first words.
+PROPOSAL_TITLE = "Proposed setup and checks"
+PROPOSAL_LABEL = "Proposed for {target}: uncomment to use."
+#: Each proposed list's key in config/roles.yaml.
+PROPOSAL_KEYS = ("setup", "default_verify")
+
+
+def proposal_block(proposal: Proposal, target_repo: str) -> list[str]:
+    """``proposal`` as comment lines: a labelled header, its notes, then ``setup:`` and
+    ``default_verify:`` with each command's reason above it. Taking ``# `` off every line
+    from ``# setup:`` (or ``# default_verify:``) on gives valid YAML."""
+    lines = [_RULE + PROPOSAL_TITLE, ""]
+    lines += _comment(
+        f"{PROPOSAL_LABEL.format(target=target_repo)} hero init read {proposal.source} and "
+        "proposes the setup commands and checks below, each after its reason. Check them, "
+        'then take "# " off each line from the first key on (setup and default_verify '
+        "further down stay commented meanwhile)."
+    )
+    for note in proposal.notes:
+        lines += _comment(f"Also: {note}.")
+    for key, steps in zip(PROPOSAL_KEYS, (proposal.setup, proposal.checks), strict=True):
+        if steps:
+            lines.append(f"# {key}:")
+            for step in steps:
+                lines += [f"#   # {step.reason}", f"#   - {_list_item(step.command)}"]
+    return lines
+
+
+def _proposed_keys(proposal: Proposal | None) -> frozenset[str]:
+    if proposal is None:
+        return frozenset()
+    lists = zip(PROPOSAL_KEYS, (proposal.setup, proposal.checks), strict=True)
+    return frozenset(key for key, steps in lists if steps)
+
+
+def _list_item(command: str) -> str:
+    """``command`` as a YAML list item's value: as it is when YAML reads it back so (a
+    command is easier to read unquoted), else double-quoted."""
+    import yaml
+
+    try:
+        plain = yaml.safe_load(f"- {command}") == [command]
+    except yaml.YAMLError:
+        plain = False
+    return command if plain else _quoted(command)
 
 
 def provider_yaml(example: ProviderExample) -> str:
@@ -335,12 +398,15 @@ def _quoted(value: str) -> str:
     return json.dumps(value)
 
 
-def init_home(home: Path, *, target_repo: str | None = None) -> list[Path]:
+def init_home(
+    home: Path, *, target_repo: str | None = None, proposal: Proposal | None = None
+) -> list[Path]:
     """Create a hero home in ``home``; return the paths created (or appended to).
 
     Existing files are never overwritten: rerunning creates only what is missing. An
     existing ``.gitignore`` gets the missing hero lines appended. ``target_repo`` is written
-    to config/roles.yaml as given (a relative path is relative to the home).
+    to config/roles.yaml as given (a relative path is relative to the home), and
+    ``proposal``, commented out, with it.
     """
     home = Path(home)
     if home.exists() and not home.is_dir():
@@ -355,7 +421,7 @@ def init_home(home: Path, *, target_repo: str | None = None) -> list[Path]:
             directory.mkdir(parents=True)
             created.append(directory)
 
-    files = home_files(target_repo)
+    files = home_files(target_repo, proposal)
     for rel in KEEP_DIRS:
         files[f"{rel}/.gitkeep"] = ""
     files[SAMPLE_STORY] = SAMPLE_STORY_TEXT
