@@ -5,9 +5,11 @@ from a wheel in the repository, offline), real bubblewrap sandboxes."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -190,3 +192,125 @@ def test_a_story_waiting_for_anothers_setup_can_be_stopped(tmp_path: Path) -> No
         stop.set()
         with pytest.raises(Interrupted), key_lock(tmp_path, "k", stop):
             pass
+
+
+# --------------------------------------------------------------------------- the home's
+
+
+def fake_environment(home: Path, key: str, *, age_s: float = 3600.0) -> Path:
+    """An environment folder as a setup leaves it, last used ``age_s`` ago."""
+    path = envs_dir(home) / key
+    (path / "tree" / ".venv").mkdir(parents=True)
+    (path / "tree" / ".venv" / "big").write_bytes(b"x" * 200_000)
+    record = {"layout": 1, "key": key, "dirs": [".venv"], "home_entries": [], "bins": []}
+    (path / "env.json").write_text(json.dumps(record))
+    then = time.time() - age_s
+    os.utime(path / "env.json", (then, then))
+    return path
+
+
+def test_hero_clean_removes_the_environments_no_story_uses(
+    make_home, scripted: Callable[..., ScriptedModel], capsys
+) -> None:
+    from hero.state import RunState, Status, save_state
+
+    home = make_home(scripted([]))
+    unused = fake_environment(home, "a" * 24)
+    paused = fake_environment(home, "b" * 24)
+    fresh = fake_environment(home, "c" * 24, age_s=5)  # taken a moment ago: its record may lag
+    left = envs_dir(home) / f".make-{'d' * 24}-999999999-00000000"  # a killed setup's
+    left.mkdir()
+    state = RunState(id="p1", status=Status.INTERRUPTED, setup={"key": paused.name})
+    save_state(home, state)
+    # a read-only tree, as Go's module cache is: removed all the same
+    (unused / "tree" / ".venv").chmod(0o500)
+
+    assert main(["clean", "--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert not unused.exists() and not left.exists()
+    assert paused.exists() and fresh.exists()
+    assert f"envs/{unused.name}: removed environment" in out and "no story uses it" in out
+    assert "project environment" in out
+
+
+def test_the_size_cap_counts_the_environments(
+    make_home, scripted: Callable[..., ScriptedModel]
+) -> None:
+    from hero.config.loader import load_config
+    from hero.git.ops import TargetRepo
+    from hero.run.housekeeping import Housekeeper, Rules
+
+    home = make_home(scripted([]), housekeeping_max_worktrees_mb=0.1)
+    old = fake_environment(home, "a" * 24)
+    config = load_config(home, roles=())
+    keeper = Housekeeper(config, TargetRepo(config.target_repo))
+    outcome = keeper.run(Rules.automatic(config.housekeeping))
+    assert not old.exists()
+    (removed,) = outcome.removed
+    assert removed.what == "environment" and "over housekeeping_max_worktrees_mb" in removed.why
+
+
+def test_doctor_makes_the_environment_and_runs_the_default_checks_on_the_base(
+    project: Path, make_home, scripted: Callable[..., ScriptedModel], capsys
+) -> None:
+    home = make_home(scripted([]), setup=SETUP, sandbox="bwrap", default_verify=[CHECK])
+    main(["doctor", "--quick", "--home", str(home)])
+    quick = capsys.readouterr().out
+    assert "project environment" in quick and "not made yet" in quick
+    from hero.doctor import run_all
+
+    found = {f.what: f for f in run_all(home, quick=True)}
+    assert found["project environment"].status == "warn"
+    found = {f.what: f for f in _doctor_local(home)}
+    assert found["project environment"].status == "ok"
+    checks = found["checks on the base commit"]
+    assert (
+        checks.status == "FAIL" and "1 of 1 default checks fail before any change" in checks.detail
+    )
+    assert f"`{CHECK}` exited 1" in checks.detail and "sub" in checks.detail
+    found = {f.what: f for f in run_all(home, quick=True)}
+    assert found["project environment"].status == "ok"  # made by the doctor: stories reuse it
+    assert [p.name for p in envs_dir(home).iterdir() if p.name.startswith(".doctor")] == []
+
+
+def _doctor_local(home: Path):
+    """The full doctor's project findings, without its model requests."""
+    from hero.config.loader import load_config
+    from hero.doctor.project import project as project_findings
+
+    return list(project_findings(load_config(home, roles=()), quick=False))
+
+
+def test_status_and_the_dry_run_show_setup_and_baseline(
+    project: Path, make_home, write_story, scripted: Callable[..., ScriptedModel], capsys
+) -> None:
+    model = scripted(policy(fix_work()))
+    home = make_home(model, setup=SETUP, sandbox="bwrap")
+    story = write_story(home, "s1", verify=[CHECK])
+    assert main(["run", str(story), "--home", str(home), "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "setup (the project's environment:" in dry and "not made yet" in dry
+    assert "the baseline" in dry
+    assert run_hero(home, story) == 0
+    capsys.readouterr()
+    assert main(["status", "--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert f"baseline: 1 of 1 checks already failing before any change: `{CHECK}`" in out
+    assert main(["status", "--home", str(home), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["stories"]
+    assert row["setup"]["reused"] is False and row["baseline"]["checks"][0]["passed"] is False
+
+
+def test_a_worker_cannot_change_the_shared_environment(
+    project: Path, make_home, write_story, scripted: Callable[..., ScriptedModel]
+) -> None:
+    model = scripted(
+        policy([call("bash", command="rm -rf .venv/bin; touch .venv/evil; ls .venv"), *fix_work()])
+    )
+    home = make_home(model, setup=SETUP, sandbox="bwrap")
+    assert run_hero(home, write_story(home, "s1", verify=[CHECK])) == 0
+    (env,) = made(home)
+    assert (env / "tree" / ".venv" / "bin" / "python").exists()
+    assert not (env / "tree" / ".venv" / "evil").exists()
+    said = [m for r in worker_requests(model) for m in r["messages"] if m["role"] == "tool"]
+    assert "Read-only file system" in said[0]["content"]
