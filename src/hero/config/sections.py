@@ -292,8 +292,9 @@ class Housekeeping:
     max_worktrees_mb: float | None = knob(
         "housekeeping_max_worktrees_mb",
         None,
-        "Megabytes worktrees/ may take: over it, the repositories of finished stories are "
-        "removed, the longest finished first, until it fits.",
+        "Megabytes worktrees/ and envs/ (the project environments) may take together: over "
+        "it, the repositories of finished stories are removed, the longest finished first, "
+        "then the environments no story uses, until it fits.",
         note="Measured as disk use (like du) by walking worktrees/ at each look: on a large "
         "tree, a longer housekeeping_interval_s.",
         minimum=0,
