@@ -88,6 +88,7 @@ class Workspace:
         #: the project's environment (hero.run.environment), once set up; None: no setup
         self.environment: Environment | None = None
         self._warned: set[str] = set()  # warnings said in this run
+        self._boxes: dict[object, Sandbox | None] = {}  # confine()'s, by what they bind
 
     # -- before the run ---------------------------------------------------------------
 
@@ -205,16 +206,21 @@ class Workspace:
         safety = self.config.safety
 
         def sandbox(environment: Environment | None = None) -> Sandbox | None:
-            return resolve_sandbox(
-                safety.sandbox,
-                worktree=self.path,
-                objects=self.story_repo.objects_dir(),
-                guarded=self.story_repo.guarded(),
-                hide=(self.config.home, self.repo.path),
-                limits=safety.limits,
-                project=environment.mounts(self.path) if environment else None,
-                warn=self.warn_once,
-            )
+            guarded = tuple(self.story_repo.guarded())
+            mounts = environment.mounts(self.path) if environment else None
+            key = (guarded, mounts)
+            if key not in self._boxes:  # built once per layout: a build asks git
+                self._boxes[key] = resolve_sandbox(
+                    safety.sandbox,
+                    worktree=self.path,
+                    objects=self.story_repo.objects_dir(),
+                    guarded=guarded,
+                    hide=(self.config.home, self.repo.path),
+                    limits=safety.limits,
+                    project=mounts,
+                    warn=self.warn_once,
+                )
+            return self._boxes[key]
 
         box = sandbox()
         env = self.environment
