@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import GIT_ENV, git
 
+from hero.config.project import DEFAULT_BUILD_OUTPUT
 from hero.git.guard import (
     Guard,
+    Leftovers,
     Strays,
     has_conflict_markers,
     is_protected,
@@ -21,6 +23,7 @@ from hero.git.guard import (
     recover_branch,
     snapshot,
 )
+from hero.redact import Redactor
 from hero.runner import PUSH_REFUSED_URL, child_env
 
 STRAY = re.compile(r"hero/s1-stray-\d{8}-\d{6}(-\d+)?")
@@ -325,6 +328,43 @@ def test_changes_inside_a_submodule_are_found(
     assert "lib" in left.problems()[0]
     (worktree / "top.txt").write_text("x\n")
     assert leftovers(worktree, base).committable
+
+
+def test_untracked_files_inside_a_submodule_are_found(
+    story: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    _, worktree, base = story
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git(lib, "init", "-q", "-b", "main")
+    commit(lib, "lib.txt")
+    git(worktree, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "lib")
+    git(worktree, "commit", "-q", "-m", "lib")
+    (worktree / "lib" / "new.txt").write_text("untracked in the submodule\n")
+    left = leftovers(worktree, base, build_output=DEFAULT_BUILD_OUTPUT)
+    assert left.in_submodules == ("lib",) and not left.committable
+
+
+def test_untracked_build_output_is_no_leftover(story: tuple[Path, Path, str]) -> None:
+    """What the rescue commit leaves out as build output is neither work left to commit nor
+    looked into: a secret or conflict markers there do not stop the rescue of the rest."""
+    _, worktree, base = story
+    secret = "sk-test-" + "7" * 32
+    git(worktree, "rm", "-q", ".gitignore")
+    git(worktree, "commit", "-q", "-m", "no ignore file")
+    (worktree / "node_modules").mkdir()
+    (worktree / "node_modules" / "a.js").write_text("<<<<<<< a\nx\n=======\ny\n>>>>>>> b\n")
+    (worktree / "calc" / "__pycache__").mkdir()
+    (worktree / "calc" / "__pycache__" / "x.pyc").write_text(f"key={secret}\n")
+    left = leftovers(worktree, base, Redactor([secret]), DEFAULT_BUILD_OUTPUT)
+    assert left == Leftovers() and left.problems() == []
+    # without the list, the same files are work left uncommitted, and refused
+    left = leftovers(worktree, base, Redactor([secret]))
+    assert left.committable
+    assert left.conflicted == ("node_modules/a.js",)
+    assert left.with_secrets == ("calc/__pycache__/x.pyc",)
+    (worktree / "calc" / "new.py").write_text("x = 1\n")
+    assert leftovers(worktree, base, Redactor([secret]), DEFAULT_BUILD_OUTPUT).committable
 
 
 # ------------------------------------------------------------------------------ push

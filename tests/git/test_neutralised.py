@@ -37,11 +37,11 @@ from hero.git.ops import (
     DEFAULT_IDENTITY,
     GitError,
     TargetRepo,
-    commit_all,
     diff_since,
     log_since,
 )
 from hero.git.ops import git as hero_git
+from hero.git.output import commit_all
 from hero.git.storyrepo import StoryRepo
 from hero.llm.scripted import Reply, call, text
 from hero.runner import child_env

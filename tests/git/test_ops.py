@@ -19,12 +19,12 @@ from hero.git.ops import (
     GitError,
     TargetRepo,
     clear_stale_locks,
-    commit_all,
     diff_since,
     head_sha,
     log_since,
 )
 from hero.git.ops import git as git_call
+from hero.git.output import commit_all
 from hero.git.storyrepo import StoryRepo
 
 
@@ -129,28 +129,6 @@ def test_identity_env_needs_both_name_and_email(target_repo: Path) -> None:
 
 
 # ------------------------------------------------------------------------- commits and diffs
-
-
-def test_commit_all_clean_tree_returns_none(target_repo: Path) -> None:
-    assert commit_all(target_repo, "nothing", DEFAULT_IDENTITY) is None
-
-
-def test_commit_all_commits_changes_and_untracked_files(target_repo: Path) -> None:
-    before = head_sha(target_repo)
-    (target_repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return b + a\n")
-    (target_repo / "new_dir").mkdir()
-    (target_repo / "new_dir" / "fresh.txt").write_text("fresh\n")
-
-    sha = commit_all(target_repo, "hero: save work", DEFAULT_IDENTITY)
-
-    assert sha is not None and sha == head_sha(target_repo) != before
-    changed = git(target_repo, "show", "--name-only", "--format=", sha).split()
-    assert sorted(changed) == ["calc/__init__.py", "new_dir/fresh.txt"]
-    assert git(target_repo, "status", "--porcelain").strip() == ""
-    assert git(target_repo, "log", "-1", "--format=%an <%ae>|%s") == (
-        "hero <hero@localhost>|hero: save work\n"
-    )
-    assert commit_all(target_repo, "again", DEFAULT_IDENTITY) is None
 
 
 def test_diff_since_keeps_whole_files_and_names_omitted(target_repo: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from conftest import git
 
 from hero.agent.replay import WORKTREE_AS_LEFT, Replayed, restart_note
+from hero.config.project import DEFAULT_BUILD_OUTPUT
 from hero.engine.trust import Untrusted
 from hero.engine.wip import WipMark
 from hero.git.wip import (
@@ -93,6 +94,43 @@ def test_a_clean_worktree_is_its_tips_tree(tmp_path: Path) -> None:
     git(repo, "reset", "-q", "--hard")
     git(repo, "clean", "-qfd")
     assert worktree_tree(repo, repo / ".git") == tree_of(repo, tip)
+
+
+def test_a_snapshot_leaves_untracked_build_output_out(tmp_path: Path) -> None:
+    """No .gitignore names them: the build_output list keeps them out of the snapshot (a
+    staged one too), a tracked file under such a path is kept, the worktree untouched."""
+    repo, _ = repo_with_work(tmp_path)
+    (repo / "dist").mkdir()
+    (repo / "dist" / "tracked.txt").write_text("one\n")
+    git(repo, "add", "dist/tracked.txt")
+    identity = ("-c", "user.name=t", "-c", "user.email=t@example.com")
+    git(repo, *identity, "commit", "-qm", "dist", "--", "dist/tracked.txt")  # that one only
+    (repo / "dist" / "tracked.txt").write_text("two\n")
+    for rel in ("pkg/__pycache__/m.pyc", "node_modules/a.js", "staged.pyc"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("build\n")
+    git(repo, "add", "staged.pyc")
+    status_before = git(repo, "status", "--porcelain", "--untracked-files=all")
+    index_before = (repo / ".git" / "index").read_bytes()
+
+    tree = worktree_tree(repo, repo / ".git", DEFAULT_BUILD_OUTPUT)
+
+    files = set(git(repo, "ls-tree", "-r", "--name-only", tree).split())
+    assert files == {
+        ".gitignore",
+        "dist/tracked.txt",
+        "kept.txt",
+        "new/deep/file.txt",
+        "staged.txt",
+    }
+    assert git(repo, "show", f"{tree}:dist/tracked.txt") == "two\n"
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == status_before
+    assert (repo / ".git" / "index").read_bytes() == index_before
+    # without the list they are in it
+    files = set(
+        git(repo, "ls-tree", "-r", "--name-only", worktree_tree(repo, repo / ".git")).split()
+    )
+    assert {"pkg/__pycache__/m.pyc", "node_modules/a.js", "staged.pyc"} <= files
 
 
 def test_a_link_planted_as_the_scratch_index_is_not_written_through(tmp_path: Path) -> None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from conftest import git
+
+from hero.config.project import DEFAULT_BUILD_OUTPUT
 from hero.config.providers import Provider, RoleConfig
 from hero.config.sections import LlmSettings
 from hero.llm.client import LlmClient
@@ -16,6 +20,7 @@ from hero.roles.reviewer import (
     Verdict,
     parse_verdict,
     review,
+    review_commits,
     short_circuit,
 )
 from hero.story.format import parse_story_text
@@ -235,3 +240,87 @@ def test_review_sends_story_and_diff_and_parses_answer(
     assert "[PASS] verify" in task
     kinds = [e["event"] for e in read_trace(tmp_path / "trace.jsonl")]
     assert kinds == ["review_request", "review_answer"]
+
+
+# ------------------------------------------------------------------------- build output
+
+
+def committed_build_output(repo: Path) -> tuple[str, str]:
+    """(base, tip): on ``repo``'s branch hero/s1, the worker's own commit of a .pyc beside
+    its code."""
+    base = git(repo, "rev-parse", "main").strip()
+    git(repo, "checkout", "-q", "-b", "hero/s1")
+    (repo / "calc" / "__pycache__").mkdir()
+    (repo / "calc" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\xa7\r\r\n\0\0\0\0")
+    (repo / "calc" / "new.py").write_text("def sub(a, b):\n    return a - b\n")
+    git(repo, "add", "-f", "-A")  # past the repository's .gitignore, as a worker may
+    git(repo, "commit", "-q", "-m", "add sub, and the bytecode")
+    return base, git(repo, "rev-parse", "HEAD").strip()
+
+
+def review_task(
+    model: ScriptedModel, tmp_path: Path, repo: Path, base: str, tip: str, **kw: Any
+) -> str:
+    """The task the reviewer is sent for ``base..tip`` of ``repo``."""
+    provider = Provider(name="scripted", base_url=model.base_url, default_model="m")
+    client = LlmClient(
+        RoleConfig("reviewer", provider, "judge", None),
+        LlmSettings(timeout_s=10, max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.01),
+    )
+    story = parse_story_text("---\nid: s1\ntitle: Add sub\n---\nAdd sub.\n", tmp_path / "s1.md")
+    with Trace(tmp_path / "trace.jsonl") as trace:
+        review_commits(
+            client,
+            story,
+            repo=repo,
+            base_sha=base,
+            tip=tip,
+            round_no=1,
+            branch="hero/s1",
+            verify_summary="- [PASS] tests",
+            trace=trace,
+            **{"home": None, **kw},
+        )
+    return str(model.requests[-1].body["messages"][1]["content"])
+
+
+def test_the_reviewer_is_told_of_build_output_the_branch_commits(
+    scripted: Callable[..., ScriptedModel], tmp_path: Path, target_repo: Path
+) -> None:
+    model = scripted([text(json.dumps(APPROVAL))] * 2)
+    base, tip = committed_build_output(target_repo)
+
+    task = review_task(model, tmp_path, target_repo, base, tip, build_output=DEFAULT_BUILD_OUTPUT)
+
+    line = (
+        "Build or cache output committed on this branch (1 file(s) matching hero's "
+        "build_output setting): calc/__pycache__/x.cpython-311.pyc. A build, a test run or "
+        "an install makes such files; check that each belongs in the repository."
+    )
+    # under the files changed, before the diff (which names the binary file too)
+    files, _, diff = task.partition("## Diff against the base")
+    assert f"\n\n{line}\n\n" in files and "## Files changed" in files
+    assert "calc/__pycache__/x.cpython-311.pyc" in diff
+    # without the list, no such line: the task is as it was before the line existed
+    plain = review_task(model, tmp_path, target_repo, base, tip)
+    assert "Build or cache output" not in plain
+    assert plain == task.replace(f"\n{line}\n", "")
+
+
+def test_an_override_without_the_placeholder_gets_the_line_at_its_end(
+    scripted: Callable[..., ScriptedModel], tmp_path: Path, target_repo: Path
+) -> None:
+    model = scripted([text(json.dumps(APPROVAL))])
+    base, tip = committed_build_output(target_repo)
+    home = tmp_path / "home"
+    (home / "prompts").mkdir(parents=True)
+    (home / "prompts" / "reviewer_task.md").write_text(
+        "{{id}} {{title}} {{body}} {{scope}} {{round}} {{verify_summary}} {{branch}} "
+        "{{git_log}} {{diff_stat}} {{base_sha}} {{diff}}\nEND OF OVERRIDE"
+    )
+    task = review_task(
+        model, tmp_path, target_repo, base, tip, home=home, build_output=DEFAULT_BUILD_OUTPUT
+    )
+    assert task.split("END OF OVERRIDE")[1].startswith(
+        "\nBuild or cache output committed on this branch (1 file(s)"
+    )

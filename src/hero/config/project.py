@@ -117,8 +117,12 @@ class ProjectSettings:
         DEFAULT_BUILD_OUTPUT,
         "Build and cache output (.gitignore-style globs) that hero's own commits of a "
         "worker's uncommitted work leave out, whatever the repository's .gitignore says.",
-        note="Only files git does not track yet are left out; a change to a tracked file is "
-        "committed as ever. The Worker's own commits of such files are shown to the Reviewer.",
+        note="Only files the branch does not have yet (untracked, or staged and never "
+        "committed) are left out; they stay in the worktree, untracked. A change to a file the "
+        "branch has is committed as ever. A .gitignore that un-ignores them (`!*.pyc`) does "
+        "not bring them back. The Worker's own commits of such files stay on the branch, and "
+        "the Reviewer's request names them. A list replaces the default; `[]` leaves nothing "
+        "out.",
         shown="__pycache__/, *.pyc, .pytest_cache/, .mypy_cache/, node_modules/, .venv/, "
         "dist/, build/, *.egg-info/, target/, ...",
         written=False,

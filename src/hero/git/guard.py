@@ -14,7 +14,8 @@ The story's own branch may only grow: the head a phase starts from stays in its 
 (``Guard.keep_history``); a deleted story branch is recreated (``recover_branch``).
 
 ``leftovers`` finds what a rescue commit must not take (unresolved merge conflicts, files
-holding a secret value) or cannot take (changes inside a submodule's checkout);
+holding a secret value) or cannot take (changes inside a submodule's checkout); what it
+leaves out as build output is hero.git.output's;
 ``uncommit_secrets`` takes the worker's own commits that add a secret value off the branch.
 Every git call goes through ``hero.git.ops.git``.
 """
@@ -25,6 +26,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +40,7 @@ from hero.git.ops import (
     git_env,
     head_sha,
 )
+from hero.git.output import untracked
 from hero.redact import Redactor
 from hero.runner import PUSH_REFUSED_URL
 
@@ -360,13 +363,22 @@ class Leftovers:
         return out
 
 
-def leftovers(worktree: Path, base: str, secrets: Redactor | None = None) -> Leftovers:
+def leftovers(
+    worktree: Path,
+    base: str,
+    secrets: Redactor | None = None,
+    build_output: Sequence[str] = (),
+) -> Leftovers:
     """Uncommitted paths a rescue commit must not take (unresolved conflicts: unmerged, or
     holding conflict markers that the file did not have at ``base``; files holding one of
     ``secrets`` that their version at ``base`` did not) or cannot take (changes inside a
-    submodule's checkout). One ``git status``; files are read only when changed, up to
-    ``MARKER_SCAN_MAX_BYTES`` for markers, whole (in chunks) for secrets."""
-    out = git(worktree, "status", "--porcelain=v2", "-z", "--untracked-files=all")
+    submodule's checkout). Untracked files matching ``build_output``, which the rescue
+    commit leaves out (hero.git.output), are not looked at. One ``git status`` and one
+    ``git ls-files``; files are read only when changed, up to ``MARKER_SCAN_MAX_BYTES`` for
+    markers, whole (in chunks) for secrets."""
+    # the untracked files ("?") come from ls-files, build output left out; "normal", not
+    # "no": that would hide the untracked files inside a submodule's checkout too
+    out = git(worktree, "status", "--porcelain=v2", "-z", "--untracked-files=normal")
     records = out.split("\0")
     conflicted: list[str] = []
     submodules: list[str] = []
@@ -390,8 +402,7 @@ def leftovers(worktree: Path, base: str, secrets: Redactor | None = None) -> Lef
                 committable |= sub[1] == "C" or parts[1][0] != "."
             else:
                 candidates.append(path)
-        elif kind == "?":
-            candidates.append(rec[2:])
+    candidates += untracked(worktree, build_output)
     conflicted += [p for p in candidates if _new_markers(worktree, p, base)]
     leaks = (
         tuple(secrets.redact(p) for p in candidates if new_secret(worktree, p, base, secrets))

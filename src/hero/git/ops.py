@@ -597,15 +597,6 @@ def head_sha(worktree: Path) -> str:
     return git(worktree, "rev-parse", "HEAD").strip()
 
 
-def commit_all(worktree: Path, message: str, identity: Mapping[str, str]) -> str | None:
-    """Commit everything uncommitted in the worktree; returns the new sha, or None if clean."""
-    if not git(worktree, "status", "--porcelain", "--untracked-files=all").strip():
-        return None
-    git(worktree, "add", "-A")
-    git(worktree, "commit", "--no-verify", "-q", "-m", message, env=identity)
-    return head_sha(worktree)
-
-
 def log_since(
     worktree: Path, base_sha: str, max_chars: int = 8_000, *, tip: str = "HEAD"
 ) -> Bounded:

@@ -4,7 +4,8 @@ A phase is the worker's turn or the checks. Before it, ``watch`` records what th
 not change (``hero.git.guard.Guard``). After it, with the user's repository locked and hero's
 own git in the story's sandbox (``hero.git.ops.confined``), one method does the whole end:
 in-progress git state removed, the worktree back on the story branch, what the worker left
-uncommitted committed (unless it holds conflicts or a secret), history kept, the user's
+uncommitted committed (unless it holds conflicts or a secret; build output left out, see
+``hero.git.output``), history kept, the user's
 branches put back (in the story's repository, where the worker has copies of them), and the
 story's commits brought into the user's repository (``StoryRepo.bring_back``: for a story
 from a GitHub issue, the messages of its new commits rewritten so that they close no other
@@ -20,7 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from hero.git.guard import Guard, leftovers, uncommit_secrets
-from hero.git.ops import TargetRepo, Wrap, commit_all, confined
+from hero.git.ops import TargetRepo, Wrap, confined
+from hero.git.output import commit_all
 from hero.git.storyrepo import BringBackRefused, StoryRepo
 from hero.redact import Redactor
 
@@ -129,7 +131,8 @@ class StoryGit:
         return PhaseEnd(head, [*guard.problems, *refused], [*notes, *guard.notes])
 
     def _rescue(self, message: str, base: str) -> list[str]:
-        """Commit what is left uncommitted in the worktree, unless it holds unresolved
+        """Commit what is left uncommitted in the worktree but build output (the story
+        repository's ``build_output``, see hero.git.output), unless it holds unresolved
         conflicts or a file with a secret value (then nothing is committed); returns what
         was not committed and why, and what could not be kept within the scope."""
         if not self.repo.exists():
@@ -137,9 +140,10 @@ class StoryGit:
         stuck: list[str] = []
         if base and self.tidy is not None:
             _tidied, stuck = self.tidy()
-        left = leftovers(self.repo.path, base, self.secrets)
+        build_output = self.repo.build_output  # left in the worktree, uncommitted
+        left = leftovers(self.repo.path, base, self.secrets, build_output)
         if left.committable and not left.conflicted and not left.with_secrets:
-            commit_all(self.repo.path, message, self.target.identity_env())
+            commit_all(self.repo.path, message, self.target.identity_env(), build_output)
         return [*stuck, *left.problems()]
 
     def _bring_back(self, guard: Guard, notes: list[str]) -> list[str]:

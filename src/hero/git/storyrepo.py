@@ -28,6 +28,7 @@ import re
 import shutil
 import stat
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from hero.git.guard import is_ancestor
@@ -36,11 +37,11 @@ from hero.git.ops import (
     GitError,
     TargetRepo,
     branch_tip,
-    commit_all,
     git,
     is_oid,
     worktree_gitdir,
 )
+from hero.git.output import commit_all
 from hero.git.rewrite import MessageRule, rewrite_messages
 
 #: Settings of the target's config copied into a story's repository: how files are checked
@@ -139,6 +140,7 @@ class StoryRepo:
         branch: str,
         submodules_from: str = "",
         messages: MessageRule | None = None,
+        build_output: Sequence[str] = (),
     ) -> None:
         self.target = target
         self.path = path
@@ -149,6 +151,8 @@ class StoryRepo:
         #: how the messages of the commits ``bring_back`` brings in must read (None: as
         #: they are)
         self.messages = messages
+        #: what hero's own commits of the worktree leave out (hero.git.output)
+        self.build_output = tuple(build_output)
         self.gitdir = path / ".git"
         self._config = ""  # what hero writes as the repository's config
         self._packed_ok: tuple[int, ...] | None = None  # packed-refs last found sound
@@ -280,6 +284,7 @@ class StoryRepo:
                 f"hero: keep uncommitted work when moving to a repository of its own "
                 f"({self.branch})",
                 self.target.identity_env(),
+                self.build_output,
             ):
                 note.append(f"kept the uncommitted work of {self.path} on {self.branch}")
         except GitError as exc:

@@ -6,8 +6,9 @@ that the machine that resumes a round a dead worker left resumes it with the wor
 the last finished turn left it, rather than the branch as last pushed.
 
 A snapshot's parent is the story branch as hero last brought it back (what the remote
-holds); its tree is the worktree's, ignored files left out. A worker's commits of the
-round, which hero brings back only at the round's end, are in its tree as changes.
+holds); its tree is the worktree's, ignored files and untracked build output
+(``build_output``, see hero.git.output) left out. A worker's commits of the round, which
+hero brings back only at the round's end, are in its tree as changes.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hero.errors import HeroError
 from hero.git.guard import new_secret
 from hero.git.ops import git
+from hero.git.output import stage_all
 from hero.redact import Redactor
 
 #: The snapshot's commit message (it never lands on a branch).
@@ -44,10 +46,11 @@ class WipRefused(HeroError):
     """The worktree holds what must not leave the machine (a secret value)."""
 
 
-def worktree_tree(worktree: Path, gitdir: Path) -> str:
-    """The tree of ``worktree`` as it is (tracked and untracked files, not ignored ones),
-    written without touching its index: a copy of the index (git's stat cache, so that
-    only changed files are read) takes the changes."""
+def worktree_tree(worktree: Path, gitdir: Path, build_output: Sequence[str] = ()) -> str:
+    """The tree of ``worktree`` as it is (tracked and untracked files, not ignored ones nor
+    untracked build output, see hero.git.output), written without touching its index: a
+    copy of the index (git's stat cache, so that only changed files are read) takes the
+    changes."""
     scratch = gitdir / SCRATCH_INDEX
     if os.path.lexists(scratch):
         os.unlink(scratch)  # never written through: a link left there is dropped
@@ -62,7 +65,7 @@ def worktree_tree(worktree: Path, gitdir: Path) -> str:
             shutil.copyfile(index, scratch, follow_symlinks=False)
         else:  # no index, or not a file hero reads: from HEAD, every file hashed
             git(worktree, "read-tree", "HEAD", env=env)
-        git(worktree, "add", "--all", "--", ".", env=env)
+        stage_all(worktree, build_output, env)
         return git(worktree, "write-tree", env=env).strip()
     finally:
         if os.path.lexists(scratch):

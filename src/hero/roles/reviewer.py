@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hero.git.ops import Bounded, diff_since, log_since
+from hero.git.output import added_build_output, build_output_line
 from hero.llm.client import Model
 from hero.roles.answers import find_object
 from hero.roles.prompting import render, render_added
@@ -125,12 +127,16 @@ def review_commits(
     home: Path | None,
     trace: Trace,
     recap: str = "",
+    build_output: Sequence[str] = (),
 ) -> Verdict:
     """Review the story's commits from ``base_sha`` to ``tip``, read in ``repo`` (the user's
     repository, where hero brought them): their log and their diff, cut for size with a
-    note saying what was left out."""
+    note saying what was left out, and a line naming the files matching ``build_output``
+    (the setting's patterns) that they add: the worker's own commits of build output, which
+    hero does not undo, are pointed out rather than left to a diff that may be cut."""
     log = log_since(repo, base_sha, tip=tip)
     diff, stat = diff_since(repo, base_sha, tip=tip)
+    committed = build_output_line(added_build_output(repo, base_sha, tip, build_output))
     return review(
         model,
         story,
@@ -144,6 +150,7 @@ def review_commits(
         home=home,
         trace=trace,
         recap=recap,
+        build_output=committed,
     )
 
 
@@ -172,14 +179,17 @@ def review(
     home: Path | None,
     trace: Trace,
     recap: str = "",
+    build_output: str = "",
 ) -> Verdict:
     """One model call; raises PromptError for a template that does not fit its values.
     ``recap``: the last stories on the repository (hero.memory.recall.render_recap), ""
-    for none (the prompt is then as without memory)."""
+    for none (the prompt is then as without memory). ``build_output``: the line naming the
+    build output the branch adds (hero.git.output.build_output_line), "" for none (the
+    prompt is then as before that line existed)."""
     task = render_added(
         "reviewer_task.md",
         home,
-        {"recap": recap},
+        {"recap": recap, "build_output": f"\n{build_output}\n" if build_output else ""},
         id=story.id,
         title=story.title,
         body=story.body.strip(),

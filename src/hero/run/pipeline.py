@@ -495,6 +495,7 @@ class StoryRun:
             home=self.home,
             trace=trace,
             recap=self._recall(facts=False).recap,
+            build_output=self.config.project.build_output,
         )
         return verify, verdict
 

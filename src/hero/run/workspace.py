@@ -22,7 +22,8 @@ from hero.agent.tools.policy import Policy
 from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
 from hero.config.home import Config
 from hero.git.guard import push_refusals
-from hero.git.ops import GitError, TargetRepo, clear_stale_locks, commit_all, confined, git
+from hero.git.ops import GitError, TargetRepo, clear_stale_locks, confined, git
+from hero.git.output import commit_all
 from hero.git.phases import StoryGit
 from hero.git.storyrepo import BringBackRefused, StoryRepo
 from hero.git.wip import (
@@ -75,6 +76,7 @@ class Workspace:
             self.branch,
             user_base(story, config),
             messages=commit_message_rule(story.source),
+            build_output=config.project.build_output,
         )
         #: hero's git at the end of each phase (see hero.git.phases)
         self.git = StoryGit(repo, self.story_repo, secrets=redactor, tidy=self._tidy)
@@ -280,6 +282,7 @@ class Workspace:
                     self.path,
                     f"hero: keep uncommitted work before a fresh start ({self.key})",
                     self.repo.identity_env(),
+                    story_repo.build_output,
                 )
             with self.repo.locked():
                 try:
@@ -327,7 +330,7 @@ class Workspace:
             raise GitError(f"{self.branch} has no checkout to snapshot in {self.path}")
         self.story_repo.make_safe()
         with self._own_git():
-            tree = worktree_tree(self.path, self.story_repo.gitdir)
+            tree = worktree_tree(self.path, self.story_repo.gitdir, self.story_repo.build_output)
             if last is not None and (last.tip, last.tree) == (tip, tree):
                 return last
             if tree == tree_of(self.path, tip):
