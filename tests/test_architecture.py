@@ -56,6 +56,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.run.record",
         "hero.run.start",
         "hero.run.workspace",
+        "hero.run.environment",
+        "hero.run.baseline",
         "hero.run.housekeeping",
     ),
     ("hero.roles.*",),  # 7  worker, verifier, reviewer, planner, learner: one job each; prompts

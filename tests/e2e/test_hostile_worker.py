@@ -176,7 +176,11 @@ def test_checks_moving_the_users_refs_are_undone(
     git(target_repo, "branch", "keep")
     refs_before = user_refs(target_repo)
     once = tmp_path / "moved-once"
-    sneaky = f"test -e {once} || {{ touch {once} && git update-ref refs/heads/keep HEAD; }}"
+    # once the worker's change is there (the checks run on the starting commit first too)
+    sneaky = (
+        f"! grep -q 'def sub' calc/__init__.py || test -e {once} || "
+        f"{{ touch {once} && git update-ref refs/heads/keep HEAD; }}"
+    )
     worker = {1: [*sub_work(), text("Done.")], 2: [text("Done.")]}
     model = scripted(policy(worker))
     home = make_home(model, sandbox="none")

@@ -195,7 +195,7 @@ def test_sigint_in_later_phase_records_no_round(
         return plan[min(step_of(body), len(plan) - 1)]
 
     model = scripted(handler)
-    home = make_home(model, sandbox="none")
+    home = make_home(model, sandbox="none", baseline=False)  # the round's own checks, first
     verify = [long_command("verify.pid")] if phase == "verify" else ["true"]
     story = write_story(home, "s1", verify=verify)
     worktree = home / "worktrees" / "s1"

@@ -378,7 +378,7 @@ def test_guardrail_stops_the_worker(
     detail: str,
 ) -> None:
     model = scripted(policy(plan, verdict(ac=SUB_AC)))
-    home = make_home(model, **knobs)
+    home = make_home(model, baseline=False, **knobs)  # no check runs before round 1 either
     story = write_story(home, "s1", verify=["touch verify-ran"], max_retries=1)
 
     assert run_hero(home, story) == 1
@@ -620,7 +620,7 @@ def test_path_escapes_are_refused(
     # nothing new outside the worktree but hero's own records
     home_after = sorted(p for p in home.rglob("*") if "worktrees/s1" not in p.as_posix())
     new = {p.relative_to(home).as_posix() for p in set(home_after) - set(home_before)}
-    assert all(p.split("/")[0] in ("runs", "done", "memory") for p in new), new
+    assert all(p.split("/")[0] in ("runs", "done", "memory", "envs") for p in new), new
     assert not (target_repo / ".git" / "worktrees" / "s1" / "hooks").exists()
 
 

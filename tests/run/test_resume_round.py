@@ -458,7 +458,7 @@ def test_a_worker_that_had_finished_is_not_asked_again(
         return bash(k, commit_once("work")) if k == 1 else text("Work done.")
 
     model = scripted(policy(turns))
-    home = make_home(model, sandbox="none")
+    home = make_home(model, sandbox="none", baseline=False)  # the round's own checks, first
     story = write_story(home, "s1", verify=[long_command("verify.pid")])
     worktree = home / "worktrees" / "s1"
 

@@ -112,6 +112,16 @@ class ProjectSettings:
         example="setup_inputs:\n  - pyproject.toml\n  - requirements/*.txt",
         section=PROJECT_SECTION,
     )
+    baseline: bool = knob(
+        "baseline",
+        True,
+        "Whether a story's checks run once on the commit it starts from, before round 1 (the "
+        "baseline): the worker is told which already fail, the verifier reports them apart.",
+        note="Tiers fail fast as in a round. The result is kept per starting commit, "
+        "environment and checks, so a story that starts where another did runs none again. "
+        "false: no check runs before round 1.",
+        section=PROJECT_SECTION,
+    )
     build_output: tuple[str, ...] = knob(
         "build_output",
         DEFAULT_BUILD_OUTPUT,

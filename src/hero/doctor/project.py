@@ -116,6 +116,7 @@ def _checks(
             (VerifyTier("default", config.default_verify),),
             checkout,
             home=config.home,
+            branch=story_repo.branch,
             commit=base,
             env_key=environment.key if environment else "",
             env=env,

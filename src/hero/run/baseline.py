@@ -5,8 +5,9 @@ first turn, the verifier's report says which failures were there before and whic
 brought, and ``hero status``, ``--json``, the events and the status page show the baseline.
 A story that exists to fix a failing check still works: the baseline only informs.
 
-Every command runs (no tier fails the others fast), in the project's environment and sandbox,
-as the verifier runs them. The result is kept per starting commit, environment and check text
+The checks run as in a round (a red tier skips the later ones: theirs are recorded as not
+run, ``passed: null``), in the project's environment and sandbox, under the guard of a round's
+checks (what they do to the branch or the refs is undone). The result is kept per starting commit, environment and check text
 (``envs/baselines/<key>.json``): a story that starts where another started runs none again.
 What the checks changed in tracked files is put back before round 1.
 """
@@ -47,6 +48,7 @@ def run_baseline(
     worktree: Path,
     *,
     home: Path,
+    branch: str,
     commit: str,
     env_key: str,
     env: Mapping[str, str],
@@ -63,12 +65,8 @@ def run_baseline(
     found = _cached(cache, commit)
     if found is not None:
         return {**found, "cached": True}
-    tier_of: dict[str, str] = {}
-    for tier in tiers:
-        for command in tier.commands:
-            tier_of.setdefault(command, tier.name)
     result = run_verify(
-        (VerifyTier("baseline", tuple(tier_of)),),
+        tiers,
         worktree,
         timeout_s=timeout_s,
         env=env,
@@ -77,10 +75,17 @@ def run_baseline(
         redact=redact,
         sandbox=sandbox,
     )
-    _put_back(worktree)
+    _put_back(worktree, branch, commit)
+    ran = {c.command for c in result.commands}
+    skipped = [  # a tier after a red one: not run, as in a round
+        {"tier": t.name, "command": c, "passed": None, "exit_code": None, "timed_out": False}
+        for t in tiers
+        for c in t.commands
+        if t.name in result.skipped_tiers and c not in ran
+    ]
     record = {
         "commit": commit,
-        "checks": [_check(c, tier_of.get(c.command, c.tier)) for c in result.commands],
+        "checks": [*(_check(c, c.tier) for c in result.commands), *skipped],
         "log": str(log_path),
     }
     if not (cancel is not None and cancel.is_set()):
@@ -114,11 +119,10 @@ def _cached(path: Path, commit: str) -> dict[str, Any] | None:
     return data
 
 
-def _put_back(worktree: Path) -> None:
-    """Tracked files the checks changed, back as committed (untracked output is left)."""
-    changed = git(worktree, "status", "--porcelain", "--untracked-files=no", check=False)
-    if changed.strip():
-        git(worktree, "checkout", "--force", "HEAD", "--", ".", check=False)
+def _put_back(worktree: Path, branch: str, commit: str) -> None:
+    """The worktree back on ``branch`` at ``commit``, its tracked files as committed: what
+    the checks committed or changed is gone (their untracked output is left)."""
+    git(worktree, "checkout", "-q", "--force", "-B", branch, commit)
 
 
 def failing(baseline: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
@@ -151,7 +155,7 @@ def worker_note(baseline: Mapping[str, Any] | None) -> str:
 
 def summary(baseline: Mapping[str, Any] | None) -> str:
     """One line for `hero status`: how many checks passed on the starting commit."""
-    checks = (baseline or {}).get("checks") or []
+    checks = [c for c in (baseline or {}).get("checks") or [] if c.get("passed") is not None]
     if not checks:
         return ""
     failed = len(failing(baseline))

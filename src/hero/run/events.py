@@ -270,7 +270,7 @@ class StoryEvents:
                 {
                     "tier": str(c.get("tier", "")),
                     "command": self._text(c.get("command")),
-                    "passed": bool(c.get("passed")),
+                    "passed": c.get("passed") if c.get("passed") is None else bool(c["passed"]),
                     "exit_code": c.get("exit_code"),
                 }
                 for c in record.get("checks", [])

@@ -472,7 +472,7 @@ class StoryRun:
             redact=self.redactor,
             sandbox=self.workspace.verify_refit(),
             on_command=lambda check: self.events.verify_command(asdict(check)),
-            baseline={c["command"]: c["passed"] for c in self.state.baseline.get("checks", [])},
+            baseline=_before(self.state.baseline),
         )
         trace.verify(verify.to_dict())
         self.say(f"round {n}: verify {'passed' if verify.passed else 'FAILED'}")
@@ -519,11 +519,20 @@ def _before_round_1(
     state.setup = run.workspace.set_up(state, env, run.cancel) or state.setup
     if state.setup:
         run.events.setup(state.setup)
-    if tiers and not state.rounds and not state.baseline:
+    if tiers and run.config.project.baseline and not state.rounds and not state.baseline:
         run.record.phase("baseline", f"{run.key}: the checks before any change", run.cancel)
         state.baseline = run.workspace.baseline(tiers, env, run.cancel)
         run.events.baseline(state.baseline)
     run.record.save()
+
+
+def _before(baseline: dict[str, Any]) -> dict[str, bool]:
+    """command -> whether it passed on the starting commit, for the checks that ran."""
+    return {
+        str(c.get("command")): bool(c["passed"])
+        for c in baseline.get("checks", [])
+        if c.get("passed") is not None
+    }
 
 
 def _failure(exc: Exception) -> str:

@@ -186,11 +186,13 @@ class Workspace:
         self.confine()  # the environment's mount points, checked again
         commit = self.repo.branch_sha(self.branch) or self.base_sha
         self.story_repo.make_safe()
+        guard = self.git.watch(commit)  # as a round's checks: they may not move refs
         with self._own_git():
-            return run_baseline(
+            found = run_baseline(
                 tiers,
                 self.path,
                 home=self.config.home,
+                branch=self.branch,
                 commit=commit,
                 env_key=self.environment.key if self.environment else "",
                 env=env,
@@ -200,6 +202,9 @@ class Workspace:
                 redact=self.redactor,
                 cancel=cancel,
             )
+        for problem in self.git.end_checks(guard).problems:  # undone: said, the story goes on
+            self.say(f"{self.key}: before round 1: {problem}")
+        return found
 
     def confine(self) -> None:
         """Build the sandbox of the worker's and of the checks' commands (``sandbox`` in

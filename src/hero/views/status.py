@@ -515,11 +515,12 @@ def baseline_summary(baseline: Any) -> str:
     checks = baseline.get("checks") if isinstance(baseline, dict) else None
     if not isinstance(checks, list):
         return ""
-    failed = [c for c in checks if isinstance(c, dict) and c.get("passed") is False]
+    ran = [c for c in checks if isinstance(c, dict) and c.get("passed") is not None]
+    failed = [c for c in ran if c.get("passed") is False]
     if not failed:
         return ""
     named = ", ".join(f"`{' '.join(str(c.get('command', '')).split())}`" for c in failed)
-    return f"{len(failed)} of {len(checks)} checks already failing before any change: {named}"
+    return f"{len(failed)} of {len(ran)} checks already failing before any change: {named}"
 
 
 def breaker_lines(breaker: dict[str, Any], now: float) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ import pytest
 from conftest import working_bwrap
 from env_support import CHECK, FIXED, SETUP, make_project
 from helpers import COMMIT, task_text
-from run_support import policy, run_hero, worker_requests
+from run_support import policy, run_hero, sub_work, worker_requests
 
 from hero.cli import main
 from hero.llm.scripted import ScriptedModel, call, text
@@ -32,6 +33,11 @@ def fix_work(msg: str = "fix-sub") -> list:
         call("bash", command=COMMIT.format(msg=msg)),
         text("Fixed calc.sub."),
     ]
+
+
+def fix_sub() -> list:
+    """The worker adds calc.sub to the plain target repository and commits it."""
+    return [*sub_work(), text("Added sub.")]
 
 
 def state_of(home: Path, story: str) -> dict:
@@ -314,3 +320,56 @@ def test_a_worker_cannot_change_the_shared_environment(
     assert not (env / "tree" / ".venv" / "evil").exists()
     said = [m for r in worker_requests(model) for m in r["messages"] if m["role"] == "tool"]
     assert "Read-only file system" in said[0]["content"]
+
+
+def test_what_the_checks_do_before_round_1_is_undone_and_the_worker_starts_clean(
+    target_repo: Path, make_home, write_story, scripted: Callable[..., ScriptedModel]
+) -> None:
+    """The baseline's checks run under a round's checks' guard: a commit on the story branch
+    and a moved ref are undone, a changed tracked file put back, before the worker starts."""
+    sneaky = (
+        "grep -q 'def sub' calc/__init__.py || { echo '# mine' >> calc/__init__.py; "
+        "git commit -qam sneaky; git update-ref refs/heads/main HEAD; echo x >> tests/__init__.py; exit 1; }"
+    )
+    model = scripted(
+        policy([call("bash", command="git log --oneline | wc -l; git status --short"), *fix_sub()])
+    )
+    home = make_home(model)
+    assert run_hero(home, write_story(home, "s1", verify=[sneaky])) == 0
+    state = state_of(home, "s1")
+    assert [c["passed"] for c in state["baseline"]["checks"]] == [False]
+    first_tool = [m for m in worker_requests(model)[1]["messages"] if m["role"] == "tool"][0]
+    # the story starts on the base commit alone, its files as committed
+    assert re.search(r"^\s*1\s*$", first_tool["content"], re.MULTILINE), first_tool["content"]
+    assert "tests/__init__.py" not in first_tool["content"]
+    log = subprocess.run(
+        ["git", "log", "--format=%s", "hero/s1"], cwd=target_repo, capture_output=True, text=True
+    ).stdout
+    assert "sneaky" not in log
+    main_sha = subprocess.run(
+        ["git", "rev-parse", "main"], cwd=target_repo, capture_output=True, text=True
+    ).stdout.strip()
+    assert main_sha == state["base_sha"]
+
+
+def test_a_red_tier_skips_the_later_ones_before_round_1_too(
+    target_repo: Path, make_home, write_story, scripted: Callable[..., ScriptedModel]
+) -> None:
+    model = scripted(policy(fix_sub()))
+    home = make_home(model)
+    tiers = {"unit": ["grep -q 'def sub' calc/__init__.py"], "slow": ["touch slow-ran"]}
+    assert run_hero(home, write_story(home, "s1", verify=tiers)) == 0
+    checks = state_of(home, "s1")["baseline"]["checks"]
+    assert [(c["tier"], c["passed"]) for c in checks] == [("unit", False), ("slow", None)]
+
+
+def test_baseline_false_runs_no_check_before_round_1(
+    target_repo: Path, make_home, write_story, scripted: Callable[..., ScriptedModel]
+) -> None:
+    model = scripted(policy(fix_sub()))
+    home = make_home(model, baseline=False)
+    assert (
+        run_hero(home, write_story(home, "s1", verify=["grep -q 'def sub' calc/__init__.py"])) == 0
+    )
+    assert "baseline" not in state_of(home, "s1")
+    assert "already fail" not in task_text(worker_requests(model)[0])
