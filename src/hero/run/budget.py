@@ -120,11 +120,17 @@ class Meter:
     record keeps."""
 
     def __init__(
-        self, budgets: Budgets, state: RunState, *, clock: Callable[[], float] = time.time
+        self,
+        budgets: Budgets,
+        state: RunState,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_count: Callable[[], None] | None = None,
     ) -> None:
         self.budgets = budgets
         self._state = state
         self._clock = clock  # time.time: the clock of Round.started_at and duration_s
+        self._on_count = on_count  # after each call counted: the record saves its spend
         self._before = Usage.from_dict(state.usage)  # what the runs before this one spent
         self.usage = Usage()  # what this run's calls spent
         self._round_no = 0
@@ -166,10 +172,12 @@ class Meter:
             raise over
 
     def add(self, completion: Completion) -> None:
-        """Count a model call's answer."""
+        """Count a model call's answer, and tell ``on_count``."""
         usage = completion.usage
         self.usage.add(usage)
         self._round.add(usage)
+        if self._on_count is not None:
+            self._on_count()
 
     def wrap(self, model: Model) -> Metered:
         """``model``, checking the budgets before each call and counting each answer."""

@@ -156,7 +156,7 @@ class StoryRun:
         self.record = RunRecord(
             story,
             self.home,
-            lambda state: Meter(config.budgets, state),
+            lambda state, counted: Meter(config.budgets, state, on_count=counted),
             self.events,
             redactor,
             self.say,
@@ -406,8 +406,8 @@ class StoryRun:
             raise
 
     def _turn_done(self, _result: AgentResult) -> None:
-        """Between two turns: the engine's hook, the record (its usage) saved now and then,
-        and a cancellation seen before the next model call."""
+        """Between two turns: the engine's hook, the record (its round's time) saved now
+        and then, and a cancellation seen before the next model call."""
         if self.hooks.on_turn_end is not None:
             self.hooks.on_turn_end(self)
         self.record.save_now_and_then()
