@@ -92,6 +92,7 @@ def dry_run(story_path: Path, config: Config, models: Override | None = None) ->
         where = _where(story, config, repo, start, workspace.path)
         if where["action"] != "passed":
             start.check_model_verify()
+            start.check_prices()
         tiers = start.tiers()
         result["start"] = where
         if where["action"] == "passed":
