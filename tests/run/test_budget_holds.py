@@ -180,7 +180,7 @@ def test_answers_without_usage_are_estimated_and_trip_the_token_budget(
     below = table[table.index(line) + 1]
     assert below.startswith(f"    estimated: {calls} of {calls} calls came without token counts")
 
-    # the report, the logs, the story's page
+    # the report, the logs, the export, the story's page
     assert main(["report", "--home", str(home), "s1"]) == 0
     report = capsys.readouterr().out
     assert f"| model calls | {calls} ({calls} without token counts) |" in report
@@ -188,6 +188,10 @@ def test_answers_without_usage_are_estimated_and_trip_the_token_budget(
     assert main(["logs", "s1", "--home", str(home)]) == 0
     logs = capsys.readouterr().out
     assert logs.count("(no token counts in the answer: ~") == calls
+    assert main(["export", "--home", str(home)]) == 0
+    (exported,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert exported["metadata"]["usage"]["estimated_calls"] == calls
+    assert exported["metadata"]["usage"]["estimated_tokens"] == usage.estimated_tokens
 
     page = web_data.story(web_data.Site(home, None, Redactor(())), StoryRef("", "s1"))
     assert page is not None and page["estimated_calls"] == calls
