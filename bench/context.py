@@ -35,11 +35,12 @@ from run import TURN_TARGET_MS, HttpTimer, ServerProcess, TimedModel, _worker_sy
 
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.tools import ToolContext, tool_schemas
-from hero.agent.window import Context, Window, estimate_message, estimate_text
+from hero.agent.window import Context, Window
 from hero.config.providers import Provider, RoleConfig
 from hero.config.sections import LlmSettings, WorkerLimits
 from hero.llm.client import LlmClient
 from hero.llm.scripted import Answer, Reply, ToolCall, text
+from hero.llm.usage import estimate_message, estimate_text
 from hero.roles.worker import condense_prompt
 from hero.runner import child_env
 from hero.trace import Trace, read_trace

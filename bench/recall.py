@@ -59,7 +59,7 @@ from pathlib import Path
 
 from report import Report, env_line, median, print_report, run_sections
 
-from hero.agent.window import estimate_text
+from hero.llm.usage import estimate_text
 from hero.memory.facts import Fact, Role, Source, new_fact
 from hero.memory.recall import relevance, render_facts, story_query, tokens
 from hero.redact import Redactor

@@ -202,8 +202,9 @@ class Trace:
 def _call_extras(completion: Completion) -> dict[str, Any]:
     """What a model call's event holds only when there is something to say: its cached
     prompt tokens, its cost (the run record keeps only the story's total; this is the
-    call's, for cost by role and model) and the kinds of the errors retried before it
-    answered (``hero.llm.client.error_kind``), which nothing else keeps."""
+    call's, for cost by role and model), the kinds of the errors retried before it
+    answered (``hero.llm.client.error_kind``), which nothing else keeps, and how many of its
+    tokens are hero's estimate (``tokens_estimated``: the answer carried no count)."""
     extra: dict[str, Any] = {}
     if completion.tokens_cached:
         extra["tokens_cached"] = completion.tokens_cached
@@ -211,6 +212,8 @@ def _call_extras(completion: Completion) -> dict[str, Any]:
         extra["cost_usd"] = round(completion.cost_usd, 8)
     if completion.errors:
         extra["errors"] = list(completion.errors)
+    if completion.tokens_estimated:  # the answer carried no count of them (hero.llm.client)
+        extra["tokens_estimated"] = completion.tokens_estimated
     return extra
 
 

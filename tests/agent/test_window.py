@@ -38,14 +38,13 @@ from hero.agent.window import (
     Context,
     ContextOverflow,
     Window,
-    estimate_message,
-    estimate_text,
 )
 from hero.cli import main
 from hero.config.providers import Provider, RoleConfig
 from hero.config.sections import LlmSettings, WorkerLimits
 from hero.llm.client import LlmClient, LlmError
 from hero.llm.scripted import Reply, ScriptedModel, ToolCall, text
+from hero.llm.usage import estimate_message, estimate_text
 from hero.roles.prompting import PromptError, load_template
 from hero.roles.worker import build_messages, condense_prompt
 from hero.runner import child_env

@@ -405,6 +405,34 @@ def test_free_disk(tmp_path: Path) -> None:
     assert low.status == FAIL and "below min_free_disk_mb" in low.detail
 
 
+def test_budgets_a_usd_budget_without_prices_fails_first(make_home: Any, scripted: Any) -> None:
+    """What refuses every story at its start (hero.run.start) is a failed line here, and
+    stops `hero watch` before it takes a story."""
+    model = scripted(probe_ok)
+    home = make_home(model, sandbox="none")
+    assert one(findings(home, quick=True), "budgets") == Finding(OK, "budgets", "no USD budget set")
+
+    home = make_home(model, sandbox="none", max_story_cost_usd=0.004)
+    found = one(findings(home, quick=True), "budgets")
+    assert found.status == FAIL
+    assert found.detail == (
+        "max_story_cost_usd is set, but the worker's and the reviewer's model 'scripted-test' "
+        "(provider 'scripted') has no input_usd_per_mtok or output_usd_per_mtok: hero cannot "
+        "count the dollars it spends"
+    )
+    assert found.fix.startswith(
+        "set input_usd_per_mtok and output_usd_per_mtok in config/providers/scripted.yaml"
+    )
+    with pytest.raises(PreflightFailed, match="FAIL budgets: max_story_cost_usd is set"):
+        preflight(load_config(home), lambda _msg: None, repository=True)
+    assert model.requests == []
+
+    provider = home / "config" / "providers" / "scripted.yaml"
+    provider.write_text(provider.read_text() + "input_usd_per_mtok: 0\noutput_usd_per_mtok: 0\n")
+    found = one(findings(home, quick=True), "budgets")
+    assert found.status == OK and found.detail.startswith("max_story_cost_usd: the models have")
+
+
 # ----------------------------------------------------------------------------- remotes, GitHub
 
 

@@ -18,6 +18,7 @@ from hero.config.sections import LlmSettings
 from hero.errors import Interrupted
 from hero.llm.client import Completion, LlmError
 from hero.llm.scripted import Drop, HttpError, Reply, ScriptedModel, ToolCall, calls, text
+from hero.llm.usage import estimate_message, estimate_request
 
 TOOLS = [
     {
@@ -578,18 +579,29 @@ def test_malformed_completions_exhaust_retries_naming_what_was_wrong(
     assert "2 attempts" in message
 
 
-def test_odd_usage_counts_as_zero_tokens(raw_server: Callable[..., _RawServer]) -> None:
+def test_odd_usage_is_estimated_and_never_retried(raw_server: Callable[..., _RawServer]) -> None:
     body = {**_completion_body([GOOD_CHOICE]), "usage": "n/a"}
     server = raw_server(
         [body, {**body, "usage": {"prompt_tokens": "many", "completion_tokens": 4}}]
     )
     client = make_client(server.base_url)
+    prompt = estimate_request(MESSAGES)
+    answer = estimate_message(GOOD_CHOICE["message"])  # type: ignore[arg-type]
 
-    assert client.complete(MESSAGES).content == "fine"
-    assert client.complete(MESSAGES).content == "fine"
-    assert server.hits == 2
-    assert (client.usage.tokens_in, client.usage.tokens_out) == (0, 4)
-    assert client.usage.retries == 0
+    first = client.complete(MESSAGES)
+    second = client.complete(MESSAGES)
+
+    assert first.content == second.content == "fine"
+    assert server.hits == 2 and client.usage.retries == 0
+    # no usage at all: both sides estimated; a prompt count that is no number: that side
+    # estimated, the completion count the endpoint gave kept
+    assert (first.tokens_in, first.tokens_out, first.tokens_estimated) == (
+        prompt,
+        answer,
+        prompt + answer,
+    )
+    assert (second.tokens_in, second.tokens_out, second.tokens_estimated) == (prompt, 4, prompt)
+    assert (client.usage.estimated_calls, client.usage.estimated_tokens) == (2, 2 * prompt + answer)
 
 
 def test_reasoning_field_is_read_when_there_is_no_reasoning_content(

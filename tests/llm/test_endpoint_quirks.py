@@ -31,6 +31,7 @@ from hero.llm.client import (
     assistant_message,
 )
 from hero.llm.scripted import Raw, ScriptedModel, call, text
+from hero.llm.usage import estimate_message, estimate_request
 from hero.runner import child_env
 from hero.trace import Trace
 
@@ -269,9 +270,35 @@ def test_cached_tokens_in_each_shape(scripted: Start, usage: dict[str, Any], cac
     assert ask(scripted, body).tokens_cached == cached
 
 
-def test_no_usage_counts_nothing_and_is_no_error(scripted: Start) -> None:
+def test_no_usage_is_counted_by_hero_s_estimate_and_is_no_error(scripted: Start) -> None:
+    """Some gateways and streaming servers send no usage (or null): the call is counted by
+    hero's estimate of the request's and the answer's sizes, never as free."""
     done = ask(scripted, chat({"content": "ok"}, usage=None))
-    assert (done.tokens_in, done.tokens_out, done.cost_usd) == (0, 0, 0.0)
+    estimate = estimate_request(MESSAGES) + estimate_message(done.message)
+    assert done.tokens_in == estimate_request(MESSAGES) and done.tokens_out > 0
+    assert done.tokens_estimated == done.tokens_in + done.tokens_out == estimate
+    assert done.usage.estimated_calls == 1 and done.usage.estimated_tokens == estimate
+
+
+@pytest.mark.parametrize(
+    ("usage", "estimated"),
+    [
+        ({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, "both"),  # zeros
+        ({"completion_tokens": 7}, "in"),  # no prompt count: that side alone
+        ({"prompt_tokens": 120}, "out"),  # no completion count
+        ({"prompt_tokens": 120, "completion_tokens": 0}, "none"),  # counted: 0 is a count
+    ],
+)
+def test_a_usage_missing_a_count_has_that_count_estimated(
+    scripted: Start, usage: dict[str, Any], estimated: str
+) -> None:
+    done = ask(scripted, chat({"content": "ok"}, usage=usage))
+    prompt, answer = estimate_request(MESSAGES), estimate_message(done.message)
+    expect_in = prompt if estimated in ("in", "both") else usage["prompt_tokens"]
+    expect_out = answer if estimated in ("out", "both") else usage["completion_tokens"]
+    assert (done.tokens_in, done.tokens_out) == (expect_in, expect_out)
+    guessed = {"in": prompt, "out": answer, "both": prompt + answer, "none": 0}[estimated]
+    assert done.tokens_estimated == guessed
 
 
 # --------------------------------------------------------------------------- finish_reason

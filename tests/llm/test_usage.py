@@ -31,19 +31,31 @@ def answer(tokens_in: int, tokens_out: int, cost: float = 0.0, cached: int = 0) 
 
 def test_the_key_order_is_the_one_runs_state_has_always_had() -> None:
     """A record of a story that ran: the default's four keys, then tokens_cached (as the
-    pipeline appended it to the default record before there was one Usage)."""
-    usage = Usage(tokens_in=350, tokens_out=35, llm_calls=4, cost_usd=0.1234567, tokens_cached=7)
+    pipeline appended it to the default record before there was one Usage), then what of it
+    is hero's estimate."""
+    usage = Usage(
+        tokens_in=350,
+        tokens_out=35,
+        llm_calls=4,
+        cost_usd=0.1234567,
+        tokens_cached=7,
+        estimated_calls=1,
+        estimated_tokens=90,
+    )
     assert json.dumps(usage.to_dict()) == (
         '{"tokens_in": 350, "tokens_out": 35, "llm_calls": 4, "cost_usd": 0.123457, '
-        '"tokens_cached": 7}'
+        '"tokens_cached": 7, "estimated_calls": 1, "estimated_tokens": 90}'
     )
-    assert Usage.from_dict(usage.to_dict()) == Usage(350, 35, 4, 0.123457, 7)
+    assert Usage.from_dict(usage.to_dict()) == Usage(350, 35, 4, 0.123457, 7, 1, 90)
 
 
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
         ({"tokens_in": 9}, Usage(tokens_in=9)),  # a record from before tokens_cached
+        # a record from before estimates: nothing in it was estimated
+        ({"tokens_in": 9, "tokens_cached": 2}, Usage(tokens_in=9, tokens_cached=2)),
+        ({"estimated_calls": "some", "estimated_tokens": -3}, Usage()),
         ({"tokens_in": 12.0, "cost_usd": 1}, Usage(tokens_in=12, cost_usd=1.0)),
         ({"tokens_in": "lots", "tokens_out": True, "cost_usd": float("inf")}, Usage()),
         ({"tokens_in": -5, "llm_calls": None}, Usage()),
@@ -78,8 +90,8 @@ def test_the_meter_counts_every_call_and_adds_the_earlier_runs() -> None:
 
 
 def test_an_old_record_loads_and_is_written_back_as_before(tmp_path: Path) -> None:
-    """A record written before tokens_cached existed keeps its keys in order, gains the
-    new one at the end, and keeps a key a newer hero may have added."""
+    """A record written before tokens_cached and the estimates existed keeps its keys in
+    order, gains the new ones at the end, and keeps a key a newer hero may have added."""
     save_state(tmp_path, RunState(id="s1"))
     assert json.loads(state_path(tmp_path, "s1").read_text())["usage"] == {
         "tokens_in": 0,
@@ -102,6 +114,8 @@ def test_an_old_record_loads_and_is_written_back_as_before(tmp_path: Path) -> No
         '    "llm_calls": 1,\n'
         '    "cost_usd": 0.002,\n'
         '    "from_a_newer_hero": 1,\n'
-        '    "tokens_cached": 0\n'
+        '    "tokens_cached": 0,\n'
+        '    "estimated_calls": 0,\n'
+        '    "estimated_tokens": 0\n'
         "  }"
     )

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hero.agent.window import estimate_text
 from hero.config.loader import load_config
 from hero.llm.scripted import ScriptedModel, text
+from hero.llm.usage import estimate_text
 from hero.memory import store_for
 from hero.memory.facts import Fact, Role, Source, new_fact
 from hero.memory.recall import FACTS_HEADING, STOPWORDS, pick, relevance, tokens
@@ -160,7 +160,7 @@ def test_recalling_imports_no_numpy(
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from hero.agent.window import estimate_text\n"
+        "from hero.llm.usage import estimate_text\n"
         "from hero.config.loader import load_config\n"
         "from hero.memory.recall import recall_for\n"
         "from hero.story.format import parse_story\n"

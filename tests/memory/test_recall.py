@@ -18,11 +18,11 @@ import pytest
 from helpers import commit_once, is_review, step_of, verdict
 from memory_support import story_requests, worker_task
 
-from hero.agent.window import estimate_text
 from hero.cli import main
 from hero.config.loader import load_config
 from hero.llm.client import LlmClient
 from hero.llm.scripted import ScriptedModel, call, text
+from hero.llm.usage import estimate_text
 from hero.memory import store_for
 from hero.memory.facts import Fact, Role, Source, Trust, new_fact
 from hero.memory.recall import (

@@ -22,10 +22,11 @@ from helpers import is_review, load_state, review_round, step_of, verdict, worke
 
 from hero.cli import main
 from hero.config.loader import load_config
+from hero.config.providers import Provider, RoleConfig
 from hero.config.sections import Budgets
-from hero.llm.client import LlmClient
+from hero.llm.client import Completion, LlmClient
 from hero.llm.scripted import Reply, ScriptedModel, call, text
-from hero.run.budget import BudgetExceeded, Meter, Spend, story_over, story_spend
+from hero.run.budget import BudgetExceeded, Meter, Spend, story_over, story_spend, unpriced
 from hero.state import Round, RunState, save_state
 from hero.views.status import collect_status, format_status
 
@@ -388,6 +389,7 @@ def test_round_cost_stops_before_the_reviewer(
     ]
     model = scripted(script(worker))
     home = make_home(model, max_round_cost_usd=1)
+    set_prices(home, input_usd_per_mtok=1000)  # a USD budget needs them; the reported cost wins
     story = write_story(home, "s1")
 
     assert run(home, story) == 1
@@ -541,3 +543,53 @@ def test_rounds_cut_short_count_for_the_meter_and_the_record_alike() -> None:
     state.current_round, state.round_started_at, state.updated_at = 2, 990.0, 994.0
     assert story_spend(state).wall_s == 99.0
     assert story_spend(state, now=1000.0).wall_s == 105.0  # a live record: up to now
+
+
+def test_a_usd_budget_names_each_model_without_prices_and_the_settings_to_set() -> None:
+    def role(name: str, provider: str, model: str, by: str = "", **prices: float) -> RoleConfig:
+        p = Provider(name=provider, base_url="http://127.0.0.1:1/v1", default_model=model, **prices)
+        return RoleConfig(name, p, model, None, chosen_by=by)
+
+    priced = role("reviewer", "paid", "big", input_usd_per_mtok=3, output_usd_per_mtok=15)
+    free = role("reviewer", "local", "qwen", input_usd_per_mtok=0, output_usd_per_mtok=0)
+    unpriced_worker = role("worker", "gw", "m", "story field model", input_usd_per_mtok=1)
+
+    # no USD budget, or every model priced (0 is a price): nothing to refuse
+    assert unpriced(Budgets(story_tokens=10), {"worker": unpriced_worker}) is None
+    both = {"worker": role("worker", "paid", "big", **PRICED), "reviewer": free}
+    assert unpriced(Budgets(story_cost_usd=1, round_cost_usd=0.5), both) is None
+
+    found = unpriced(
+        Budgets(story_cost_usd=1, round_cost_usd=0.5),
+        {"worker": unpriced_worker, "reviewer": priced, "planner": role("planner", "x", "y")},
+    )
+    assert found is not None  # the planner is no story's role: not counted, not named
+    assert found.problem == (
+        "max_story_cost_usd and max_round_cost_usd are set, but the worker's model 'm' "
+        "(provider 'gw', chosen by story field model) has no output_usd_per_mtok: hero "
+        "cannot count the dollars it spends"
+    )
+    assert found.fix == (
+        "set input_usd_per_mtok and output_usd_per_mtok in config/providers/gw.yaml (0 for "
+        "a model that costs nothing), or take max_story_cost_usd and max_round_cost_usd out "
+        "of config/roles.yaml"
+    )
+
+
+PRICED = {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0}
+
+
+def test_the_meter_tells_its_record_after_every_call_it_counts() -> None:
+    """What makes a call's spend safe from a kill: the record saves at once (hero.run.record)."""
+    state = RunState(id="s1")
+    saved: list[int] = []
+    meter = Meter(Budgets(), state, on_count=lambda: saved.append(meter.spent().llm_calls))
+    model = meter.wrap(_Answering())
+    for _ in range(3):
+        model.complete([{"role": "user", "content": "hi"}])
+    assert saved == [1, 2, 3]
+
+
+class _Answering:
+    def complete(self, messages: Any, tools: Any = None) -> Completion:
+        return Completion("", (), {"role": "assistant", "content": ""}, 10, 1, 0.0, "stop")

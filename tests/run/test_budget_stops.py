@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,53 @@ def test_a_round_killed_counts_up_to_its_last_save_once_and_holds_the_budget(
     assert state["status"] == "passed"
     assert state["cut_short_s"] == cut_short
     assert wall_s(home) == pytest.approx(cut_short + state["rounds"][0]["duration_s"])
+
+
+def test_a_kill_while_a_tool_runs_loses_none_of_the_calls_spend(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    tmp_path: Path,
+    procs: Procs,
+) -> None:
+    """The model answered with a tool call, and hero is killed while that tool runs: the
+    record already counts that answer (and every one before it), and the next run holds
+    the budget by it."""
+    plan = [
+        call("bash", command="true"),
+        call("bash", command=long_command("stop.pid")),
+        text("Done."),
+    ]
+
+    def handler(body: dict[str, Any]) -> Reply:
+        if is_review(body):
+            return verdict("APPROVED", "Fine.")
+        return replace(plan[min(step_of(body), len(plan) - 1)], prompt_tokens=1000, cost=0.25)
+
+    model = scripted(handler)
+    home = make_home(model, sandbox="none")
+    story = write_story(home, "s1", verify=["true"])
+
+    hero = Hero(home, story, tmp_path, "killed")
+    procs.append(hero)
+    procs.append(hero.wait_for_file(home / "worktrees" / "s1" / "stop.pid"))  # the tool runs
+    assert stopped(hero, signal.SIGKILL) == -signal.SIGKILL
+
+    state = load_state(home)
+    assert state["status"] == "running"  # nobody could record the kill
+    answered = len(model.requests)
+    assert answered == 2
+    usage = state["usage"]
+    assert usage["llm_calls"] == answered
+    assert usage["tokens_in"] == 1000 * answered and usage["cost_usd"] == 0.25 * answered
+    assert usage["estimated_calls"] == 0  # the endpoint counted them
+
+    # the next run counts them against the budgets: a story budget they used up stops it
+    # before any model call
+    make_home(model, sandbox="none", max_story_cost_usd=0.5)
+    provider = home / "config" / "providers" / "scripted.yaml"  # a USD budget needs prices
+    provider.write_text(provider.read_text() + "input_usd_per_mtok: 1\noutput_usd_per_mtok: 1\n")
+    assert main(["run", str(story), "--home", str(home)]) == 1
+    state = load_state(home)
+    assert state["status"] == "budget_exceeded" and state["budget"] == "max_story_cost_usd"
+    assert len(model.requests) == answered

@@ -212,6 +212,35 @@ def test_an_invalid_or_refused_story_exits_2_and_changes_nothing(
     assert snapshot(home, target_repo) == before
 
 
+def test_a_usd_budget_on_a_model_without_prices_would_not_start(
+    scripted, make_home, write_story, target_repo: Path
+) -> None:
+    model = scripted([])
+    home = make_home(model, max_round_cost_usd=1)
+    story = write_story(home, "s1", verify=VERIFY)
+    before = snapshot(home, target_repo)
+
+    done = hero(home, "run", str(story), "--dry-run")
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"hero: {story}: would not start: max_round_cost_usd is set, but the worker's and "
+        "the reviewer's model 'scripted-test' (provider 'scripted') has no input_usd_per_mtok "
+        "or output_usd_per_mtok: hero cannot count the dollars it spends. To run, set "
+        "input_usd_per_mtok and output_usd_per_mtok in config/providers/scripted.yaml (0 for "
+        "a model that costs nothing), or take max_round_cost_usd out of config/roles.yaml\n"
+    )
+    assert model.requests == []
+    assert snapshot(home, target_repo) == before
+
+    provider = home / "config" / "providers" / "scripted.yaml"
+    provider.write_text(provider.read_text() + "input_usd_per_mtok: 1\noutput_usd_per_mtok: 2\n")
+    done = hero(home, "run", str(story), "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["budgets"]["limits"]["max_round_cost_usd"] == 1
+
+
 def test_a_story_another_process_is_running_exits_2_and_leaves_that_run_alone(
     scripted, make_home, write_story, target_repo: Path
 ) -> None:

@@ -176,6 +176,34 @@ def test_cached_input_tokens_are_shown(tmp_path: Path, capsys: pytest.CaptureFix
     assert run_line.index("12.3k") == header.index("TOKENS") == plain_line.index("9 ")
 
 
+def test_estimated_usage_is_said_to_be_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Calls whose answer had no token counts were counted by hero's estimate: the spend is
+    marked ``~`` and a line says how much of it is estimated; an older record (no such keys)
+    reads as counted."""
+    state = running_state()
+    state.usage = {**state.usage, "llm_calls": 9, "estimated_calls": 4, "estimated_tokens": 5_000}
+    save_state(tmp_path, state)
+    save_state(tmp_path, RunState(id="plain", status="passed", usage={"tokens_in": 9}))
+
+    rows = {r["id"]: r for r in status_json(tmp_path, capsys)["stories"]}
+    lines = status_text(tmp_path, capsys).splitlines()
+
+    assert (rows["fix-login"]["estimated_calls"], rows["fix-login"]["estimated_tokens"]) == (
+        4,
+        5_000,
+    )
+    assert (rows["plain"]["estimated_calls"], rows["plain"]["estimated_tokens"]) == (0, 0)
+    run_line = next(line for line in lines if line.startswith("fix-login"))
+    assert run_line.split()[6:8] == ["~12.3k", "~$0.0123"]
+    assert lines[lines.index(run_line) + 1] == (
+        "    estimated: 4 of 9 calls came without token counts; ~5000 tokens are hero's estimate"
+    )
+    plain_line = next(line for line in lines if line.startswith("plain"))
+    assert "~" not in plain_line and not lines[lines.index(plain_line) + 1].startswith("    ")
+
+
 def test_json_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = running_state()
     state.started_at = time.time() - 192

@@ -304,7 +304,8 @@ class Agent:
         context.sent(self.messages)
         answer = self.model.complete(self.messages, self.tools)
         completion = _unique_ids(answer, self.seen_ids, result.turns + 1)
-        context.reported(completion.tokens_in)
+        if not completion.tokens_estimated:  # an estimate of hero's own calibrates nothing
+            context.reported(completion.tokens_in)
         result.turns += 1
         result.usage.add(completion.usage)
         result.llm_s += completion.http_s

@@ -220,9 +220,13 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             pending = calls
             started = set()
             out.turns += 1
-            out.usage.add(_usage(e))
+            out.usage.add(call_usage(e))
             last_finish = str(e.get("finish_reason") or "")
-            if _int(e.get("tokens_in")) > 0 and _int(e.get("estimate")) > 0:
+            if (
+                _int(e.get("tokens_in")) > 0
+                and _int(e.get("estimate")) > 0
+                and not _int(e.get("tokens_estimated"))  # hero's estimate calibrates nothing
+            ):
                 out.calibration = (_int(e.get("tokens_in")), _int(e.get("estimate")))
         elif kind == Event.TOOL_START:
             started.add(str(e.get("id")))
@@ -241,7 +245,7 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             out.condensations += 1
             summary = e.get("summary")
             if isinstance(summary, dict):  # the summary's model call
-                out.usage.add(_usage(summary))
+                out.usage.add(call_usage(summary))
         elif kind == Event.AGENT_END:
             out.ended = e
             break
@@ -293,13 +297,16 @@ def _text(e: dict[str, Any], key: str) -> str:
     return value
 
 
-def _usage(call: dict[str, Any]) -> Usage:
-    """What one model call spent, as its trace event (or summary) says."""
+def call_usage(call: dict[str, Any]) -> Usage:
+    """What one model call spent, as its trace event (or a condensation's summary) says."""
+    estimated = _int(call.get("tokens_estimated"))
     return Usage(
         tokens_in=_int(call.get("tokens_in")),
         tokens_out=_int(call.get("tokens_out")),
         llm_calls=1,
         tokens_cached=_int(call.get("tokens_cached")),
+        estimated_calls=1 if estimated else 0,
+        estimated_tokens=estimated,
     )
 
 

@@ -22,7 +22,8 @@ Each condensation is one ``condense`` trace event holding exactly what changed, 
 resumed round replays the same history (:func:`apply_condense`).
 
 The estimate is cheap and dependency-free: about three characters per token, scaled by
-what the provider reported for the last request when it reports prompt tokens.
+what the provider reported for the last request when it reports prompt tokens. It is
+hero.llm.usage's, the one hero has: the client counts an answer that carries no usage by it.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from typing import Any
 
 from hero.config.home import Config, context_limits
 from hero.llm.client import LlmError, Model
-from hero.llm.usage import Usage
+from hero.llm.usage import (
+    CHARS_PER_TOKEN,
+    Usage,
+    estimate_message,
+    estimate_tools,
+)
 
-#: Characters per token of the estimate: about right for code and English (most
-#: tokenizers give 3.5-4 for English), on the safe side.
-CHARS_PER_TOKEN = 3
-#: The framing every message costs beyond its text (role, separators).
-MESSAGE_OVERHEAD = 4
 #: How far the provider's reported counts may scale the estimate (CJK text runs ~1 char
 #: per token; an odd count from a gateway must not make the estimate meaningless).
 RATIO_BOUNDS = (0.5, 4.0)
@@ -97,28 +98,6 @@ def window_for(config: Config, role: str) -> Window:
     return Window(window, reserve, knobs.condense_at, knobs.keep_turns)
 
 
-def estimate_text(text: str) -> int:
-    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
-
-
-def estimate_message(message: dict[str, Any]) -> int:
-    size = MESSAGE_OVERHEAD
-    content = message.get("content")
-    if isinstance(content, str):
-        size += estimate_text(content)
-    elif content is not None:
-        size += estimate_text(json.dumps(content))
-    for call in message.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        size += MESSAGE_OVERHEAD + estimate_text(
-            str(fn.get("name", "")) + str(fn.get("arguments", ""))
-        )
-    reasoning = message.get("reasoning_content")
-    if isinstance(reasoning, str):
-        size += estimate_text(reasoning)
-    return size
-
-
 @dataclass
 class Condensation:
     """What one condensation did: the ``condense`` trace event's fields."""
@@ -171,7 +150,7 @@ class Context:
     ) -> None:
         self.window = window
         self.head = head
-        self._tools = estimate_text(json.dumps(list(tools))) if tools else 0
+        self._tools = estimate_tools(tools)
         self._sizes: list[int] = []  # estimate of each message, aligned with the history
         self._total = 0
         self._ratio = 1.0  # reported / estimated, from the last request the provider counted
@@ -353,6 +332,8 @@ class Context:
             "tokens_in": completion.tokens_in,
             "tokens_out": completion.tokens_out,
         }
+        if completion.tokens_estimated:  # the answer carried no count (hero.llm.client)
+            record.summary["tokens_estimated"] = completion.tokens_estimated
         self._resize(messages)
 
     def _span(self, first: int, last: int) -> int:

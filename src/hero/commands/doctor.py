@@ -22,7 +22,7 @@ def add_parser(subparsers: Subparsers) -> None:
         help="check the configuration, models, git, sandbox, remotes and disk before a run",
         description="Check what stories need, one line each (ok, warn or FAIL, with the fix): "
         "the configuration loads; git is new enough; the target repository and its base ref; "
-        "the sandbox works; ripgrep; free disk; then one tiny request with a tool to each "
+        "the sandbox works; ripgrep; free disk; a USD budget's prices; then one tiny request with a tool to each "
         "configured role's model (endpoint, key, model name, tool calling); the push remote "
         "(with github or engine: celery); the GitHub token's scopes; Redis (engine: celery). "
         "Exit 1 when a check failed, 2 when the configuration does not load. --quick leaves out everything that goes over the "

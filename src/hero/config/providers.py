@@ -66,12 +66,18 @@ class Provider:
     input_usd_per_mtok: float | None = knob(
         "input_usd_per_mtok",
         None,
-        "Price of a million input tokens in US dollars, for cost reports; null = unknown.",
+        "Price of a million input tokens in US dollars, for cost reports and USD budgets; "
+        "null = unknown.",
+        note="A USD budget (max_story_cost_usd, max_round_cost_usd) refuses to start a story "
+        "whose model's provider has no prices (0 is a price: a model that costs nothing); "
+        "a cost the provider reports with an answer still wins.",
     )
     output_usd_per_mtok: float | None = knob(
         "output_usd_per_mtok",
         None,
-        "Price of a million output tokens in US dollars, for cost reports; null = unknown.",
+        "Price of a million output tokens in US dollars, for cost reports and USD budgets; "
+        "null = unknown.",
+        note="See input_usd_per_mtok.",
     )
     context_window: int | None = knob(
         "context_window",

@@ -219,6 +219,8 @@ class Budgets:
         "max_story_tokens",
         None,
         "Tokens (prompt + completion) a story may spend in all.",
+        note="An answer that carries no token counts (no usage) is counted by hero's estimate "
+        "of the request's and the answer's sizes, said as an estimate in hero status.",
         shown="null (no limit)",
         section=BUDGETS_SECTION,
     )
@@ -227,7 +229,8 @@ class Budgets:
         None,
         "Dollars a story may spend in all.",
         note="The provider's reported cost when it sends one, else the prices in its file "
-        "(input_usd_per_mtok, output_usd_per_mtok); without either, cost is 0.",
+        "(input_usd_per_mtok, output_usd_per_mtok). A story whose worker or reviewer model "
+        "has no prices is refused at its start (hero doctor and hero run --dry-run say so).",
         shown="null (no limit)",
         section=BUDGETS_SECTION,
     )
@@ -250,6 +253,7 @@ class Budgets:
         "max_round_cost_usd",
         None,
         "Dollars one round may spend.",
+        note="Counted as max_story_cost_usd is; it too needs the models' prices.",
         shown="null (no limit)",
         section=BUDGETS_SECTION,
     )

@@ -6,8 +6,9 @@ stop when one fails, since then every story they took would fail the same way.
 
 The checks, in order: the configuration loads; git is new enough; the target repository
 and its base ref; the sandbox works when it is on; ripgrep; free disk in the home; the
-repository's memory file reads; the project's environment is made (``setup``, or with
-``quick`` found made) and the default checks run on the base commit in it. Then,
+repository's memory file reads; a USD budget has prices to count by; the project's
+environment is made (``setup``, or with ``quick`` found made) and the default checks run on
+the base commit in it. Then,
 unless ``quick``, the ones that talk to something else: each configured role's model
 answers one tiny request with a tool call; the push remote answers ``git ls-remote``; the
 GitHub token can reach the repository with the scopes hero needs; Redis answers a PING.
@@ -31,6 +32,7 @@ from hero.config.loader import load_config
 from hero.config.schema import ROLE_NAMES, ROLES_FILE, ConfigError
 from hero.doctor.finding import CONFIGURATION, FAIL, OK, WARN, Finding
 from hero.doctor.local import (
+    budgets,
     free_disk,
     git_version,
     memory,
@@ -104,7 +106,8 @@ def run_all(
 def cheap_checks(config: Config, *, repository: bool) -> Iterator[Finding]:
     """The checks that cost nothing and ask no one: git, the target repository and its base
     ref (``repository``: a worker's clone is made when it starts, so not there), the
-    sandbox, ripgrep, free disk in the home, the repository's memory (not on a worker)."""
+    sandbox, ripgrep, free disk in the home, the repository's memory (not on a worker), a
+    USD budget's prices."""
     yield git_version()
     if repository:
         yield target_repository(config)
@@ -113,6 +116,7 @@ def cheap_checks(config: Config, *, repository: bool) -> Iterator[Finding]:
     yield free_disk(config.home, config.min_free_disk_mb)
     if repository:  # a `hero worker` keeps no memory: the coordinator sends what it recalls
         yield memory(config)
+    yield budgets(config)
 
 
 def preflight(config: Config, warn: Callable[[str], None], *, repository: bool) -> None:

@@ -1,4 +1,5 @@
-"""The checks that ask no one: git, the target repository, the sandbox, ripgrep, disk."""
+"""The checks that ask no one: git, the target repository, the sandbox, ripgrep, disk, memory,
+the budgets' prices."""
 
 from __future__ import annotations
 
@@ -147,3 +148,19 @@ def memory(config: Config) -> Finding:
         f"{len(kept.facts)} facts ({always} always-on, {outside} from outside stories), "
         f"{len(kept.recaps)} recent stories in {store.path}",
     )
+
+
+def budgets(config: Config) -> Finding:
+    """A USD budget has prices to count by: one set while the worker's or the reviewer's
+    model has no prices in its provider file refuses every story at its start (see
+    hero.run.budget.unpriced), so it fails here first."""
+    from hero.run.budget import unpriced
+
+    what = "budgets"
+    found = unpriced(config.budgets, config.roles)
+    if found is not None:
+        return Finding(FAIL, what, found.problem, found.fix)
+    usd = [b.key for b in config.budgets.each() if b.measure == "cost_usd" and b.limit is not None]
+    if usd:
+        return Finding(OK, what, f"{', '.join(usd)}: the models have prices to count by")
+    return Finding(OK, what, "no USD budget set")

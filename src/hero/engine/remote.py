@@ -261,7 +261,7 @@ class RemoteRun:
     def _recalled(self) -> dict[str, str]:
         """What the repository's memory tells the story, recalled here, where the memory
         is (hero.memory.recall): the worker is sent it, it never reads a memory of its own."""
-        from hero.agent.window import estimate_text
+        from hero.llm.usage import estimate_text
         from hero.memory.recall import recall_for
 
         recalled = recall_for(

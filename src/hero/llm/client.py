@@ -1,5 +1,10 @@
 """One client for OpenAI-compatible Chat Completions endpoints: retries, usage, cost.
 
+An answer without token counts (no ``usage``, or one without a prompt count) is counted by
+hero's estimate of the request's and the answer's sizes (hero.llm.usage), said as such
+(``Completion.tokens_estimated``): a budget never sees a call as free because its endpoint
+did not count it.
+
 It knows nothing of roles or stories: it is built from a provider, a model and settings,
 and handed to whoever needs it (so tests hand in the same client pointed at a scripted
 model on loopback).
@@ -17,12 +22,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from hero.config.providers import RoleConfig
 from hero.config.sections import LlmSettings
 from hero.errors import HeroError, Interrupted
-from hero.llm.usage import Usage
+from hero.llm.usage import Usage, estimate_message, estimate_request
 
 if TYPE_CHECKING:
     import openai
@@ -116,11 +121,21 @@ class Completion:
     # the kinds of the errors retried before this answer (``error_kind``: ``http_503``,
     # ``timeout``, ...), in order; the trace keeps them, and hero serve's metrics count them
     errors: tuple[str, ...] = ()
+    # of tokens_in + tokens_out, those hero estimated: the answer carried no count of them
+    tokens_estimated: int = 0
 
     @property
     def usage(self) -> Usage:
         """What this one call spent."""
-        return Usage(self.tokens_in, self.tokens_out, 1, self.cost_usd, self.tokens_cached)
+        return Usage(
+            self.tokens_in,
+            self.tokens_out,
+            1,
+            self.cost_usd,
+            self.tokens_cached,
+            estimated_calls=1 if self.tokens_estimated else 0,
+            estimated_tokens=self.tokens_estimated,
+        )
 
 
 class Model(Protocol):
@@ -220,7 +235,7 @@ class LlmClient:
                 # cast_to=bytes: the body as sent, parsed here, so that a body that is not
                 # JSON (a proxy's HTML page, a cut-off answer) is a fault retried like a 5xx.
                 raw = self._client.post("/chat/completions", body=params, cast_to=bytes)
-                completion = self._record(self._parse(raw), time.monotonic() - started)
+                completion = self._record(self._parse(raw), time.monotonic() - started, params)
                 return replace(completion, errors=tuple(errors)) if errors else completion
             except Exception as exc:  # noqa: BLE001 - sorted into retryable or not below
                 error: Exception = exc
@@ -314,9 +329,11 @@ class LlmClient:
             text = text[:limit] + "..."
         return text
 
-    def _record(self, response: dict[str, Any], http_s: float) -> Completion:
+    def _record(
+        self, response: dict[str, Any], http_s: float, params: dict[str, Any]
+    ) -> Completion:
         """Read the answer (a plain dict: parsing it into the SDK's pydantic models costs
-        ~15 ms on a process's first call and buys nothing here)."""
+        ~15 ms on a process's first call and buys nothing here) to the request ``params``."""
         choices = response.get("choices")
         if not choices or not isinstance(choices, list):
             err = response.get("error")  # OpenRouter: an upstream's failure, under a 200
@@ -360,6 +377,16 @@ class LlmClient:
             usage = {}  # usage only counts: a missing or odd one is no reason to ask again
         tokens_in = _count(usage.get("prompt_tokens"))
         tokens_out = _count(usage.get("completion_tokens"))
+        estimated = 0
+        if tokens_in == 0:  # no request is 0 tokens: the endpoint did not count it
+            tokens_in = estimate_request(params["messages"], params.get("tools"))
+            estimated += tokens_in
+            if tokens_out == 0:  # nor its answer (a usage of zeros counts nothing)
+                tokens_out = _estimate_answer(message, reasoning)
+                estimated += tokens_out
+        elif not _is_count(usage.get("completion_tokens")):
+            tokens_out = _estimate_answer(message, reasoning)
+            estimated += tokens_out
         tokens_cached = _cached_tokens(usage)
         cost = _reported_cost(usage)
         if cost is None:  # priced from the provider file, if it has prices
@@ -380,6 +407,7 @@ class LlmClient:
             cost_usd=cost,
             tokens_cached=tokens_cached,
             reasoning=reasoning,
+            tokens_estimated=estimated,
         )
         with self.usage.lock:
             self.usage.add(completion.usage)
@@ -561,9 +589,20 @@ def _kind(value: object) -> str:
 
 def _count(value: object) -> int:
     """A token count from the answer's usage; 0 when absent or not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return 0
-    return max(0, int(value))
+    return max(0, int(value)) if _is_count(value) else 0
+
+
+def _is_count(value: object) -> TypeGuard[int | float]:
+    """Whether the answer's usage gave ``value`` as a number (a count, 0 included)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _estimate_answer(message: dict[str, Any], reasoning: str) -> int:
+    """The completion tokens of an answer the endpoint did not count: its text, its tool
+    calls and its reasoning (sent back or not, the model wrote it)."""
+    if reasoning and "reasoning_content" not in message:
+        message = {**message, "reasoning_content": reasoning}
+    return estimate_message(message)
 
 
 def _cached_tokens(usage: dict[str, Any]) -> int:

@@ -84,6 +84,9 @@ class Reply:
     # merged into usage as given: another provider's fields, e.g. DeepSeek's
     # {"prompt_cache_hit_tokens": 800}
     usage_extra: Mapping[str, Any] = field(default_factory=dict)
+    # False: the answer has no usage object at all, as some gateways and streaming servers
+    # send it (the token and cost fields above are then not sent either)
+    send_usage: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.tool_calls, tuple):
@@ -644,7 +647,7 @@ class ScriptedModel:
         if reply.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
         usage.update(reply.usage_extra)
-        return {
+        completion: dict[str, Any] = {
             "id": f"chatcmpl-scripted-{next(self._completion_ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -658,8 +661,10 @@ class ScriptedModel:
                     "logprobs": None,
                 }
             ],
-            "usage": usage,
         }
+        if reply.send_usage:
+            completion["usage"] = usage
+        return completion
 
 
 # --------------------------------------------------------------------------- command line

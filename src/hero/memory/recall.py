@@ -3,7 +3,7 @@
 - :func:`pick`: the facts for a story: the always-on conventions (trust user only), then
   the facts most relevant to the story (:func:`relevance`: Okapi BM25 over the story's
   title, body, scope and checks), within a token budget estimated as the context window
-  estimates (hero.agent.window.estimate_text). Ties are broken by id: the same story and the same
+  estimates (hero.llm.usage.estimate_text). Ties are broken by id: the same story and the same
   memory give the same facts in the same order, so the same bytes.
 - :func:`render_facts`: the worker's section, under its own heading, every fact quoted as
   data on one line; an outside fact (learned from a GitHub issue's story) set apart and
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from hero.config.home import Config
     from hero.story.record import Story
 
-#: How many tokens a text takes (hero.agent.window.estimate_text).
+#: How many tokens a text takes (hero.llm.usage.estimate_text).
 Estimate = Callable[[str], int]
 
 FACTS_HEADING = "## What hero learned on this repository"

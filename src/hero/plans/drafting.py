@@ -124,7 +124,7 @@ def plan_recap(config: Config) -> str:
     """The recap of the last stories on the repository the planner is told
     (hero.memory.recall); "" when memory is off or holds none. A memory file hero cannot
     read is a Refusal naming it: the person who asked for the plan can fix it."""
-    from hero.agent.window import estimate_text
+    from hero.llm.usage import estimate_text
     from hero.memory import enabled, store_for
     from hero.memory.recall import render_recap
     from hero.memory.store import MemoryFileError

@@ -6,9 +6,15 @@ is used up stops the story before the call that would spend more, never after it
 
 What counts:
 
-- tokens: prompt plus completion tokens, as the provider reports them;
+- tokens: prompt plus completion tokens, as the provider reports them; an answer without
+  token counts is counted by hero's estimate of the request's and the answer's sizes
+  (hero.llm.client), and the record says how much is estimated (``estimated_calls``,
+  ``estimated_tokens``), so no call is free because its endpoint did not count it;
 - cost: the provider's reported cost when its answer carries one (``usage.cost``), else
-  the provider file's prices (see :class:`hero.llm.client.LlmClient`); nothing without either;
+  the provider file's prices (see :class:`hero.llm.client.LlmClient`). A USD budget needs
+  prices: a story whose worker or reviewer model has none is refused at its start
+  (:func:`unpriced`, before any model call), and `hero doctor` and `hero run --dry-run`
+  say so first;
 - a story's spend adds up over all its runs (``usage`` in its run record is kept across
   runs, retries and fresh starts); its wall time is the sum of its finished rounds'
   durations, plus the time of the rounds cut short (by a budget, an error, Ctrl-C, a
@@ -21,20 +27,27 @@ What counts:
 
 A budget is used up when the spend reaches it: a story at 10000 tokens with
 ``max_story_tokens: 10000`` makes no further call.
+
+Every answered call is in the story's run record before the next step runs (the meter's
+``on_count``: hero.run.record saves then), so a run killed with SIGKILL while a tool runs
+leaves none of its spend out of the record.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hero.config.providers import RoleConfig
+from hero.config.schema import PROVIDERS_DIR, ROLES_FILE
 from hero.config.sections import Budgets
 from hero.errors import HeroError
 from hero.llm.client import Completion, Model
 from hero.llm.usage import Usage
 from hero.state import RunState
+from hero.story.record import MODEL_ROLES
 
 
 class BudgetExceeded(HeroError):
@@ -91,6 +104,74 @@ def round_over(budgets: Budgets, spent: Spend, round_no: int) -> BudgetExceeded 
     )
 
 
+#: A provider file's prices (hero.config.providers.Provider): what a USD budget counts by.
+PRICES = ("input_usd_per_mtok", "output_usd_per_mtok")
+
+
+@dataclass(frozen=True)
+class Unpriced:
+    """USD budgets that cannot hold: the models of ``roles`` have no prices to count by."""
+
+    budgets: tuple[str, ...]
+    """The USD budgets set, by their keys in config/roles.yaml."""
+    roles: tuple[RoleConfig, ...]
+    """The story's roles (the worker, the reviewer: those the meter counts) whose provider
+    file lacks a price."""
+
+    @property
+    def problem(self) -> str:
+        """``max_story_cost_usd is set, but the worker's model 'm' (provider 'local') has no
+        input_usd_per_mtok or output_usd_per_mtok: hero cannot count the dollars it spends``."""
+        same: dict[tuple[str, str, str, str], list[str]] = {}  # one model is said once
+        for r in self.roles:
+            missing = " or ".join(_missing(r))
+            same.setdefault((r.provider.name, r.model, r.chosen_by, missing), []).append(r.role)
+        models = "; ".join(
+            " and ".join(f"the {role}'s" for role in roles)
+            + f" model '{model}' (provider '{provider}'"
+            + (f", chosen by {by}" if by else "")
+            + f") has no {missing}"
+            for (provider, model, by, missing), roles in same.items()
+        )
+        return (
+            f"{_listed(self.budgets)} {'is' if len(self.budgets) == 1 else 'are'} set, but "
+            f"{models}: hero cannot count the dollars it spends"
+        )
+
+    @property
+    def fix(self) -> str:
+        """Where to set the prices, or which budgets to take out."""
+        files = sorted({f"{PROVIDERS_DIR}/{r.provider.name}.yaml" for r in self.roles})
+        return (
+            f"set {' and '.join(PRICES)} in {_listed(files)} (0 for a model that costs "
+            f"nothing), or take {_listed(self.budgets)} out of {ROLES_FILE}"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.problem}. To run, {self.fix}"
+
+
+def unpriced(budgets: Budgets, roles: Mapping[str, RoleConfig]) -> Unpriced | None:
+    """Whether a USD budget is set while the model of a story's role in ``roles`` (a story's
+    config's: its own ``model:`` applied) has no price in its provider file: such a budget
+    would count nothing and never trip (a provider's reported cost cannot be known before
+    its first answer). None when every USD budget can hold."""
+    usd = tuple(b.key for b in budgets.each() if b.measure == "cost_usd" and b.limit is not None)
+    if not usd:
+        return None
+    lacking = tuple(r for name in MODEL_ROLES if (r := roles.get(name)) and _missing(r))
+    return Unpriced(usd, lacking) if lacking else None
+
+
+def _missing(role: RoleConfig) -> list[str]:
+    return [key for key in PRICES if getattr(role.provider, key) is None]
+
+
+def _listed(names: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def settings(budgets: Budgets) -> dict[str, float | None]:
     """The budgets under their names in config/roles.yaml; None: no limit."""
     return {
@@ -120,11 +201,17 @@ class Meter:
     record keeps."""
 
     def __init__(
-        self, budgets: Budgets, state: RunState, *, clock: Callable[[], float] = time.time
+        self,
+        budgets: Budgets,
+        state: RunState,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_count: Callable[[], None] | None = None,
     ) -> None:
         self.budgets = budgets
         self._state = state
         self._clock = clock  # time.time: the clock of Round.started_at and duration_s
+        self._on_count = on_count  # after each call counted: the record saves its spend
         self._before = Usage.from_dict(state.usage)  # what the runs before this one spent
         self.usage = Usage()  # what this run's calls spent
         self._round_no = 0
@@ -166,10 +253,12 @@ class Meter:
             raise over
 
     def add(self, completion: Completion) -> None:
-        """Count a model call's answer."""
+        """Count a model call's answer, and tell ``on_count``."""
         usage = completion.usage
         self.usage.add(usage)
         self._round.add(usage)
+        if self._on_count is not None:
+            self._on_count()
 
     def wrap(self, model: Model) -> Metered:
         """``model``, checking the budgets before each call and counting each answer."""

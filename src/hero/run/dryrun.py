@@ -92,6 +92,7 @@ def dry_run(story_path: Path, config: Config, models: Override | None = None) ->
         where = _where(story, config, repo, start, workspace.path)
         if where["action"] != "passed":
             start.check_model_verify()
+            start.check_prices()
         tiers = start.tiers()
         result["start"] = where
         if where["action"] == "passed":
@@ -215,8 +216,9 @@ def _first_request(
     """The worker's first request of the next round, as the client would send it."""
     from hero.agent.replay import Unreplayable, replay_round
     from hero.agent.tools import tool_schemas
-    from hero.agent.window import Context, estimate_text, window_for
+    from hero.agent.window import Context, window_for
     from hero.llm.client import request_params
+    from hero.llm.usage import estimate_text
     from hero.memory.recall import recall_for
     from hero.roles.worker import build_messages
 

@@ -328,6 +328,7 @@ class StoryEvents:
                 tokens_in=record.get("tokens_in", 0),
                 tokens_out=record.get("tokens_out", 0),
                 tokens_cached=record.get("tokens_cached", 0),
+                tokens_estimated=record.get("tokens_estimated", 0),
                 duration_s=record.get("http_s"),
                 finish_reason=record.get("finish_reason"),
                 text=self._text(record.get("content")),
@@ -341,6 +342,7 @@ class StoryEvents:
                 tokens_in=record.get("tokens_in", 0),
                 tokens_out=record.get("tokens_out", 0),
                 tokens_cached=record.get("tokens_cached", 0),  # in the trace since metrics
+                tokens_estimated=record.get("tokens_estimated", 0),
                 duration_s=record.get("http_s"),
                 finish_reason=None,
                 text=self._text(record.get("content")),

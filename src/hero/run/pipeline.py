@@ -19,7 +19,7 @@ from typing import Any
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
 from hero.agent.tools import tool_schemas
-from hero.agent.window import Context, ContextOverflow, estimate_text, window_for
+from hero.agent.window import Context, ContextOverflow, window_for
 from hero.config.home import Config
 from hero.errors import Interrupted
 from hero.git.guard import Guard
@@ -27,6 +27,7 @@ from hero.git.ops import GitError, TargetRepo
 from hero.git.phases import PhaseEnd
 from hero.llm.client import LlmError, Model, ModelOutage
 from hero.llm.models import models_record
+from hero.llm.usage import estimate_text
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
 from hero.locks import story_lock as _story_lock
 from hero.memory.recall import Recalled, recall_for
@@ -158,7 +159,7 @@ class StoryRun:
         self.record = RunRecord(
             story,
             self.home,
-            lambda state: Meter(config.budgets, state),
+            lambda state, counted: Meter(config.budgets, state, on_count=counted),
             self.events,
             redactor,
             self.say,
@@ -410,8 +411,8 @@ class StoryRun:
             raise
 
     def _turn_done(self, _result: AgentResult) -> None:
-        """Between two turns: the engine's hook, the record (its usage) saved now and then,
-        and a cancellation seen before the next model call."""
+        """Between two turns: the engine's hook, the record (its round's time) saved now
+        and then, and a cancellation seen before the next model call."""
         if self.hooks.on_turn_end is not None:
             self.hooks.on_turn_end(self)
         self.record.save_now_and_then()

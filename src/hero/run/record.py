@@ -33,7 +33,7 @@ from hero.state import Round, RunState, StateError, Status, file_digest, load_st
 from hero.story.feedback import write_feedback
 from hero.story.record import Story, StoryFileChanged
 
-#: During the worker's turn the run record (and its usage) is saved at most this often.
+#: Between the worker's turns the run record (its round's time) is saved at most this often.
 USAGE_SAVE_S = 1.0
 
 
@@ -44,7 +44,7 @@ class RunRecord:
         self,
         story: Story,
         home: Path,
-        meter: Callable[[RunState], Meter],
+        meter: Callable[[RunState, Callable[[], None]], Meter],
         events: StoryEvents,
         redactor: Redactor,
         say: Progress,
@@ -60,7 +60,8 @@ class RunRecord:
         self._meter_for = meter
         self._on_save = on_save
         self.state = RunState(id=story.id, plan=story.plan)
-        self.meter = meter(self.state)  # remade once the record is loaded (take)
+        # remade once the record is loaded (take); every call it counts is saved at once
+        self.meter = meter(self.state, self.save)
         #: this run ended the story (passed, gave up, error, budget): it may teach the memory
         self.ended = False
         self._story_file_id = story.file_id  # the story file as hero read it
@@ -72,7 +73,7 @@ class RunRecord:
         """Run with ``state``: what it spent before counts against the budgets, a round a
         killed run left open too (up to that run's last save)."""
         state.close_open_round(float(state.updated_at or 0.0))
-        self.state, self.meter = state, self._meter_for(state)
+        self.state, self.meter = state, self._meter_for(state, self.save)
         return state
 
     def start_failed(self, state: RunState) -> RunState:
@@ -93,7 +94,9 @@ class RunRecord:
         return replace(record, error=why)
 
     def save(self) -> None:
-        """Write the run record, its usage the story's so far (see hero.run.budget.Meter)."""
+        """Write the run record, its usage the story's so far (see hero.run.budget.Meter).
+        The meter calls it after each model call it counts: what a call spent is on record
+        before the tools it asked for run (a small atomic write, next to a model call)."""
         with self._lock:
             if self._frozen:
                 return
@@ -107,7 +110,8 @@ class RunRecord:
 
     def save_now_and_then(self) -> None:
         """Save during a long worker turn, at most every ``USAGE_SAVE_S``: a run killed with
-        SIGKILL then leaves its spend on record for the budgets, give or take that much."""
+        SIGKILL then leaves its round's time on record for the wall budgets, give or take
+        that much (its spend is saved after each call)."""
         if time.monotonic() - self._saved_at >= USAGE_SAVE_S:
             self.save()
 

@@ -5,7 +5,8 @@ the head on record) is resumed: its finished rounds are kept and the next run co
 them on the same branch. Anything else starts afresh on its base commit: the head its one
 dependency passed with, a merge of its dependencies' heads, or ``base_ref`` (an earlier
 branch and repository of the story are set aside first, never thrown away). A story that
-cannot start as it stands ends in ``error`` with a one-line reason (:meth:`RunStart.failed`).
+cannot start as it stands (say, a USD budget on a model without prices) ends in ``error`` with
+a one-line reason (:meth:`RunStart.failed`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from hero.git.ops import GitError, MergeConflict, TargetRepo, commit_of, git, me
 from hero.names import StoryRef
 from hero.redact import Redactor
 from hero.roles.verifier import MODEL_VERIFY_HINT, model_verify_tiers, policy_problems
-from hero.run.budget import story_spend
+from hero.run.budget import story_spend, unpriced
 from hero.run.workspace import Progress, Workspace
 from hero.state import RESUMABLE, RunState, StateError, Status, file_digest, load_state
 from hero.story.record import Story, VerifyTier
@@ -67,6 +68,7 @@ class RunStart:
             and (repo.branch_sha(self.branch) is not None or self._recover_branch(old))
         )
         self.check_model_verify()
+        self.check_prices()
         if resume:
             assert old is not None
             state = old
@@ -193,6 +195,15 @@ class RunStart:
         found = policy_problems(self.config.safety, self.story.verify)
         if found:
             raise StartError("; ".join(found) + f" ({MODEL_VERIFY_HINT})")
+
+    def check_prices(self) -> None:
+        """A USD budget with a worker or reviewer model that has no prices in its provider
+        file (its dollars could not be counted, so the budget would never trip) does not
+        start: StartError naming the budgets, each such role's provider and model, and the
+        settings to set, before any model call (see hero.run.budget.unpriced)."""
+        found = unpriced(self.config.budgets, self.config.roles)
+        if found is not None:
+            raise StartError(str(found))
 
     def base_sha(self, base_ref: str) -> str:
         """The commit ``base_ref`` names; StartError naming the setting it came from if none."""

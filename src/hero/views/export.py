@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hero.agent.replay import LOST_NOT_RUN, LOST_RUNNING, Unreplayable, conversation
+from hero.agent.replay import LOST_NOT_RUN, LOST_RUNNING, Unreplayable, call_usage, conversation
 from hero.agent.tools.schemas import tool_schemas
 from hero.agent.window import ELIDED
 from hero.errors import UsageError
@@ -281,7 +281,7 @@ def round_line(
         for e in condenses:
             summary = e.get("summary")
             if isinstance(summary, dict):
-                usage.add(_summary_usage(summary))
+                usage.add(call_usage(summary))
     ended = walked.ended or {}
     metadata: dict[str, Any] = {
         "story": state.ref.key,
@@ -321,14 +321,6 @@ def _last_attempt(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if e.get("event") == Event.ROUND_START and not e.get("resumed"):
             return events[i:]
     return events
-
-
-def _summary_usage(summary: dict[str, Any]) -> Usage:
-    def count(key: str) -> int:
-        value = summary.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    return Usage(tokens_in=count("tokens_in"), tokens_out=count("tokens_out"), llm_calls=1)
 
 
 def _verify(record: Round | None) -> dict[str, Any] | None:

@@ -9,7 +9,8 @@ The traces are ``runs/<id>/round-N.jsonl``, or ``runs/plans/<plan>/<id>/round-N.
 header, then one line per event with its time offset in the round: the prompts' first
 lines, the assistant's reasoning and text, each tool call as ``name(args)``, each tool
 result's first lines (``[ERROR]`` when the tool failed, ``[LOST]`` or ``[NOT RUN]`` when hero
-stopped), each condensation of the worker's history, the checks, the reviewer's answer and
+stopped), a note under a model answer whose tokens hero estimated (it carried no counts), each
+condensation of the worker's history, the checks, the reviewer's answer and
 the verdict. A round resumed after hero was restarted says so. Long texts are cut with a
 note saying how much was left out; ``tool_start`` events are not shown (each is followed
 by its call's result). An event kind this module
@@ -399,7 +400,15 @@ def _assistant(e: dict[str, Any]) -> list[str]:
     if _count(cached):
         of = f" of {e['tokens_in']:,}" if _count(e.get("tokens_in")) else ""
         out += _lines(None, "", f"({cached:,}{of} input tokens read from the prompt cache)")
-    return out
+    return out + _estimated(e)
+
+
+def _estimated(e: dict[str, Any]) -> list[str]:
+    """A model call's note that its tokens are hero's estimate (the endpoint sent no counts)."""
+    estimated = _count(e.get("tokens_estimated"))
+    if not estimated:
+        return []
+    return _lines(None, "", f"(no token counts in the answer: ~{estimated:,} tokens, estimated)")
 
 
 #: A result lost when hero stopped (``tool_result``'s ``lost``), said short: the message
@@ -511,7 +520,8 @@ def _review_request(e: dict[str, Any]) -> list[str]:
 
 def _review_answer(e: dict[str, Any]) -> list[str]:
     # the verdict that follows says it all again, parsed: a short look is enough here
-    return _lines(e, "answer", *(_block(_text(e.get("content")), PROMPT_LINES) or ["(empty)"]))
+    text = _block(_text(e.get("content")), PROMPT_LINES) or ["(empty)"]
+    return _lines(e, "answer", *text) + _estimated(e)
 
 
 def _verdict(e: dict[str, Any]) -> list[str]:

@@ -5,7 +5,8 @@ What it holds: the title and status, the branch and its base..head, a table of t
 (the worker's turns and tool calls, the checks and those that failed, the verdict and its
 summary), the final verdict's criteria and comments, the final diff stat (``git diff
 --stat`` in the target repository, read-only; a branch that is gone is said), and the
-usage (tokens, calls, cost, wall time).
+usage (tokens, calls, cost, wall time; how much of it is hero's estimate, for answers that
+carried no token counts).
 
 Much of it came from the model (summaries, comments, file names, the worker's commits),
 so every such text is escaped before it is written: HTML is shown, not rendered
@@ -110,9 +111,19 @@ def _summary_table(state: RunState, now: float | None) -> list[str]:
         ("wall time", f"{spend.wall_s:.1f} s"),
         (
             "tokens",
-            f"{usage.tokens_in:,} in ({usage.tokens_cached:,} cached), {usage.tokens_out:,} out",
+            f"{usage.tokens_in:,} in ({usage.tokens_cached:,} cached), {usage.tokens_out:,} out"
+            + (
+                f"; ~{usage.estimated_tokens:,} of them estimated by hero (no counts in "
+                "the answers)"
+                if usage.estimated
+                else ""
+            ),
         ),
-        ("model calls", f"{usage.llm_calls:,}"),
+        (
+            "model calls",
+            f"{usage.llm_calls:,}"
+            + (f" ({usage.estimated_calls:,} without token counts)" if usage.estimated else ""),
+        ),
         ("cost", f"${usage.cost_usd:.4f}" if usage.cost_usd else "not known"),
     ]
     return ["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]

@@ -37,6 +37,11 @@ under each story's row.
 Cached input: each row has ``tokens_cached``, the part of ``tokens_in`` the provider read
 from its prompt cache (0 when it reports none); the TOKENS cell then ends with
 ``(8.1k cached)``.
+
+Estimated usage: each row has ``llm_calls``, ``estimated_calls`` (of them, the calls whose
+answer carried no token counts) and ``estimated_tokens`` (of ``tokens``, hero's estimate from
+the request's and the answer's sizes: hero.llm.client); when a story has any, its TOKENS
+(and a priced COST) start with ``~`` and a line under its row says how much is estimated.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from hero.config.loader import load_config
 from hero.config.schema import ConfigError
 from hero.daemon.inbox import is_plan_dir
 from hero.daemon.queue import Admit, Entry, admit, arrange, duplicate_reason
+from hero.llm.usage import Usage
 from hero.locks import daemon_lock_path, is_held, read_pid, story_lock_path
 from hero.names import StoryRef, plan_name_problem
 from hero.plans.gate import Decision, Gate, Rule
@@ -189,6 +195,7 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
     tokens_in = int(usage.get("tokens_in") or 0)
     tokens_out = int(usage.get("tokens_out") or 0)
     tokens_cached = int(usage.get("tokens_cached") or 0)
+    counted = Usage.from_dict(usage)  # the new fields, as the budgets count them
     started = float(state.started_at or 0.0)
     finished = float(state.finished_at) if state.finished_at else None
     updated = float(state.updated_at or 0.0)
@@ -215,6 +222,10 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         "tokens_cached": tokens_cached,  # of tokens_in, read from the provider's prompt cache
         "tokens_out": tokens_out,
         "cost_usd": float(usage.get("cost_usd") or 0.0),
+        "llm_calls": counted.llm_calls,
+        # the calls whose answer carried no token counts, and their tokens: hero's estimate
+        "estimated_calls": counted.estimated_calls,
+        "estimated_tokens": counted.estimated_tokens,
         # what max_story_wall_s counts: the rounds' time, the live round's up to now
         "wall_s": round(story_spend(state, now=now if live else None).wall_s, 3),
         "branch": str(state.branch),
@@ -272,6 +283,9 @@ def _unreadable(ref: StoryRef, path: Path, reason: str, home: Path) -> dict[str,
         "tokens_cached": 0,
         "tokens_out": 0,
         "cost_usd": 0.0,
+        "llm_calls": 0,
+        "estimated_calls": 0,
+        "estimated_tokens": 0,
         "wall_s": 0.0,
         "branch": "",
         "error": f"{_rel(path, home)}: {' '.join(reason.split())}",
@@ -464,9 +478,11 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
             str(row["rounds_done"]),
             row["phase"] or "-",
             format_duration(row["elapsed_s"]),
-            _against(format_tokens(row["tokens"]), _limit(row, "max_story_tokens", _tokens_cap))
+            _approx(row)
+            + _against(format_tokens(row["tokens"]), _limit(row, "max_story_tokens", _tokens_cap))
             + _cached(row),
-            _against(
+            (_approx(row) if row["cost_usd"] > 0 else "")
+            + _against(
                 format_cost(row["cost_usd"]) if row["cost_usd"] > 0 else "$0",
                 _limit(row, "max_story_cost_usd", _cost_cap),
                 unlimited=format_cost(row["cost_usd"]),
@@ -497,6 +513,8 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
         out.append(line)
         if used and row.get("models"):  # the stories used different models: each says its
             out.append(cut("    models: " + models_text(row["models"]), WIDTH))
+        if row.get("estimated_calls"):
+            out.append(cut("    " + estimated_text(row), WIDTH))
         before = baseline_summary(row.get("baseline"))
         if before:
             out.append(cut("    baseline: " + before, WIDTH))
@@ -580,6 +598,23 @@ def _cached(row: dict[str, Any]) -> str:
     """`` (8.1k cached)``: the input tokens read from the provider's prompt cache; "" none."""
     cached = row.get("tokens_cached") or 0
     return f" ({format_tokens(cached)} cached)" if cached > 0 else ""
+
+
+def _approx(row: dict[str, Any]) -> str:
+    """``~`` before a spend that holds hero's estimate (calls whose answer had no counts)."""
+    return "~" if row.get("estimated_calls") else ""
+
+
+def estimated_text(usage: dict[str, Any]) -> str:
+    """``estimated: 42 of 42 calls came without token counts; ~76.0k tokens are hero's
+    estimate``: what of a story's usage (a status row, a run record's ``usage``) is an
+    estimate (from the request's and the answer's sizes, see hero.llm.client)."""
+    calls, total = int(usage.get("estimated_calls") or 0), int(usage.get("llm_calls") or 0)
+    tokens = format_tokens(int(usage.get("estimated_tokens") or 0))
+    return (
+        f"estimated: {calls} of {max(calls, total)} calls came without token counts; "
+        f"~{tokens} tokens are hero's estimate"
+    )
 
 
 def _tokens_cap(n: float) -> str:

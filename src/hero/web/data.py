@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hero.git.ops import GitError, diff_since, is_oid
+from hero.llm.usage import Usage
 from hero.locks import daemon_lock_path, is_held
 from hero.names import MANIFEST, StoryRef, plan_name_problem
 from hero.plans.dag import partial_layers
@@ -33,7 +34,7 @@ from hero.redact import Redactor
 from hero.state import RunState, StateError, Status, load_state
 from hero.trace import Event
 from hero.views.logs import story_ref
-from hero.views.status import collect_status
+from hero.views.status import collect_status, estimated_text
 
 #: A trace read for a page: its first this many bytes (the raw link has the rest).
 TRACE_READ_BYTES = 16 << 20
@@ -214,6 +215,7 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
     if state is None:
         return None
     usage = state.usage if isinstance(state.usage, dict) else {}
+    counted = Usage.from_dict(usage)
     started = float(state.started_at or 0.0)
     finished = float(state.finished_at) if state.finished_at else None
     if not started:
@@ -258,6 +260,10 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
         "tokens_cached": int(usage.get("tokens_cached") or 0),
         "llm_calls": int(usage.get("llm_calls") or 0),
         "cost_usd": float(usage.get("cost_usd") or 0.0),
+        # of them, the calls whose answer had no token counts, and hero's estimate of theirs
+        "estimated_calls": counted.estimated_calls,
+        "estimated_tokens": counted.estimated_tokens,
+        "estimated": estimated_text(counted.to_dict()) if counted.estimated else "",
         "elapsed_s": None if elapsed is None else round(max(elapsed, 0.0), 3),
         "models": {k: dict(v) for k, v in state.models.items()},
         "outage": dict(state.outage),
