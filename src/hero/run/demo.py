@@ -44,7 +44,11 @@ def make_demo_home(root: Path, base_url: str) -> tuple[Path, Path]:
         ["add", "-A"],
         ["commit", "-q", "-m", "textkit: word_count"],
     ):
-        subprocess.run(["git", *args], cwd=repo, check=True, env={**_os_env(), **env})
+        # its output captured: a git still running when the demo is stopped (a signal that
+        # came while it started) holds no pipe of whoever runs the demo
+        subprocess.run(
+            ["git", *args], cwd=repo, check=True, env={**_os_env(), **env}, capture_output=True
+        )
     init_home(home, target_repo=str(repo))
     (home / "config" / "providers" / "scripted.yaml").write_text(
         "# hero's built-in scripted model (hero demo). Not a real model.\n"
