@@ -30,8 +30,9 @@ def examples_dir() -> Path:
     raise FileNotFoundError("hero's examples are missing from this installation")
 
 
-def make_demo_home(root: Path, base_url: str) -> tuple[Path, Path]:
-    """Create a hero home with a fresh target repo under ``root``; returns (home, story)."""
+def make_demo_home(root: Path, base_url: str, python: str = sys.executable) -> tuple[Path, Path]:
+    """Create a hero home with a fresh target repo under ``root``; returns (home, story).
+    ``python``: the interpreter the checks run (hero's own: `python` may not be on PATH)."""
     from hero.config.scaffold import init_home
 
     examples = examples_dir()
@@ -67,8 +68,14 @@ def make_demo_home(root: Path, base_url: str) -> tuple[Path, Path]:
         encoding="utf-8",
     )
     story_text = (examples / "stories" / DEMO_STORY).read_text(encoding="utf-8")
-    # Verify with the interpreter hero runs on: `python` may not be on PATH.
-    story_text = story_text.replace("- python -", f"- {shlex.quote(sys.executable)} -")
+    # Verify with the interpreter hero runs on, each command one YAML string (a JSON one):
+    # its path may hold a space or a quote.
+    story_text = re.sub(
+        r"^(\s*- )python (-.*)$",
+        lambda m: m.group(1) + json.dumps(f"{shlex.quote(python)} {m.group(2)}"),
+        story_text,
+        flags=re.MULTILINE,
+    )
     story = home / "inbox" / DEMO_STORY
     story.parent.mkdir(parents=True, exist_ok=True)
     story.write_text(story_text, encoding="utf-8")
