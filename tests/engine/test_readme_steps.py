@@ -19,6 +19,7 @@ from engine_support import (
     Proc,
     RedisServer,
     kill_marked,
+    wait_for,
     wait_status,
 )
 from helpers import REPO_ROOT, backlog
@@ -125,7 +126,9 @@ def test_the_readmes_celery_steps_run_a_story_from_hero_init_homes(
         state = wait_status(coordinator_home, "rd1", "passed", "error", procs=tuple(procs))
         outputs = "\n".join(f"--- {p.name}\n{p.output()[-6000:]}" for p in procs)
         assert state["status"] == "passed", outputs
-        assert (coordinator_home / "done" / "rd1.md").is_file()
+        # the record says passed as the coordinator mirrors it; the file moves right after
+        done = coordinator_home / "done" / "rd1.md"
+        wait_for(done.is_file, "the story's file in done/", procs=tuple(procs))
         assert worker.running() and watch.running(), outputs
         watch.proc.send_signal(signal.SIGTERM)
         assert watch.proc.wait(timeout=60) in (0, 130), watch.output()

@@ -9,7 +9,7 @@ The checks run as in a round (a red tier skips the later ones: theirs are record
 run, ``passed: null``), in the project's environment and sandbox, under the guard of a round's
 checks (what they do to the branch or the refs is undone). The result is kept per starting commit, environment and check text
 (``envs/baselines/<key>.json``): a story that starts where another started runs none again.
-What the checks changed in tracked files is put back before round 1.
+What the checks changed, committed or left untracked is undone before round 1.
 """
 
 from __future__ import annotations
@@ -120,9 +120,11 @@ def _cached(path: Path, commit: str) -> dict[str, Any] | None:
 
 
 def _put_back(worktree: Path, branch: str, commit: str) -> None:
-    """The worktree back on ``branch`` at ``commit``, its tracked files as committed: what
-    the checks committed or changed is gone (their untracked output is left)."""
+    """The worktree back on ``branch`` at ``commit`` as the story starts there: what the
+    checks committed, changed or left untracked is gone (what git ignores is left: a
+    ``git add -A`` of the worker's would not take it either)."""
     git(worktree, "checkout", "-q", "--force", "-B", branch, commit)
+    git(worktree, "clean", "-ffdq")
 
 
 def failing(baseline: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
