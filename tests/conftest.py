@@ -66,6 +66,14 @@ def _ignored_or_blocked(signals: tuple[int, ...]) -> list[str]:
     ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests start, as from a terminal, even when the suite
+    itself was started with SIGINT ignored (a shell's background job, `nohup`): they would
+    inherit it ignored, and the tests that interrupt hero could not."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for ``-n auto``: half again as many as cores. Many tests wait on hero's own
     processes (a daemon's settle delay, a lease, a stop's grace), and a third worker keeps

@@ -3,18 +3,16 @@ in two rounds (its first round's check failed) and s2 gave up after one."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from helpers import is_review, review_round, step_of, verdict, worker_round
+from helpers import PY, is_review, review_round, step_of, verdict, worker_round
 
 from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, call, text
 
 Start = Callable[..., ScriptedModel]
-PY = sys.executable
 WRONG = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a + b\n"
 # not the same size as WRONG: a .pyc of WRONG written in the same second must not stand
 RIGHT = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b  # fixed\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -90,7 +91,11 @@ def hero(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]
 def editor(tmp_path: Path, old: str, new: str) -> dict[str, str]:
     script = tmp_path / "editor.py"
     script.write_text(EDITOR)
-    return {"EDITOR": f"{sys.executable} {script}", "OLD": old, "NEW": new}
+    return {
+        "EDITOR": f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}",
+        "OLD": old,
+        "NEW": new,
+    }
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -69,7 +70,7 @@ def hero_new(
     count.unlink(missing_ok=True)
     env = {
         **os.environ,
-        "EDITOR": f"{sys.executable} {editor}",
+        "EDITOR": f"{shlex.quote(sys.executable)} {shlex.quote(str(editor))}",
         "STEPS": json.dumps(steps),
         "STEPS_FILE": str(count),
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -25,6 +26,10 @@ from hero.llm.scripted import HttpError, Reply, call, text
 from hero.state import TERMINAL, RunState, Status, load_state, save_state
 
 PY = sys.executable
+#: PY as a shell word (a path with a space)
+SH_PY = shlex.quote(PY)
+#: the stories' check, as a YAML string
+CHECK = json.dumps(f"{SH_PY} -m unittest -q")
 APPROVE = verdict("APPROVED", "Good.")
 TIMEOUT_S = 120.0  # generous "did not hang" bounds, never speed checks
 LONG_AGO = 1_000_000.0  # a finish time long past (1970): older than any rule
@@ -282,7 +287,7 @@ def write_story(home: Path, sid: str) -> Path:
     path = home / "inbox" / f"{sid}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        f"---\nid: {sid}\ntitle: Story {sid}\nverify:\n  - {PY} -m unittest -q\n---\n\n"
+        f"---\nid: {sid}\ntitle: Story {sid}\nverify:\n  - {json.dumps(SH_PY + ' -m unittest -q')}\n---\n\n"
         "## Goal\nAdd sub.\n\n## Acceptance Criteria\n- [ ] sub works\n"
     )
     return path
