@@ -31,7 +31,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +44,7 @@ from hero.git.ops import TargetRepo, git
 from hero.git.storyrepo import StoryRepo
 from hero.redact import Redactor
 from hero.runner import run_command
-from hero.sandbox.bwrap import PROJECT_PATH, SANDBOX_HOME, ProjectMounts
+from hero.sandbox.bwrap import PROJECT_PATH, SANDBOX_HOME, ProjectMounts, bwrap_problem
 from hero.sandbox.bwrap import resolve as resolve_sandbox
 
 #: The environments' folder in the hero home.
@@ -268,7 +268,6 @@ class Setup:
     log_path: Path
     redactor: Redactor
     cancel: threading.Event | None = None
-    say: Callable[[str], None] = lambda _m: None
 
     def sandboxed(self) -> bool:
         return self.config.safety.sandbox != "none" and _bwrap_works(self.config)
@@ -395,14 +394,12 @@ class Setup:
 
 
 def _bwrap_works(config: Config) -> bool:
-    from hero.sandbox.bwrap import bwrap_problem
-
+    """Whether setup runs sandboxed: bwrap works, or is required (``sandbox: bwrap``; then
+    the sandbox itself says why it cannot, and the story ends in error)."""
+    if config.safety.sandbox == "bwrap":
+        return True
     bwrap = shutil.which("bwrap")
-    if bwrap is None or bwrap_problem(bwrap):
-        if config.safety.sandbox == "bwrap":
-            return True  # the story's own sandbox says why, and ends it
-        return False
-    return True
+    return bwrap is not None and bwrap_problem(bwrap) is None
 
 
 def _untracked_dirs(repo: Path) -> list[str]:
