@@ -11,13 +11,20 @@ from pathlib import Path
 
 
 def atomic_write(
-    path: Path, data: bytes, *, exclusive: bool = False, follow_link: bool = True
+    path: Path,
+    data: bytes,
+    *,
+    exclusive: bool = False,
+    follow_link: bool = True,
+    durable: bool = True,
 ) -> None:
     """Write ``data`` to ``path`` through a temporary file in its directory and a rename.
 
     A symlink at ``path`` is written through (the file it points at is replaced), unless
     ``follow_link`` is False: then it is refused (``OSError`` ELOOP) and nothing is written,
-    for a file someone else may have swapped for a link (a story file)."""
+    for a file someone else may have swapped for a link (a story file). ``durable``: synced
+    to the disk (a power loss keeps it); without, it outlives the process alone (a kill -9),
+    for a write that is repeated often and made durable at the next step anyway."""
     if not follow_link and os.path.islink(path):
         raise OSError(errno.ELOOP, "is a symlink; hero does not write through it", str(path))
     target = Path(os.path.realpath(path))  # a symlinked file: write where it points
@@ -34,7 +41,8 @@ def atomic_write(
                 os.fchmod(fh.fileno(), mode)
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         if exclusive:
             os.link(tmp, target)  # fails, atomically, if the file appeared meanwhile
             os.unlink(tmp)
@@ -44,7 +52,8 @@ def atomic_write(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(target.parent)
+    if durable:
+        _fsync_dir(target.parent)
 
 
 def _temp_file(target: Path) -> tuple[int, str]:

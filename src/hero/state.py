@@ -363,7 +363,9 @@ def load_state(home: Path, story: StoryRef | str) -> RunState | None:
         ) from exc
 
 
-def save_state(home: Path, state: RunState, redact: Redactor | None = None) -> None:
+def save_state(
+    home: Path, state: RunState, redact: Redactor | None = None, *, durable: bool = True
+) -> None:
     """Write the state atomically: a crash leaves the old file or the new one, never half.
     Every secret in ``redact`` is taken out of its strings (errors, summaries, feedback).
 
@@ -379,4 +381,4 @@ def save_state(home: Path, state: RunState, redact: Redactor | None = None) -> N
     if redact:
         record = redact.redact_value(record)
     data = json.dumps(record, indent=2, ensure_ascii=False)
-    atomic_write(path, data.encode("utf-8"))
+    atomic_write(path, data.encode("utf-8"), durable=durable)

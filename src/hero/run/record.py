@@ -61,7 +61,7 @@ class RunRecord:
         self._on_save = on_save
         self.state = RunState(id=story.id, plan=story.plan)
         # remade once the record is loaded (take); every call it counts is saved at once
-        self.meter = meter(self.state, self.save)
+        self.meter = meter(self.state, self.save_counted)
         #: this run ended the story (passed, gave up, error, budget): it may teach the memory
         self.ended = False
         self._story_file_id = story.file_id  # the story file as hero read it
@@ -73,7 +73,7 @@ class RunRecord:
         """Run with ``state``: what it spent before counts against the budgets, a round a
         killed run left open too (up to that run's last save)."""
         state.close_open_round(float(state.updated_at or 0.0))
-        self.state, self.meter = state, self._meter_for(state, self.save)
+        self.state, self.meter = state, self._meter_for(state, self.save_counted)
         return state
 
     def start_failed(self, state: RunState) -> RunState:
@@ -93,17 +93,21 @@ class RunRecord:
             record = self.state
         return replace(record, error=why)
 
-    def save(self) -> None:
-        """Write the run record, its usage the story's so far (see hero.run.budget.Meter).
-        The meter calls it after each model call it counts: what a call spent is on record
-        before the tools it asked for run (a small atomic write, next to a model call)."""
+    def save_counted(self) -> None:
+        """After each model call the meter counts: what the call spent is on record before
+        the tools it asked for run, so a kill -9 loses none of it. Not synced to the disk
+        (the next step's save is): a turn pays a small write, not an fsync."""
+        self.save(durable=False)
+
+    def save(self, *, durable: bool = True) -> None:
+        """Write the run record, its usage the story's so far (see hero.run.budget.Meter)."""
         with self._lock:
             if self._frozen:
                 return
             if self.state.status != Status.RUNNING:  # stopped: a round cut short counts
                 self.state.close_open_round(time.time())
             self.state.record_usage(self.meter.spent())
-            save_state(self.home, self.state, self.redactor)
+            save_state(self.home, self.state, self.redactor, durable=durable)
             self._saved_at = time.monotonic()
         if self._on_save is not None:
             self._on_save(self.state)
