@@ -308,6 +308,7 @@ def make_client(
     backoff_max_s: float = 0.05,
     timeout_s: float = 10.0,
     retry_after_max_s: float = 120.0,
+    max_response_mb: float = 8.0,
     cancel: threading.Event | None = None,
     on_retry: Callable[[str], None] | None = None,
 ) -> LlmClient:
@@ -332,6 +333,7 @@ def make_client(
         backoff_base_s=backoff_base_s,
         backoff_max_s=backoff_max_s,
         retry_after_max_s=retry_after_max_s,
+        max_response_mb=max_response_mb,
     )
     return LlmClient(role_config, settings, cancel=cancel, on_retry=on_retry)
 

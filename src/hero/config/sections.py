@@ -344,7 +344,17 @@ class LlmSettings:
     timeout_s: float = knob(
         "llm_timeout_s",
         600.0,
-        "Timeout of one model request, in seconds.",
+        "Deadline of one model request, in seconds: all of it, from connecting to the last "
+        "byte of the answer, however slowly the provider sends it; each attempt has its own.",
+        section=REQUESTS_SECTION,
+    )
+    max_response_mb: float = knob(
+        "llm_max_response_mb",
+        8.0,
+        "Largest answer of one model request, in MB (1 MB = 1,048,576 bytes), unpacked if it "
+        "came compressed: a larger one is read no further and ends the story in error (not "
+        "the provider).",
+        note="See docs/reliability.md (time and size).",
         section=REQUESTS_SECTION,
     )
     max_attempts: int = knob(

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from hero.config.providers import RoleConfig
 from hero.config.sections import LlmSettings
 from hero.errors import HeroError, Interrupted
+from hero.llm.transport import ResponseTooLarge, bound_http_client, bounded
 from hero.llm.usage import Usage, estimate_message, estimate_request
 
 if TYPE_CHECKING:
@@ -44,14 +45,44 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 
 #: is not retried refuses every request alike (a key, a model name, the provider's
 #: settings) and is a ModelRefused, which stops the provider's queue (hero.llm.breaker).
 STORY_STATUS = frozenset({413})
-#: A 400 or 422 that refuses what one story's conversation holds (too long for the window,
-#: refused by a content filter), not hero's requests as such: the story's own error. What
-#: the worker writes must not be able to stop every story of the provider.
+#: A 400 or 422 that refuses the size of one story's conversation (too long for the
+#: window), not hero's requests as such: the story's own error.
 _STORY_REFUSAL = re.compile(
-    r"context[ _-]?(?:length|window|size)|maximum context|too many tokens|too long|"
-    r"content[ _-]?(?:filter|policy|management)|safety system",
+    r"context[ _-]?(?:length|window|size)|maximum context|too many tokens|too long",
     re.IGNORECASE,
 )
+#: The statuses a refusal of one story's content comes with: OpenAI's moderation and
+#: Azure's content filter answer 400, some gateways 422, OpenRouter's moderation 403, a
+#: proxy 451 (unavailable for legal reasons).
+_CONTENT_STATUS = frozenset({400, 403, 422, 451})
+#: The words of a refusal of what one story's conversation holds, as the providers put it
+#: (in an error's code, type or message): OpenAI's ``invalid_prompt`` ("flagged as
+#: potentially violating our usage policy") and ``content_policy_violation``; Azure
+#: OpenAI's ``content_filter`` and its inner ``ResponsibleAIPolicyViolation`` ("content
+#: management policy"); Anthropic's "blocked by content filtering policy" and ``refusal``;
+#: the guard models and guardrails that gateways put in front of vLLM and llama.cpp's
+#: server ("guardrail", "jailbreak", "prompt injection", "unsafe", "Llama Guard"). What
+#: the worker writes (a tool's output, a file it read) must never stop every story of
+#: the provider: such a refusal ends its own story only.
+_CONTENT_REFUSAL = re.compile(
+    r"invalid[ _-]?prompt|content[ _-]?(?:filter|polic|management|moderation|safety)|"
+    r"responsible[ _-]?ai|\bflagged\b|moderation|usage[ _-]?polic|"
+    r"safety[ _-]?(?:system|polic|filter|check|guard|setting|violation)|"
+    r"guard[ _-]?rail|jailbreak|prompt[ _-]?(?:injection|shield|guard|attack)|"
+    r"llama[ _-]?guard|\bunsafe\b|harmful|\brefus(?:al|ed)\b",
+    re.IGNORECASE,
+)
+#: A 403 that names the account, key or place is about every request, whatever else it
+#: says (a key or an organization suspended for its use of the service): the provider's.
+_ACCOUNT_WORDS = re.compile(
+    r"\b(?:account|organi[sz]ation|billing|api[ _-]?key|key|project|region|country|"
+    r"territor\w*|suspend\w*|deactivat\w*|disabled|banned)\b",
+    re.IGNORECASE,
+)
+#: The finish reasons of an answer that the provider's filter withheld or the model
+#: refused: OpenAI's and Azure's ``content_filter``, Anthropic's ``refusal`` (as its
+#: compatible gateways pass it on), ``safety`` as some gateways map Gemini's.
+_FILTERED_FINISH = frozenset({"content_filter", "content-filter", "refusal", "safety"})
 
 
 #: A refusal of what the request names (its model, its reasoning effort), not of the key:
@@ -92,10 +123,29 @@ class ModelRefused(ModelOutage):
     kind = "permanent"
 
 
-class ContentFiltered(LlmError):
+class ContentRefused(LlmError):
+    """The provider refused what this story's conversation holds (moderation, a content
+    filter, a safety system, a guard model): the story ends in ``error`` with this as its
+    reason, and is not run again until it is edited or retried; the provider's breaker
+    neither opens nor counts it, and the provider's other stories run on. ``provider`` is
+    the provider's name."""
+
+    def __init__(self, message: str, *, provider: str) -> None:
+        super().__init__(message)
+        self.provider = provider
+
+
+class ContentFiltered(ContentRefused):
     """The endpoint answered, but its content filter withheld the answer (``finish_reason``
-    ``content_filter`` and no tool call): what this story's conversation holds is refused,
-    as a 400 from a content filter is; the story ends in ``error``, other stories run on."""
+    ``content_filter``, ``refusal`` or ``safety``, or only a ``refusal`` text, and no tool
+    call): what this story's conversation holds is refused, as a 400 from a content filter
+    is."""
+
+
+class AnswerTooLarge(LlmError):
+    """The answer passed ``llm_max_response_mb`` and was read no further: the call's error,
+    and so its story's (one conversation's answer), not the provider's; not retried, since
+    asking again asks for the same answer."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +253,8 @@ class LlmClient:
             self.http_client = share_http_with.http_client
         else:
             self.http_client = openai.DefaultHttpxClient(verify=self.verify_tls)
+            # llm_timeout_s for the whole call, llm_max_response_mb for its answer
+            bound_http_client(self.http_client)
         self._client = openai.OpenAI(
             base_url=role.provider.base_url,
             api_key=role.api_key or "no-key",
@@ -234,7 +286,11 @@ class LlmClient:
                 # cost more than the last (~0.3 ms per message on a 2-core machine).
                 # cast_to=bytes: the body as sent, parsed here, so that a body that is not
                 # JSON (a proxy's HTML page, a cut-off answer) is a fault retried like a 5xx.
-                raw = self._client.post("/chat/completions", body=params, cast_to=bytes)
+                # Inside bounded(): llm_timeout_s is the deadline of the whole call (a body
+                # trickled byte by byte included), and no more than llm_max_response_mb of
+                # the answer is read (hero.llm.transport).
+                with bounded(self.settings.timeout_s, self._max_bytes):
+                    raw = self._client.post("/chat/completions", body=params, cast_to=bytes)
                 completion = self._record(self._parse(raw), time.monotonic() - started, params)
                 return replace(completion, errors=tuple(errors)) if errors else completion
             except Exception as exc:  # noqa: BLE001 - sorted into retryable or not below
@@ -256,11 +312,29 @@ class LlmClient:
                 self._on_retry(f"{reason}; retry {attempt} in {wait:.1f} s")
             self._sleep(wait)
 
+    @property
+    def _max_bytes(self) -> int:
+        return max(1, int(self.settings.max_response_mb * 1024 * 1024))
+
     def _classify(self, exc: Exception) -> tuple[float | None, str]:
         """(delay the server asked for or None, reason) for a retryable error; raise otherwise."""
         oa = self._openai
+        if _caused_by(exc, ResponseTooLarge):
+            raise AnswerTooLarge(
+                f"{self._where()}: the answer passed llm_max_response_mb "
+                f"({self.settings.max_response_mb:g} MB) and was read no further"
+            ) from exc
         if isinstance(exc, oa.APIStatusError):
             status = exc.status_code
+            if status in _CONTENT_STATUS and _refuses_content(status, _error_words(exc)):
+                provider = self.role.provider.name
+                raise ContentRefused(
+                    self._describe(exc, f"HTTP {status}")
+                    + f" -- provider '{provider}' refused this story's content; the story "
+                    f"ends here (the provider's other stories run on): change what it asks, "
+                    "then `hero retry` it",
+                    provider=provider,
+                ) from exc
             if status in STORY_STATUS or (
                 status in (400, 422) and _STORY_REFUSAL.search(_error_words(exc))
             ):
@@ -280,7 +354,10 @@ class LlmClient:
                 ) from exc
             return self._retry_after(exc), f"HTTP {status}"
         if isinstance(exc, oa.APITimeoutError):
-            return None, f"timed out after {self.settings.timeout_s:g} s"
+            return None, (
+                f"timed out: no whole answer within llm_timeout_s "
+                f"({self.settings.timeout_s:g} s, the deadline of the whole request)"
+            )
         if isinstance(exc, oa.APIConnectionError):
             return None, f"connection failed ({exc.__cause__ or exc})"
         if isinstance(exc, oa.APIResponseValidationError | _BadReply):
@@ -411,12 +488,20 @@ class LlmClient:
         )
         with self.usage.lock:
             self.usage.add(completion.usage)
-        if finish_reason == "content_filter" and not calls:
+        refusal = msg.get("refusal")
+        refused = isinstance(refusal, str) and refusal.strip() and not content
+        if (finish_reason in _FILTERED_FINISH or refused) and not calls:
             # no answer to go on with, and asking again sends what was refused again
+            name = self.role.provider.name
+            why = f"finish_reason '{finish_reason}'" if finish_reason else "no answer"
+            if refused:
+                why += f", refusal {self._masked(str(refusal).encode(), _MESSAGE_CHARS)!r}"
             cut = f", after {len(content)} characters" if content else ""
             raise ContentFiltered(
                 f"{self._where()}: the provider's content filter withheld the answer "
-                f"(finish_reason 'content_filter'{cut})"
+                f"({why}{cut}) -- provider '{name}' refused this story's content; the "
+                "story ends here (the provider's other stories run on)",
+                provider=name,
             )
         return completion
 
@@ -561,13 +646,39 @@ def error_kind(reason: str) -> str:
 
 
 def _error_words(exc: Any) -> str:
-    """The code, type and message of an error answer's body, for telling a refusal of one
-    story's request from one of every request ("" when the body says nothing)."""
+    """The code, type and message of an error answer's body (and Azure's ``innererror``
+    code), for telling a refusal of one story's request from one of every request (""
+    when the body says nothing)."""
     body = getattr(exc, "body", None)
     err = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(err, dict):
-        return " ".join(str(err.get(k) or "") for k in ("code", "type", "message"))[:2000]
+        words = [str(err.get(k) or "") for k in ("code", "type", "message")]
+        inner = err.get("innererror")
+        if isinstance(inner, dict):
+            words.append(str(inner.get("code") or ""))
+        return " ".join(words)[:2000]
     return str(err or "")[:2000]
+
+
+def _refuses_content(status: int, words: str) -> bool:
+    """Whether an error answer of ``status`` saying ``words`` refuses one story's content
+    (see _CONTENT_REFUSAL) rather than every request: a 403 that names the account, key or
+    place is the provider's whatever it says."""
+    if not _CONTENT_REFUSAL.search(words):
+        return False
+    return status != 403 or not _ACCOUNT_WORDS.search(words)
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``exc`` or an exception it was raised from (or during) is a ``kind``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _is_json(raw: object) -> bool:

@@ -4,8 +4,12 @@ Give :class:`ScriptedModel` either a sequence of answers (served in order, one p
 or a handler (a callable that receives each parsed request body and returns the answer).
 An answer is a :class:`Reply` (one assistant message, text and/or tool calls), an
 :class:`HttpError` (an error status with OpenAI's error JSON), :class:`Raw` (any status and
-body, verbatim: another server's response shape, a proxy's HTML page), or :class:`Drop`
-(close the connection without answering).
+body, verbatim: another server's response shape, a proxy's HTML page, a provider's refusal
+from :func:`refusal`), :class:`Drop` (close the connection without answering),
+:class:`Trickle` (a Raw sent a few bytes at a time: a provider that stalls) or
+:class:`Huge` (a completion of any size, streamed, never held whole). ``bytes_sent``
+counts what the server wrote of the last two, so a test can tell how much of an answer
+its client read.
 
     with ScriptedModel([call("bash", command="ls"), text("done")]) as m:
         client = openai.OpenAI(base_url=m.base_url, api_key="x", max_retries=0)
@@ -38,10 +42,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 
+from hero.llm.refusals import REFUSALS
+
 __all__ = [
     "Drop",
     "Handler",
     "HttpError",
+    "Huge",
     "Raw",
     "RecordedRequest",
     "Reply",
@@ -50,6 +57,9 @@ __all__ = [
     "call",
     "calls",
     "chat_problem",
+    "refusal",
+    "REFUSALS",
+    "Trickle",
     "validating",
     "main",
     "text",
@@ -126,8 +136,36 @@ class Drop:
     """Close the connection without answering."""
 
 
-Answer = Reply | HttpError | Raw | Drop
+@dataclass(frozen=True)
+class Trickle:
+    """Send ``answer`` ``chunk_bytes`` at a time, ``interval_s`` apart: the body only, or
+    with ``head`` the status line and headers too. A provider that stalls a call without
+    ever letting a read time out."""
+
+    answer: Raw
+    chunk_bytes: int = 1
+    interval_s: float = 0.5
+    head: bool = False
+
+
+@dataclass(frozen=True)
+class Huge:
+    """A 200 chat completion of ``size_bytes`` in all (its text padded to fit), streamed
+    ``chunk_bytes`` at a time and never held whole: a provider that answers without end."""
+
+    size_bytes: int
+    chunk_bytes: int = 1 << 20
+
+
+Answer = Reply | HttpError | Raw | Drop | Trickle | Huge
+_ANSWER_TYPES = (Reply, HttpError, Raw, Drop, Trickle, Huge)
 Handler = Callable[[dict[str, Any]], Answer]
+
+
+def refusal(name: str) -> Raw:
+    """The refusal ``name`` of :data:`REFUSALS` as an answer."""
+    status, body = REFUSALS[name]
+    return Raw(body, status=status)
 
 
 def text(content: str) -> Reply:
@@ -392,6 +430,66 @@ class _RequestHandler(BaseHTTPRequestHandler):
             lines.append("Connection: close")
         self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
 
+    def _head(self, status: int, length: int, content_type: str = "application/json") -> bytes:
+        lines = [
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {length}",
+            "Connection: close",
+        ]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _send_trickle(self, answer: Trickle) -> None:
+        """``answer`` a few bytes at a time; the connection is closed after it (or once the
+        client has gone)."""
+        self.close_connection = True
+        raw = answer.answer
+        body = raw.encoded()
+        head = self._head(raw.status, len(body), raw.content_type)
+        if not answer.head:
+            self._write_counted(head)
+            head = b""
+        data = head + body
+        step = max(1, answer.chunk_bytes)
+        for i in range(0, len(data), step):
+            if i:
+                time.sleep(answer.interval_s)
+            if not self._write_counted(data[i : i + step]):
+                return
+
+    def _send_huge(self, answer: Huge) -> None:
+        """A completion of ``answer.size_bytes``, written in chunks made as they go."""
+        self.close_connection = True
+        prefix = (
+            b'{"id": "chatcmpl-huge", "object": "chat.completion", "model": "scripted", '
+            b'"choices": [{"index": 0, "finish_reason": "stop", "message": '
+            b'{"role": "assistant", "content": "'
+        )
+        suffix = b'"}}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}'
+        pad = max(0, answer.size_bytes - len(prefix) - len(suffix))
+        if not self._write_counted(self._head(200, len(prefix) + pad + len(suffix)) + prefix):
+            return
+        step = max(1, answer.chunk_bytes)
+        chunk = b"x" * step
+        while pad > 0:
+            n = min(step, pad)
+            if not self._write_counted(chunk[:n]):
+                return
+            pad -= n
+        self._write_counted(suffix)
+
+    def _write_counted(self, data: bytes) -> bool:
+        """Write ``data``, counted in ``bytes_sent``; False once the client has gone."""
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:
+            return False
+        model = self.server.model
+        with model._lock:
+            model.bytes_sent += len(data)
+        return True
+
     def _send_error(
         self, status: int, message: str, headers: Mapping[str, str] | None = None
     ) -> None:
@@ -467,6 +565,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send_error(answer.status, answer.message, answer.headers)
         elif isinstance(answer, Raw):
             self._send(answer.status, answer.encoded(), answer.content_type, answer.headers)
+        elif isinstance(answer, Trickle):
+            self._send_trickle(answer)
+        elif isinstance(answer, Huge):
+            self._send_huge(answer)
         else:  # Drop: no answer; the server closes the socket after this method returns.
             self.close_connection = True
 
@@ -510,10 +612,10 @@ class ScriptedModel:
         else:
             items = tuple(script)
             for i, item in enumerate(items):
-                if not isinstance(item, Reply | HttpError | Raw | Drop):
+                if not isinstance(item, _ANSWER_TYPES):
                     raise TypeError(
                         f"script item {i} is {type(item).__name__}; "
-                        "expected Reply, HttpError, Raw or Drop"
+                        "expected Reply, HttpError, Raw, Drop, Trickle or Huge"
                     )
             self._handler = None
             self._script = items
@@ -521,6 +623,7 @@ class ScriptedModel:
         self.host = host
         self.port = port
         self.requests: list[RecordedRequest] = []
+        self.bytes_sent = 0  # of Trickle and Huge answers, head and body, as written
         self._lock = threading.Lock()
         self._served = 0
         self._call_ids = itertools.count(1)
@@ -608,10 +711,10 @@ class ScriptedModel:
             answer: object = handler(request.body)  # test code: check what it gave back
         except Exception:  # noqa: BLE001 - the test sees a 500 with the traceback
             return None, "scripted model: handler raised:\n" + traceback.format_exc()
-        if not isinstance(answer, Reply | HttpError | Raw | Drop):
+        if not isinstance(answer, _ANSWER_TYPES):
             return None, (
                 f"scripted model: handler returned {type(answer).__name__}; "
-                "expected Reply, HttpError, Raw or Drop"
+                "expected Reply, HttpError, Raw, Drop, Trickle or Huge"
             )
         return answer, None
 
