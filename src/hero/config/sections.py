@@ -348,15 +348,6 @@ class LlmSettings:
         "byte of the answer, however slowly the provider sends it; each attempt has its own.",
         section=REQUESTS_SECTION,
     )
-    max_response_mb: float = knob(
-        "llm_max_response_mb",
-        8.0,
-        "Largest answer of one model request, in MB (1 MB = 1,048,576 bytes), unpacked if it "
-        "came compressed: a larger one is read no further and ends the story in error (not "
-        "the provider).",
-        note="See docs/reliability.md (time and size).",
-        section=REQUESTS_SECTION,
-    )
     max_attempts: int = knob(
         "llm_max_attempts",
         6,
@@ -384,6 +375,15 @@ class LlmSettings:
         120.0,
         "Longest wait a server's Retry-After (on a 429 or 503) is honoured for, in seconds; "
         "on a longer ask hero waits this long, then tries again.",
+        section=REQUESTS_SECTION,
+    )
+    max_response_mb: float = knob(
+        "llm_max_response_mb",
+        8.0,
+        "Largest answer of one model request, in MB (1 MB = 1,048,576 bytes), unpacked if it "
+        "came compressed: a larger one is read no further and ends the story in error (not "
+        "the provider).",
+        note="See docs/reliability.md (time and size).",
         section=REQUESTS_SECTION,
     )
     outage_backoff_s: float = knob(
