@@ -15,6 +15,12 @@ before it starts a story:
   provider starts again in this daemon; the message says what to fix. Restarting
   ``hero watch`` (after the fix) closes it.
 
+Only what concerns every request of the provider reaches a breaker. A refusal of one
+story's content (moderation, a content filter, a guard model:
+:class:`hero.llm.client.ContentRefused`), an answer over ``llm_max_response_mb`` and a
+conversation too long for the window are that story's errors: it ends in ``error`` and
+the breaker never hears of it, so no story's content can stop the provider's queue.
+
 The probe is a story, not a tiny request of hero's own: it asks exactly what the stories
 need (the role's model, key and endpoint, from where they run: on the Celery engine that
 is a worker's machine, not the coordinator's), costs nothing extra, and a story that
