@@ -69,6 +69,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         #    watcher), the sandbox, processes, traces, locks, memory; a run's budgets, events,
         #    cancelling and alerts
         "hero.llm.client",
+        "hero.llm.transport",
         "hero.git.*",
         "hero.github.*",
         "hero.runner",
@@ -110,6 +111,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.sandbox.pid1",
         "hero.llm",
         "hero.llm.scripted",
+        "hero.llm.refusals",
         "hero.run",
     ),
 )
