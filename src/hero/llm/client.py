@@ -69,7 +69,7 @@ _CONTENT_REFUSAL = re.compile(
     r"responsible[ _-]?ai|\bflagged\b|moderation|usage[ _-]?polic|"
     r"safety[ _-]?(?:system|polic|filter|check|guard|setting|violation)|"
     r"guard[ _-]?rail|jailbreak|prompt[ _-]?(?:injection|shield|guard|attack)|"
-    r"llama[ _-]?guard|\bunsafe\b|harmful|\brefus(?:al|ed)\b",
+    r"llama[ _-]?guard|\bunsafe\b|harmful|\brefusal\b",
     re.IGNORECASE,
 )
 #: A 403 that names the account, key or place is about every request, whatever else it

@@ -37,6 +37,8 @@ from typing import Any
 import httpcore2 as httpcore
 import httpx2 as httpx
 
+from hero.errors import HeroError
+
 
 @dataclass
 class CallBounds:
@@ -62,8 +64,9 @@ class CallBounds:
         return left if timeout is None else min(timeout, left)
 
 
-class ResponseTooLarge(Exception):
-    """The answer passed the call's size cap; nothing more of it was read."""
+class ResponseTooLarge(HeroError):
+    """The answer passed the call's size cap; nothing more of it was read (the model client
+    turns it into its own error, hero.llm.client.AnswerTooLarge)."""
 
     def __init__(self, max_bytes: int) -> None:
         super().__init__(f"the answer passed {max_bytes} bytes; the rest was not read")
