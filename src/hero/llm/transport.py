@@ -98,7 +98,7 @@ def bound_http_client(client: httpx.Client) -> None:
 
     httpx2 has no public hook for either (a ``transport=`` argument would drop the proxies
     from the environment), so this sets the client's ``_transport`` and ``_mounts`` and the
-    pool's ``_network_backend``; tests/llm/test_bounds.py fails if a new httpx2 or httpcore2
+    pool's ``_network_backend``; tests/llm/test_transport.py fails if a new httpx2 or httpcore2
     moves them. RuntimeError when the client's transport is not one this knows."""
     if isinstance(client._transport, _BoundedTransport):
         return
