@@ -1,7 +1,8 @@
 """Where the worker's and the checks' commands run: inside bubblewrap (``bwrap``).
 
 A sandboxed command sees the system read-only (``SYSTEM_DIRS``, the Python hero runs on,
-the directories on ``PATH``) and the story's own repository (``hero.git.storyrepo``)
+the directories on ``PATH`` that are not under a home, the ``toolchain_dirs`` named:
+``default_tool_dirs``) and the story's own repository (``hero.git.storyrepo``)
 writable, but for the parts of its git directory through which git runs programs or reads
 other files (``guarded``: config, hooks, info, objects/info, modules), which are read-only;
 the target's object store, which the story's repository borrows, is read-only too. The
@@ -10,7 +11,12 @@ hero home are not there. It gets a private ``/tmp`` and ``HOME`` (``SANDBOX_HOME
 PID namespace (it cannot see hero's processes, and when the command ends every process it
 started ends with it), no capabilities, and, unless asked for, no network (a namespace with
 only its own loopback). ``/root``, ``/home`` and the user's own home are not there, apart
-from the story's repository and any tool directory named above that lies inside them.
+from the story's repository, the Python hero runs on and the toolchains named.
+
+As root where no pids cgroup holds a command's processes (``hero.sandbox.limits.drops_uid``),
+the worker's and the checks' commands run as an unprivileged uid (``Sandbox.uid``, through
+``wrap_command`` and ``as_user``), which RLIMIT_NPROC holds, and what they write is lent to
+that uid while they run (``Sandbox.lent``); hero's own git in the sandbox stays root.
 
 ``resolve`` turns the ``sandbox`` setting into a ``Sandbox`` (or None), checking once per
 process that bwrap works here by running a sandboxed ``true`` (``bwrap_problem``).

@@ -21,7 +21,10 @@ leaks memory); whatever it does, the host and hero must live. ``Limits`` holds t
   a user's processes: when hero is not root, bwrap gives the sandbox a user namespace of its
   own, where that is the command's own processes (checked: a user with 80 processes outside
   still gets exactly the limit inside); for root it is not enforced at all (the kernel
-  exempts uid 0). RLIMIT_DATA bounds each process, not the command.
+  exempts uid 0), so a root hero without a pids cgroup runs the commands as an unprivileged
+  uid (``sandbox_uid``, ``hero.sandbox.bwrap.Sandbox.uid``). RLIMIT_DATA bounds each
+  process, not the command. ``holds`` names the mechanism for ``hero doctor``; the setting
+  ``sandbox_cgroups: off`` makes hero use no cgroup.
 
 Memory: ``RLIMIT_DATA``, not ``RLIMIT_AS``. RLIMIT_AS counts address space reserved but never
 used, and runtimes reserve a lot (Go's arenas, the JVM's heap and class space, V8's pointer
