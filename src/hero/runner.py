@@ -28,6 +28,7 @@ it reads the output with ``Capture`` too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -572,7 +573,10 @@ def _start_sandboxed(
     confinement: Confinement | None = None
     try:
         try:
-            wrapped = sandbox.wrap(argv, cwd, info_fd=info_w, block_fd=block_r)
+            # hero.sandbox.bwrap.Sandbox's: a worker's or a check's command, run as the
+            # sandbox's unprivileged uid where it has one
+            wrap = getattr(sandbox, "wrap_command", sandbox.wrap)
+            wrapped = wrap(argv, cwd, info_fd=info_w, block_fd=block_r)
             proc = _start(wrapped, cwd, env, pass_fds=(info_w, block_r))
         finally:
             os.close(info_w)
@@ -582,7 +586,8 @@ def _start_sandboxed(
             limits = getattr(sandbox, "limits", None)  # hero.sandbox.bwrap.Sandbox's
             if init is not None and isinstance(limits, Limits):
                 try:
-                    confinement = confine(limits, init.pid)
+                    cgroups = getattr(sandbox, "cgroups", True)
+                    confinement = confine(limits, init.pid, cgroups=cgroups)
                 except ProcessLookupError:
                     pass  # the sandbox failed to start: bwrap says why
         except BaseException:
@@ -624,6 +629,21 @@ def run_command(
             cancel=cancel,
             max_output_bytes=max_output_bytes,
         )
+    lent = getattr(sandbox, "lent", None)  # hero.sandbox.bwrap.Sandbox's
+    with lent() if lent is not None else contextlib.nullcontext():
+        # what the command writes is its uid's while it runs (where it has one)
+        return _run_command(command, cwd, timeout_s, env, cancel, max_output_bytes, sandbox)
+
+
+def _run_command(
+    command: str,
+    cwd: Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None,
+    cancel: threading.Event | None,
+    max_output_bytes: int,
+    sandbox: Wrapper | None,
+) -> CommandResult:
     start = time.monotonic()
     marker = None if env is None else env.get(RUN_MARKER)
     before = running_pids() if marker else None

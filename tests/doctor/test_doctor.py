@@ -5,6 +5,7 @@ the scripted model and the fake GitHub, a real redis-server when there is one)."
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -714,3 +715,34 @@ def test_two_doctors_at_once_and_beside_a_running_watch(
         assert doctor.returncode == 0, out
         assert out.rstrip().endswith("all checks passed")
     assert list((home / "inbox").iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cgroups", ["auto", "off"])
+def test_doctor_says_which_mechanism_holds_the_limits_and_which_tools_are_hidden(
+    make_home: Any, scripted: Any, tmp_path: Path, cgroups: str
+) -> None:
+    from hero.sandbox.limits import holds
+
+    working_bwrap()
+    fake_home = tmp_path / "alice"
+    (fake_home / "bin").mkdir(parents=True)
+    (fake_home / "bin" / "deploy").write_text("#!/bin/sh\n")
+    (fake_home / "bin" / "deploy").chmod(0o755)
+    home = make_home(scripted(probe_ok), sandbox="bwrap", sandbox_cgroups=cgroups)
+    env = {"HOME": str(fake_home), "PATH": f"{fake_home / 'bin'}:{os.environ['PATH']}"}
+
+    _rc, out = doctor_cli(home, "--quick", env=env)
+
+    expected = holds(cgroups=cgroups == "auto")
+    line = next(x for x in out.splitlines() if x[5:].startswith("limits:"))
+    assert expected in line, out
+    if cgroups == "off":
+        assert "sandbox_cgroups: off" in line
+        if os.geteuid() == 0 and shutil.which("setpriv"):
+            assert "unprivileged uid + rlimits" in line and line.startswith("ok"), line
+    elif "cgroup" in expected:
+        assert "pids" in line
+    hidden = next(x for x in out.splitlines() if x[5:].startswith("tools under home:"))
+    assert hidden.startswith("warn") and f"deploy ({fake_home / 'bin'})" in hidden, hidden
+    assert "toolchain_dirs" in hidden

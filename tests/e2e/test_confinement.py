@@ -484,6 +484,31 @@ def test_fork_bombs_end_at_the_process_limit_and_leave_nothing(
     assert load_state(home, "s11")["status"] == "passed"
 
 
+def test_as_root_without_cgroups_500_background_processes_are_bounded_and_the_story_passes(
+    scripted, make_home, write_story
+) -> None:
+    """sandbox_cgroups: off as root: the commands run as an unprivileged uid, which
+    RLIMIT_NPROC holds (uid 0 it does not): 500 background sleeps, plain and setsid, in two
+    commands of one round stop at the limit, nothing is left, and the round still writes
+    its files, commits and passes its checks."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("the unprivileged uid is for a root hero with setpriv")
+    mark = token()
+    attacks = [
+        call("bash", command=f"for i in $(seq 500); do sleep {mark} & done; wait"),
+        call("bash", command=f"for i in $(seq 500); do setsid sleep {mark} & done; wait"),
+    ]
+    model = scripted(policy([*attacks, *sub_work(), text("Done.")]))
+    home = make_home(model, **knobs(**SMALL, sandbox_cgroups="off"))
+    story = write_story(home, "s12", verify=VERIFY_SUB)
+
+    assert run_hero(home, story) == 0
+    assert processes_with(mark) == []
+    for result in limit_results(tool_results(model), 2):
+        assert "Cannot fork" in result and "limit_processes" in result, result
+    assert load_state(home, "s12")["status"] == "passed"
+
+
 def test_tmpfs_fillers_end_at_the_tmpfs_size(scripted, make_home, write_story) -> None:
     model = scripted(policy([*TMPFS_FILLERS, *sub_work(), text("Done.")]))
     home = make_home(model, **knobs(**FILL_TMPFS))

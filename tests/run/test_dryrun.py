@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import git
-from helpers import commit_once, is_review, verdict
+from helpers import PY, commit_once, is_review, verdict
 
 from hero.llm.scripted import Reply, call, text
 from hero.state import RunState, Status, save_state
@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow  # end to end: every test here runs hero for real
 
 KEY = "sk-dryrun-9f8e7d6c5b4a3210"
 KEY_ENV = "HERO_TEST_DRYRUN_KEY"
-VERIFY = ["python -m unittest -q"]
+#: The interpreter by its path: a bare `python` may be a ~/.pyenv shim, under the home, which
+#: the sandbox does not show (docs/safety.md).
+VERIFY = [f"{PY} -m unittest -q"]
 RUN_TIMEOUT_S = 120.0  # a generous "did not hang" bound, not a speed check
 
 

@@ -43,6 +43,8 @@ ENGINES = ("local", "celery")
 #: What hero sends alerts on (``notify_events``): a story's end, a provider's breaker opening.
 NOTIFY_EVENTS = ("story_end", "breaker_open")
 SANDBOX_MODES = ("auto", "bwrap", "none")
+#: Whether the sandbox's limits use the cgroup controllers hero can write (``sandbox_cgroups``).
+SANDBOX_CGROUPS = ("auto", "off")
 #: Files the worker never writes, whatever the story's scope; roles.yaml's
 #: ``protected_files`` adds to them.
 DEFAULT_PROTECTED = (".env", ".env.*", "*.pem", "*.key", "id_rsa*", ".git/**")
@@ -126,6 +128,23 @@ def check_rules(rules: tuple[str, ...]) -> tuple[str, ...]:
         if not words:
             raise ValueProblem(f"rule {i} is empty; expected a command, e.g. 'git push'")
     return rules
+
+
+def check_toolchain_dirs(dirs: tuple[str, ...]) -> tuple[str, ...]:
+    """``toolchain_dirs``: absolute directories, or ``~/...`` (the user's home), never a
+    home itself nor ``/`` (all of it would be shown); given as absolute paths."""
+    import os
+
+    found = []
+    for raw in dirs:
+        path = os.path.expanduser(raw) if raw.startswith("~/") else raw
+        if not os.path.isabs(path):
+            raise ValueProblem(f"{raw!r} is not an absolute path (nor ~/...)")
+        path = os.path.normpath(path)
+        if path in ("/", "/root", "/home", os.path.expanduser("~")):
+            raise ValueProblem(f"{raw!r} is a whole home (or all of /): name a toolchain in it")
+        found.append(path)
+    return tuple(dict.fromkeys(found))
 
 
 def with_builtin(patterns: tuple[str, ...]) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from hero.config.schema import (
     NOTIFY_EVENTS,
     POLICY_SECTION,
     REQUESTS_SECTION,
+    SANDBOX_CGROUPS,
     SANDBOX_MODES,
     SANDBOX_SECTION,
     WORKER_SECTION,
@@ -32,6 +33,7 @@ from hero.config.schema import (
     check_notify_events,
     check_queue_name,
     check_rules,
+    check_toolchain_dirs,
     check_webhook_url,
     choices_of,
     with_builtin,
@@ -111,6 +113,34 @@ class Safety:
         "private /tmp and HOME, only its own processes (all of them end with it), and not "
         "the hero home or your home. Needs the system package bubblewrap (apt-get install "
         "bubblewrap).",
+        section=SANDBOX_SECTION,
+    )
+    toolchain_dirs: tuple[str, ...] = knob(
+        "toolchain_dirs",
+        (),
+        "Toolchain directories under a home that commands may use, bound read-only.",
+        note="No directory under your home (or any in /home, /root) is shown to a command, "
+        "on PATH or not: a ~/bin holds your own scripts and often secrets. Name here the "
+        "toolchains commands need (absolute, or ~/...), e.g. ~/.pyenv, ~/.nvm, ~/.cargo; "
+        "`hero doctor` names the tools on PATH that commands do not see. The Python hero "
+        "itself runs on is always shown.",
+        check=check_toolchain_dirs,
+        example="toolchain_dirs:\n  - ~/.pyenv\n  - ~/.cargo",
+        section=SANDBOX_SECTION,
+    )
+    sandbox_cgroups: str = knob(
+        "sandbox_cgroups",
+        "auto",
+        "Whether the sandbox's process and memory limits use cgroups:",
+        choices=choices_of(
+            SANDBOX_CGROUPS,
+            {
+                "auto": "the pids and memory controllers (cgroup v2 or v1) hero can write",
+                "off": "none: rlimits only, and as root the commands run as an unprivileged "
+                "uid so that the process limit holds",
+            },
+        ),
+        note="`hero doctor` says which mechanism holds the limits on this machine.",
         section=SANDBOX_SECTION,
     )
     sandbox_network: bool = knob(

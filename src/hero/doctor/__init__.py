@@ -35,6 +35,8 @@ from hero.doctor.local import (
     budgets,
     free_disk,
     git_version,
+    home_tools,
+    limits,
     memory,
     ripgrep,
     sandbox,
@@ -92,6 +94,9 @@ def run_all(
     for notice in config.notices:
         yield Finding(WARN, CONFIGURATION, notice)
     yield from cheap_checks(config, repository=True)
+    if config.safety.sandbox != "none":  # what holds a command's limits, what it sees
+        yield limits(config)
+        yield home_tools(config)
     yield from project(config, quick=quick)
     if quick:
         return

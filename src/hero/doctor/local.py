@@ -81,6 +81,59 @@ def sandbox(config: Config) -> Finding:
     )
 
 
+def limits(config: Config) -> Finding:
+    """Which mechanism holds a sandboxed command's processes and memory here
+    (``hero.sandbox.limits.holds``): a warning for root with neither a pids cgroup nor a
+    way to run commands as an unprivileged uid."""
+    from hero.sandbox.limits import HOLDS_WEAK, holds, mechanism
+
+    cgroups = config.safety.sandbox_cgroups != "off"
+    found = holds(cgroups=cgroups)
+    off = "" if cgroups else f" (sandbox_cgroups: off in {ROLES_FILE})"
+    if found == HOLDS_WEAK:
+        return Finding(
+            WARN,
+            "limits",
+            f"{found}{off}: {mechanism(cgroups=cgroups)}",
+            "make a pids cgroup writable for hero (cgroup v2 with the pids controller "
+            "delegated, or cgroup v1), install setpriv (util-linux), or run hero as a user",
+        )
+    return Finding(OK, "limits", f"{found}{off}")
+
+
+def home_tools(config: Config) -> Finding:
+    """The tools on PATH that live under a home and are therefore not shown to sandboxed
+    commands (``hero.sandbox.bwrap.hidden_path_dirs``): a warning naming some, and the
+    setting that shows a toolchain."""
+    import os
+
+    from hero.sandbox.bwrap import hidden_path_dirs
+
+    hidden = hidden_path_dirs(config.safety.toolchain_dirs)
+    tools: list[str] = []
+    for d in hidden:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        tools += [
+            f"{n} ({d})"
+            for n in names
+            if os.path.isfile(os.path.join(d, n)) and os.access(os.path.join(d, n), os.X_OK)
+        ]
+    if not tools:
+        return Finding(OK, "tools under home", "none on PATH hidden from commands")
+    shown = ", ".join(tools[:6]) + (f" and {len(tools) - 6} more" if len(tools) > 6 else "")
+    return Finding(
+        WARN,
+        "tools under home",
+        f"{len(tools)} tools on PATH live under a home and are hidden from sandboxed "
+        f"commands: {shown}",
+        f"name the toolchains commands need in toolchain_dirs in {ROLES_FILE} (e.g. "
+        "~/.cargo), or install them outside the home",
+    )
+
+
 def ripgrep() -> Finding:
     """``rg`` for the worker's grep tool."""
     from hero.agent.tools.search import find_rg

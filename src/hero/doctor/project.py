@@ -108,6 +108,8 @@ def _checks(
             hide=(config.home, story_repo.target.path),
             limits=safety.limits,
             network=safety.verify_network,
+            toolchains=safety.toolchain_dirs,
+            cgroups=safety.sandbox_cgroups != "off",
             project=environment.mounts(checkout) if environment and environment.path else None,
         )
         if environment is not None and environment.path is None and environment.bins:

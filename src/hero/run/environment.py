@@ -316,6 +316,8 @@ class Setup:
                 network=self.config.project.setup_network,
                 limits=safety.limits,
                 project=ProjectMounts(writable=((str(kept_home), SANDBOX_HOME),)),
+                toolchains=safety.toolchain_dirs,
+                cgroups=safety.sandbox_cgroups != "off",
             )
             started = time.monotonic()
             self._run_all(project, box)

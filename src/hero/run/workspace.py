@@ -225,6 +225,8 @@ class Workspace:
                     hide=(self.config.home, self.repo.path),
                     limits=safety.limits,
                     project=mounts,
+                    toolchains=safety.toolchain_dirs,
+                    cgroups=safety.sandbox_cgroups != "off",
                     warn=self.warn_once,
                 )
             return self._boxes[key]

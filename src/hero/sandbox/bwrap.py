@@ -1,7 +1,8 @@
 """Where the worker's and the checks' commands run: inside bubblewrap (``bwrap``).
 
 A sandboxed command sees the system read-only (``SYSTEM_DIRS``, the Python hero runs on,
-the directories on ``PATH``) and the story's own repository (``hero.git.storyrepo``)
+the directories on ``PATH`` that are not under a home, the ``toolchain_dirs`` named:
+``default_tool_dirs``) and the story's own repository (``hero.git.storyrepo``)
 writable, but for the parts of its git directory through which git runs programs or reads
 other files (``guarded``: config, hooks, info, objects/info, modules), which are read-only;
 the target's object store, which the story's repository borrows, is read-only too. The
@@ -10,7 +11,12 @@ hero home are not there. It gets a private ``/tmp`` and ``HOME`` (``SANDBOX_HOME
 PID namespace (it cannot see hero's processes, and when the command ends every process it
 started ends with it), no capabilities, and, unless asked for, no network (a namespace with
 only its own loopback). ``/root``, ``/home`` and the user's own home are not there, apart
-from the story's repository and any tool directory named above that lies inside them.
+from the story's repository, the Python hero runs on and the toolchains named.
+
+As root where no pids cgroup holds a command's processes (``hero.sandbox.limits.drops_uid``),
+the worker's and the checks' commands run as an unprivileged uid (``Sandbox.uid``, through
+``wrap_command`` and ``as_user``), which RLIMIT_NPROC holds, and what they write is lent to
+that uid while they run (``Sandbox.lent``); hero's own git in the sandbox stays root.
 
 ``resolve`` turns the ``sandbox`` setting into a ``Sandbox`` (or None), checking once per
 process that bwrap works here by running a sandboxed ``true`` (``bwrap_problem``).
@@ -24,20 +30,22 @@ the round to the next, and start empty at the round's first.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import shutil
+import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from hero.errors import HeroError
 from hero.git.ops import GitError, git
 from hero.runner import run_process
-from hero.sandbox.limits import Limits, tmpfs_args
+from hero.sandbox.limits import SETPRIV, Limits, sandbox_uid, tmpfs_args
 
 MODES = ("auto", "bwrap", "none")
 #: The system, bound read-only where it exists (a symlink such as ``/bin -> usr/bin`` is
@@ -90,6 +98,12 @@ _BASE_FLAGS = (
     "--cap-drop",
     "ALL",
 )
+#: The capabilities the init of a sandbox whose commands run as an unprivileged uid keeps:
+#: to become that uid (setpriv) and to end what runs as it.
+_DROP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL")
+#: The file mode of the sandbox's /tmp, /var/tmp, /dev/shm and HOME when its commands run as
+#: an unprivileged uid (else they are root's, and the command is root).
+_SHARED_MODE = "01777"
 #: What makes bubblewrap work on a machine where it does not.
 _HOW_TO_FIX = (
     "install the system package bubblewrap, e.g. apt-get install bubblewrap; it needs "
@@ -154,6 +168,17 @@ class Sandbox:
     """The story repository's paths on this machine (as given, and resolved)."""
     project: bool = False
     """The repository is seen at ``PROJECT_PATH`` too, and commands start there."""
+    cgroups: bool = True
+    """Whether the limits may use cgroups (the ``sandbox_cgroups`` setting)."""
+    uid: int | None = None
+    """The unprivileged uid (and gid) the commands run as (``hero.sandbox.limits.sandbox_uid``:
+    hero runs as root and no pids cgroup is writable), or None: as hero's own."""
+    lend: tuple[str, ...] = ()
+    """With ``uid``: what the commands write (the story's repository, the writable binds),
+    owned by ``uid`` while a command runs (``lent``)."""
+    keep: tuple[str, ...] = ()
+    """With ``uid``: what stays hero's inside ``lend`` (the guarded parts of the git
+    directory, bound read-only anyway)."""
 
     def inside(self, path: Path | str) -> str:
         """Where ``path`` (on this machine) is seen by a command: under ``PROJECT_PATH``
@@ -173,6 +198,7 @@ class Sandbox:
         info_fd: int | None = None,
         block_fd: int | None = None,
         as_pid_1: bool = False,
+        drop: bool = False,
     ) -> list[str]:
         """The argv that runs ``argv`` in ``cwd`` (a path inside the worktree) in the sandbox.
 
@@ -180,9 +206,14 @@ class Sandbox:
         the command's PID namespace, then closes it. ``block_fd``: the sandbox waits to
         start the command until it can read from this fd (or its write end is closed).
         ``as_pid_1``: ``argv`` itself is the init (bwrap's own reaper is left out), so
-        ``child-pid`` is ``argv``'s process: what ``hero.sandbox.session`` runs."""
+        ``child-pid`` is ``argv``'s process: what ``hero.sandbox.session`` runs. ``drop``:
+        with ``uid``, the init keeps what it needs to start commands as that uid and end
+        them (CAP_SETUID, CAP_SETGID, CAP_KILL; a command has none: ``as_user``)."""
         net = () if self.network else ("--unshare-net",)
         fds: list[str] = []
+        if drop and self.uid is not None:
+            for cap in _DROP_CAPS:
+                fds += ["--cap-add", cap]
         if info_fd is not None:
             fds += ["--info-fd", str(info_fd)]
         if block_fd is not None:
@@ -190,6 +221,49 @@ class Sandbox:
         if as_pid_1:
             fds.append("--as-pid-1")
         return [*self.prefix, *net, *fds, "--chdir", self.inside(cwd), "--", *argv]
+
+    def wrap_command(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        *,
+        info_fd: int | None = None,
+        block_fd: int | None = None,
+    ) -> list[str]:
+        """``wrap`` for a command of the worker's or the checks' (not hero's own git): with
+        ``uid``, run as that uid (``as_user``)."""
+        return self.wrap(self.as_user(argv), cwd, info_fd=info_fd, block_fd=block_fd, drop=True)
+
+    def as_user(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run as ``uid`` (setpriv, from the sandbox's init, which may set it):
+        every uid and gid that one, no supplementary group, no capability. The sandbox's
+        ``no_new_privs`` (bwrap sets it) keeps a set-uid program from raising them again."""
+        if self.uid is None:
+            return list(argv)
+        uid = str(self.uid)
+        return [
+            SETPRIV,
+            *("--reuid", uid, "--regid", uid, "--clear-groups", "--inh-caps=-all", "--"),
+            *argv,
+        ]
+
+    @contextlib.contextmanager
+    def lent(self) -> Iterator[None]:
+        """While a command runs as ``uid``: what it may write owned by that uid, then all of
+        it hero's again (root's), set-uid and set-gid bits cleared, so that hero's own git
+        and tools find the story's repository as they left it. Nothing of the uid runs
+        outside a command (every process of a command ends with it)."""
+        if self.uid is None:
+            yield
+            return
+        keep = frozenset(self.keep)
+        for root in self.lend:
+            _chown_tree(root, self.uid, keep)
+        try:
+            yield
+        finally:
+            for root in self.lend:
+                _chown_tree(root, 0, keep, strip=True)
 
     def env_for(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` as bwrap hands it to a command it starts (``env_changes``)."""
@@ -215,6 +289,8 @@ def resolve(
     network: bool = False,
     limits: Limits | None = None,
     project: ProjectMounts | None = None,
+    toolchains: Iterable[str] = (),
+    cgroups: bool = True,
     warn: Callable[[str], None] = lambda _message: None,
 ) -> Sandbox | None:
     """The sandbox the ``sandbox`` setting asks for: None for ``none``; for ``auto`` a
@@ -248,6 +324,8 @@ def resolve(
         bwrap=bwrap,
         limits=limits,
         project=project,
+        toolchains=toolchains,
+        cgroups=cgroups,
     )
 
 
@@ -283,6 +361,8 @@ def build(
     identity: bool = True,
     limits: Limits | None = None,
     project: ProjectMounts | None = None,
+    toolchains: Iterable[str] = (),
+    cgroups: bool = True,
 ) -> Sandbox:
     """The sandbox for commands run in ``worktree`` (writable), a story's repository whose
     object store borrows ``objects`` (read-only; None: no repository), the paths of its git
@@ -290,10 +370,13 @@ def build(
 
     ``hide``: directories that must not be seen (the hero home), beside ``HIDDEN`` and the
     user's home. ``tool_dirs``: directories commands need read-only (default: the Python
-    hero runs on and the directories on ``PATH``). ``identity``: set the git author and
-    committer from the repository's git config where the environment does not, since the
-    user's ``~/.gitconfig`` is not in the sandbox. ``project``: a project environment
-    (:class:`ProjectMounts`)."""
+    hero runs on, ``toolchains`` and the directories on ``PATH`` outside the homes, see
+    ``default_tool_dirs``). ``identity``: set the git author and committer from the
+    repository's git config where the environment does not, since the user's
+    ``~/.gitconfig`` is not in the sandbox. ``project``: a project environment
+    (:class:`ProjectMounts`). ``cgroups``: whether the limits may use cgroups; where they
+    do not hold the processes of a root hero, the commands run as an unprivileged uid
+    (``Sandbox.uid``)."""
     worktree = Path(os.path.abspath(worktree))
     real_worktree = worktree.resolve()
     hidden = [*HIDDEN, str(Path.home()), *(os.path.abspath(p) for p in hide)]
@@ -301,9 +384,10 @@ def build(
     system = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
     writable = [str(real_worktree), str(worktree)]
     hero_python = hero_python_dirs() if project is not None else ()
-    if project is not None and tool_dirs is None:  # hero's own interpreter and packages: not shown
-        tool_dirs = _default_tool_dirs(skip=hero_python)
+    if tool_dirs is None:  # with a project: hero's own interpreter and packages not shown
+        tool_dirs = default_tool_dirs(toolchains, skip=hero_python)
     tools = _tool_dirs(tool_dirs, system=system, hidden=hidden, writable=writable)
+    uid = sandbox_uid(real_worktree, cgroups=cgroups) if limits is not None else None
 
     args: list[str] = [bwrap, *_BASE_FLAGS]
     for d in system:
@@ -313,9 +397,11 @@ def build(
             args += ["--ro-bind", d, d]
     args += ["--proc", "/proc", "--dev", "/dev"]
     if limits is not None:  # each tmpfs sized: RAM-backed space a command cannot overfill
-        args += tmpfs_args(limits)
+        args += tmpfs_args(limits, mode=_SHARED_MODE if uid is not None else None)
     else:
         args += ["--tmpfs", "/dev/shm", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    if uid is not None:  # writable by the command's uid, as /tmp is
+        args += ["--perms", _SHARED_MODE]
     args += ["--dir", SANDBOX_HOME]
 
     # Mounts on top, shallowest first, so that a deeper one is never covered by another.
@@ -342,7 +428,14 @@ def build(
     if project is not None:
         mounts += _project_mounts(real_worktree, guarded if objects is not None else None, project)
     mounts.sort(key=lambda m: len(PurePosixPath(m[0]).parts))
-    for _dest, op in mounts:
+    made: set[str] = set()
+    for dest, op in mounts:
+        if uid is not None:  # bwrap makes a mount's missing parents 0700: the uid's way
+            for parent in reversed(PurePosixPath(dest).parents[:-1]):
+                p = str(parent)
+                if p not in made and not any(_inside(p, r) for r in system):
+                    made.add(p)
+                    args += ["--perms", "0755", "--dir", p]
         args += op
     args += ["--remount-ro", "/"]
     if limits is not None:  # bwrap's /dev is a tmpfs of its own, unsized: read-only
@@ -357,22 +450,94 @@ def build(
     for name, value in changes:
         args += ["--unsetenv", name] if value is None else ["--setenv", name, value]
     worktrees = tuple(dict.fromkeys((str(worktree), str(real_worktree))))
-    return Sandbox(tuple(args), network, limits, tuple(changes), worktrees, project is not None)
+    lend: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    if uid is not None:
+        lend = (str(real_worktree), *(src for src, _dest in (project.writable if project else ())))
+        keep = tuple(os.path.realpath(p) for p in guarded) if objects is not None else ()
+    return Sandbox(
+        tuple(args),
+        network,
+        limits,
+        tuple(changes),
+        worktrees,
+        project is not None,
+        cgroups=cgroups,
+        uid=uid,
+        lend=tuple(dict.fromkeys(lend)),
+        keep=keep,
+    )
 
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _default_tool_dirs(skip: Sequence[str] = ()) -> list[str]:
-    """The Python hero runs on and the directories on ``PATH``, but those in ``skip``."""
+def default_tool_dirs(toolchains: Iterable[str] = (), skip: Sequence[str] = ()) -> list[str]:
+    """What commands see read-only beside the system, but what is in ``skip``: the Python
+    hero runs on (the sandbox's init is that interpreter), the ``toolchains`` named in the
+    ``toolchain_dirs`` setting, and the directories on ``PATH`` that are not under a home
+    (``hidden_path_dirs``): a ``~/bin`` holds the user's own scripts, and often secrets."""
     prefixes = (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
-    path_dirs = os.environ.get("PATH", "").split(os.pathsep)
+    known = [*prefixes, *toolchains]
+    hidden = set(hidden_path_dirs(toolchains))
+    path_dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d not in hidden]
     return [
         d
-        for d in (*prefixes, *path_dirs)
+        for d in (*known, *path_dirs)
         if d and not any(_inside(os.path.normpath(d), s) for s in skip)
     ]
+
+
+def homes() -> tuple[str, ...]:
+    """Where users' homes are: never shown to a command but for what is named."""
+    return tuple(dict.fromkeys(h for h in (*HIDDEN, str(Path.home())) if h != "/"))
+
+
+def hidden_path_dirs(toolchains: Iterable[str] = ()) -> list[str]:
+    """The directories on ``PATH`` that are under a home (``homes``) and not inside the
+    Python hero runs on or one of ``toolchains``: not shown to commands, with what they
+    hold (``hero doctor`` names the tools among them)."""
+    prefixes = (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
+    shown = [os.path.normpath(p) for p in (*prefixes, *toolchains) if p]
+    found = []
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if not d or not os.path.isabs(d):
+            continue
+        real = os.path.normpath(d)
+        if any(_inside(real, h) for h in homes()) and not any(_inside(real, t) for t in shown):
+            found.append(d)
+    return list(dict.fromkeys(found))
+
+
+def _chown_tree(root: str, uid: int, keep: frozenset[str], *, strip: bool = False) -> None:
+    """Make ``root`` and everything under it owned by ``uid`` (and the gid of that number),
+    links themselves and not what they point to, but for the paths in ``keep`` and what is
+    under them; ``strip``: clear the set-uid and set-gid bits of files (the kernel does on
+    a chown too; said here so that it holds on any file system)."""
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        if path in keep:
+            continue
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid != uid or st.st_gid != uid:
+            try:
+                os.lchown(path, uid, uid)
+            except OSError:
+                pass
+        if strip and stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            with contextlib.suppress(OSError):
+                os.chmod(path, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                with os.scandir(path) as entries:
+                    stack.extend(e.path for e in entries)
+            except OSError:
+                pass
 
 
 def _project_mounts(
@@ -427,7 +592,7 @@ def _tool_dirs(
     """The read-only directories commands need beyond the system: existing absolute
     directories that are not already shown, and that hold no hidden directory."""
     if given is None:
-        given = _default_tool_dirs()
+        given = default_tool_dirs()
     found: list[str] = []
     for raw in given:
         if not raw or not os.path.isabs(raw):

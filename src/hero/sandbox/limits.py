@@ -21,7 +21,10 @@ leaks memory); whatever it does, the host and hero must live. ``Limits`` holds t
   a user's processes: when hero is not root, bwrap gives the sandbox a user namespace of its
   own, where that is the command's own processes (checked: a user with 80 processes outside
   still gets exactly the limit inside); for root it is not enforced at all (the kernel
-  exempts uid 0). RLIMIT_DATA bounds each process, not the command.
+  exempts uid 0), so a root hero without a pids cgroup runs the commands as an unprivileged
+  uid (``sandbox_uid``, ``hero.sandbox.bwrap.Sandbox.uid``). RLIMIT_DATA bounds each
+  process, not the command. ``holds`` names the mechanism for ``hero doctor``; the setting
+  ``sandbox_cgroups: off`` makes hero use no cgroup.
 
 Memory: ``RLIMIT_DATA``, not ``RLIMIT_AS``. RLIMIT_AS counts address space reserved but never
 used, and runtimes reserve a lot (Go's arenas, the JVM's heap and class space, V8's pointer
@@ -58,9 +61,11 @@ import itertools
 import os
 import re
 import resource
+import shutil
 import signal
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,13 +167,16 @@ def bounds(name: str) -> tuple[int, int]:
     return int(found.minimum or 1), int(found.maximum or 0)
 
 
-def tmpfs_args(limits: Limits, dirs: Iterable[str] = TMPFS_DIRS) -> list[str]:
+def tmpfs_args(
+    limits: Limits, dirs: Iterable[str] = TMPFS_DIRS, *, mode: str | None = None
+) -> list[str]:
     """The bwrap arguments that mount a tmpfs of ``limits.tmpfs_mb`` on each of ``dirs``
-    (``--size`` sets the size of the next ``--tmpfs``; bubblewrap 0.5.0 and later)."""
+    (``--size`` sets the size of the next ``--tmpfs``; bubblewrap 0.5.0 and later), of the
+    file ``mode`` given (``--perms``; else bwrap's, 0755)."""
     size = str(limits.tmpfs_mb * _MB)
     args: list[str] = []
     for d in dirs:
-        args += ["--size", size, "--tmpfs", d]
+        args += ["--size", size, *(("--perms", mode) if mode else ()), "--tmpfs", d]
     return args
 
 
@@ -556,10 +564,16 @@ def mechanism(*, cgroups: bool = True) -> str:
     probe = _probe() if cgroups else _Probe((), os.geteuid() == 0)
     parts = [f"{_label(c.name)}: cgroup v{c.version} ({c.parent})" for c in probe.controllers]
     if probe.controller("pids") is None:
-        if probe.root:
+        if probe.root and drops_uid(cgroups=cgroups):
+            parts.append(
+                f"processes: RLIMIT_NPROC, commands run as an unprivileged uid "
+                f"({UID_BASE}-{UID_BASE + UID_SPAN - 1}: hero runs as root, which RLIMIT_NPROC "
+                "does not hold, and no pids cgroup is writable)"
+            )
+        elif probe.root:
             parts.append(
                 "processes: NOT limited (hero runs as root, which RLIMIT_NPROC does not "
-                "hold, and no pids cgroup is writable)"
+                "hold, no pids cgroup is writable, and setpriv is not installed)"
             )
         else:
             parts.append("processes: RLIMIT_NPROC")
@@ -571,6 +585,69 @@ def mechanism(*, cgroups: bool = True) -> str:
 
 def _label(controller: str) -> str:
     return "processes" if controller == "pids" else controller
+
+
+#: What ``holds`` names: how the processes and memory of a command are bounded here.
+HOLDS_CGROUP = "cgroup v{version} pids+memory"
+HOLDS_UID = "unprivileged uid + rlimits"
+HOLDS_RLIMITS = "rlimits only"
+HOLDS_WEAK = "rlimits only, and weak as root (processes NOT limited)"
+
+
+def holds(*, cgroups: bool = True) -> str:
+    """The mechanism that bounds a command's processes (and memory), in a few words, for
+    ``hero doctor``: ``cgroup v2 pids+memory`` or ``cgroup v1 pids+memory`` (or only one of
+    them, the other by rlimit), ``unprivileged uid + rlimits`` (hero runs as root and no
+    pids cgroup is writable: commands run as a uid of their own, which RLIMIT_NPROC holds),
+    ``rlimits only`` (hero is not root), or the weak case: root with neither."""
+    probe = _probe() if cgroups else _Probe((), os.geteuid() == 0)
+    found = sorted({c.version for c in probe.controllers})
+    names = "+".join(c.name for c in probe.controllers)
+    if probe.controller("pids") is not None:
+        version = "/".join(f"v{v}" for v in found)
+        rest = "" if probe.controller("memory") else " (memory: RLIMIT_DATA per process)"
+        return f"cgroup {version} {names}{rest}"
+    if not probe.root:
+        return HOLDS_RLIMITS
+    if drops_uid(cgroups=cgroups):
+        return HOLDS_UID
+    return HOLDS_WEAK
+
+
+# ----------------------------------------------------------------------------- uid
+
+#: The uids (and gids, the same number) hero runs a sandbox's commands as, when it runs as
+#: root and no pids cgroup is writable (``sandbox_uid``): no account has them. A story's
+#: repository always gets the same one (from its path), so that two stories running at once
+#: almost never share one: RLIMIT_NPROC counts all the processes of a uid.
+UID_BASE = 1_500_000_000
+UID_SPAN = 1_000_000
+#: The program that drops to that uid inside the sandbox (util-linux): the sandbox's init
+#: keeps CAP_SETUID and CAP_SETGID for it, the command keeps no capability at all.
+SETPRIV = "setpriv"
+
+
+def drops_uid(*, cgroups: bool = True) -> bool:
+    """Whether sandboxed commands run as an unprivileged uid here: hero runs as root (which
+    RLIMIT_NPROC does not hold), no pids cgroup is writable (``cgroups``: whether hero may
+    use them, the ``sandbox_cgroups`` setting), and setpriv is installed."""
+    if os.geteuid() != 0:
+        return False
+    probe = _probe() if cgroups else _Probe((), True)
+    return probe.controller("pids") is None and _setpriv() is not None
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    return shutil.which(SETPRIV, path="/usr/bin:/bin:/usr/sbin:/sbin")
+
+
+def sandbox_uid(worktree: str | os.PathLike[str], *, cgroups: bool = True) -> int | None:
+    """The uid a sandbox's commands for ``worktree`` run as (``drops_uid``), else None."""
+    if not drops_uid(cgroups=cgroups):
+        return None
+    key = os.path.realpath(worktree).encode("utf-8", "surrogateescape")
+    return UID_BASE + zlib.crc32(key) % UID_SPAN
 
 
 # ----------------------------------------------------------------------------- explain

@@ -241,9 +241,10 @@ class SandboxSession(CommandHost):
                 if box is None:
                     break
                 try:
-                    return self._run(
-                        box, command, cwd, timeout_s, env, cancel, max_output_bytes, began
-                    )
+                    with self.sandbox.lent():  # its uid's while the command runs (if any)
+                        return self._run(
+                            box, command, cwd, timeout_s, env, cancel, max_output_bytes, began
+                        )
                 except _NotStarted:  # the agent went before it had the command
                     self._drop(box)
             # no sandbox of the round: one of its own, as before
@@ -273,7 +274,7 @@ class SandboxSession(CommandHost):
         start = time.monotonic()
         request = {
             "op": "run",
-            "argv": ["sh", "-c", command],
+            "argv": self.sandbox.as_user(["sh", "-c", command]),
             "cwd": self.sandbox.inside(cwd),
             "env": self.sandbox.env_for(os.environ if env is None else env),
         }
@@ -466,7 +467,9 @@ def _start(sandbox: Sandbox, root: Path) -> _Box:
         ]
         try:
             proc = subprocess.Popen(
-                sandbox.wrap(argv, root, info_fd=info_w, block_fd=block_r, as_pid_1=True),
+                sandbox.wrap(
+                    argv, root, info_fd=info_w, block_fd=block_r, as_pid_1=True, drop=True
+                ),
                 cwd=str(root),
                 env=AGENT_ENV,
                 stdin=source_r,
@@ -487,7 +490,7 @@ def _start(sandbox: Sandbox, root: Path) -> _Box:
             raise _StartFailed(_said(proc, "bwrap made no sandbox"))
         if sandbox.limits is not None:
             try:
-                confinement = confine(sandbox.limits, init.pid)
+                confinement = confine(sandbox.limits, init.pid, cgroups=sandbox.cgroups)
             except OSError as exc:  # ProcessLookupError: bwrap failed; it says why
                 raise _StartFailed(_said(proc, str(exc))) from exc
         close(block_w)  # the agent starts
