@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hero.memory.facts import Fact, Kind, Role, Trust
+from hero.memory.facts import Fact, Kind, Trust
 from hero.memory.store import MemoryFileError, Recap
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def pick(
     facts: Sequence[Fact], query: str, *, budget_tokens: int, estimate: Estimate
 ) -> tuple[Fact, ...]:
     """The facts a story is told, in the order shown: the always-on conventions (a
-    person's own first, then the most often seen; ties: by id) while the section fits
+    person's, the most often seen first; ties: by id) while the section fits
     :data:`ALWAYS_ON_SHARE` of ``budget_tokens``, then the others with a word of the
     story's, most relevant first (ties: by id), each taken while the section still fits
     ``budget_tokens``. A fact with no evidence of its value is not a candidate
@@ -154,7 +154,7 @@ def pick(
     facts = [f for f in facts if f.recallable]
     always = sorted(
         (f for f in facts if _always_on(f)),
-        key=lambda f: (f.source.role is not Role.PERSON, -f.seen, f.id),
+        key=lambda f: (-f.seen, f.id),
     )
     rest = [f for f in facts if not _always_on(f)]
     scored = sorted(
