@@ -116,7 +116,7 @@ def _listing(directory: Path, depth: int = 1) -> list[Path]:
 def board_signature(site: Site) -> str:
     home = site.home
     held = is_held(daemon_lock_path(home))
-    memory = memory_path_of(site)
+    memory = memory_path_of(site.home, site.repo)
     return signature(
         [memory] if memory is not None else [],
         [home / "runs" / "state"],
@@ -131,7 +131,7 @@ def board_signature(site: Site) -> str:
 
 
 def story_signature(site: Site, ref: StoryRef) -> str:
-    memory = memory_path_of(site)
+    memory = memory_path_of(site.home, site.repo)
     return signature(
         [ref.state_path(site.home)],
         _listing(ref.run_dir(site.home)),
@@ -181,7 +181,8 @@ def board(site: Site, *, now: float | None = None) -> dict[str, Any]:
     report["counts"] = _counts(report["stories"])
     report["running"] = running
     report["now"] = now
-    report["memory"] = memory_facts(site)  # each fact with its trust (hero.web.memory)
+    # each fact of the repository's memory with its trust (hero.web.memory)
+    report["memory"] = memory_facts(site.home, site.repo, site.redactor)
     return dict(site.clean(report))
 
 
@@ -284,7 +285,7 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
         "updated_at": float(state.updated_at or 0.0) or None,
         "rounds": rounds,
         # the facts this story taught the repository's memory, each with its trust
-        "memory": memory_facts(site, story=ref.key),
+        "memory": memory_facts(site.home, site.repo, site.redactor, story=ref.key),
     }
     if unreadable:  # the page says so, with what could not be read
         data.update(status="unreadable", error=unreadable)

@@ -14,32 +14,32 @@ cleaned when the store took it and is escaped by the templates all the same.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hero.memory.facts import Fact
 from hero.memory.store import MemoryFileError, MemoryStore, memory_path, stamp, trust_note
-
-if TYPE_CHECKING:
-    from hero.web.data import Site
+from hero.redact import Redactor
 
 #: Facts a page lists at most (the store keeps memory_max_facts, 200 by default).
 MAX_SHOWN = 500
 
 
-def path_of(site: Site) -> Path | None:
-    """The memory file of the site's target repository; None when no repository is read."""
-    return None if site.repo is None else memory_path(site.home, site.repo)
+def path_of(home: Path, repo: Path | None) -> Path | None:
+    """The memory file of the target repository ``repo``; None when no repository is read."""
+    return None if repo is None else memory_path(home, repo)
 
 
-def facts(site: Site, *, story: str | None = None) -> dict[str, Any]:
+def facts(
+    home: Path, repo: Path | None, redactor: Redactor, *, story: str | None = None
+) -> dict[str, Any]:
     """The memory as a page shows it: ``facts`` (each with its trust, whether stories are
     told it and why), ``path``, and ``error`` when the file cannot be read. ``story``: only
     the facts that story taught (their last source)."""
-    path = path_of(site)
+    path = path_of(home, repo)
     if path is None:
         return {"path": "", "facts": [], "error": "", "known": False}
     try:
-        found = MemoryStore(path, redactor=site.redactor).facts()
+        found = MemoryStore(path, redactor=redactor).facts()
     except MemoryFileError as exc:
         return {"path": str(path), "facts": [], "error": str(exc), "known": True}
     if story is not None:
