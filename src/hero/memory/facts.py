@@ -288,7 +288,7 @@ _INSTRUCTION = re.compile(
     r"|\b(?:curl|wget|invoke-webrequest|invoke-expression|iwr|iex|nc|netcat|scp|rsync)\b"
     r"|\|\s*(?:sudo\s+)?(?:ba|z|da|k|c|tc|fi)?sh\b"  # ... | sh, | sudo bash
     r"|\|\s*(?:python\d?|perl|ruby|node)\b"
-    r"|\$\(|\beval\b|\bsudo\b|\bchmod\s+\+x\b"
+    r"|\$\(|\beval\s+[\"'$`]|\bsudo\b|\bchmod\s+\+x\b"  # not "must not use eval()"
     r"|(?:^|[.!?:;]\s*|\b(?:then|first|always|please|now|you\s+must|you\s+should)\s+)"
     r"(?:run|execute|exec|install|download|pip|npm|apt|apt-get|bash|sh)\b"
     r"|\b(?:before|prior\s+to)\s+(?:any|every|each|all|making|you)\b"
