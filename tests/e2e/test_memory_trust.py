@@ -11,9 +11,9 @@ story's first request.
    of trust model, never always-on, not told to a story on another subject; an instruction
    repeated the same way is not learned at all. A person's ``hero memory promote`` makes it
    theirs (trust user, always-on when asked): only then is every story told it.
-3. A harness message (a round rejected for a file out of scope) is never learned, and a
-   one-off review comment the next round did not satisfy is kept but not told, even to a
-   story on the same subject.
+3. A harness message (hero's own "no commit was made", after it refused a write out of the
+   story's scope) is never learned, and a one-off review comment the next round did not
+   satisfy is kept but not told, even to a story on the same subject.
 """
 
 from __future__ import annotations
