@@ -1,4 +1,4 @@
-"""`hero memory list|show|forget|edit|export` end to end: the real CLI in a subprocess, a
+"""`hero memory list|show|add|promote|forget|edit|export` end to end: the real CLI in a subprocess, a
 real home and repository, and an editor that is a small Python script."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def seed(home: Path) -> MemoryStore:
     r = s.redactor
     s.add(
         [
-            new_fact(
+            new_fact(  # a command's text: trust model, whatever the caller says
                 "command", "Run APP_ENV=test pytest -q", Source("s1", 2, Role.VERIFIER), redactor=r
             ),
             new_fact(
@@ -106,11 +106,15 @@ def test_list_and_json(home: Path) -> None:
     out = hero(home, "list")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split() == ["ID", "KIND", "TRUST", "ALWAYS-ON", "SOURCE", "TEXT"]
+    assert lines[0].split() == ["ID", "KIND", "TRUST", "TOLD", "ALWAYS-ON", "SOURCE", "TEXT"]
     assert len(lines) == 4 and all(len(line) < 160 for line in lines)
     row = next(line for line in lines if "Use snake_case" in line)
-    assert " yes " in row and "s2 person" in row
-    assert any("outside" in line and "gh-7 round 1 reviewer" in line for line in lines)
+    assert row.split()[1:5] == ["convention", "user", "yes", "yes"]
+    assert "person (promoted from s2)" in row
+    outside = next(line for line in lines if "gh-7 round 1 reviewer" in line)
+    assert outside.split()[1:4] == ["convention", "outside", "no"]  # no evidence: not told
+    command = next(line for line in lines if "APP_ENV" in line)
+    assert command.split()[1:4] == ["command", "model", "no"]
     only = hero(home, "list", "--kind", "command", "--json")
     records = [json.loads(line) for line in only.stdout.splitlines()]
     assert [r["text"] for r in records] == ["Run APP_ENV=test pytest -q"]
@@ -118,7 +122,9 @@ def test_list_and_json(home: Path) -> None:
         "id": s.facts()[0].id,
         "kind": "command",
         "text": "Run APP_ENV=test pytest -q",
-        "trust": "user",
+        "trust": "model",
+        "evidence": None,
+        "recalled": False,
         "always_on": False,
         "story": "s1",
         "round": 2,
@@ -236,3 +242,40 @@ def test_memory_off_is_said(home: Path) -> None:
     roles.write_text(roles.read_text() + "memory_enabled: false\n")
     out = hero(home, "list")
     assert out.returncode == 0 and "memory is off in this home" in out.stderr
+
+
+@pytest.mark.slow
+def test_add_and_promote_are_a_persons_word(home: Path) -> None:
+    s = seed(home)
+    added = hero(home, "add", "command", "Run the tests with APP_ENV=test make test")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith("added ") and "(trust user)" in added.stdout
+    mine = next(f for f in memory_of(home).facts() if "make test" in f.text)
+    assert (mine.trust, mine.source.role, mine.recallable) == (Trust.USER, Role.PERSON, True)
+    on = hero(home, "add", "convention", "Commit messages say why", "--always-on")
+    assert on.returncode == 0, on.stderr
+    assert any(f.always_on and f.text == "Commit messages say why" for f in memory_of(home).facts())
+    # bad input: named
+    wrong = hero(home, "add", "command", "x", "--always-on")
+    assert wrong.returncode == 2 and "only a convention may be always-on" in wrong.stderr
+    empty = hero(home, "add", "knowledge", "  ")
+    assert empty.returncode == 2 and "needs a text" in empty.stderr
+
+    learned = next(f for f in s.facts() if f.trust is Trust.OUTSIDE)
+    promoted = hero(home, "promote", learned.id[:7])
+    assert promoted.returncode == 0, promoted.stderr
+    assert (
+        f"promoted {learned.id} [convention]" in promoted.stdout
+        and "(trust user)" in promoted.stdout
+    )
+    back = memory_of(home).find(learned.id)
+    assert (back.trust, back.always_on, back.source.story) == (Trust.USER, False, "gh-7")
+    assert back.source.role is Role.PERSON
+    listed = hero(home, "list", "--json")
+    record = next(json.loads(x) for x in listed.stdout.splitlines() if learned.id in x)
+    assert (record["trust"], record["recalled"], record["role"]) == ("user", True, "person")
+    command = next(f for f in s.facts() if f.kind is Kind.COMMAND)
+    refused = hero(home, "promote", command.id, "--always-on")
+    assert refused.returncode == 2 and "only a convention" in refused.stderr
+    unknown = hero(home, "promote", "ffffffffffff")
+    assert unknown.returncode == 2 and "no fact with id" in unknown.stderr

@@ -375,7 +375,7 @@ def test_memory(make_home: Any, scripted: Any) -> None:
             new_fact(
                 "convention",
                 "Snake case",
-                Source("s", 1, Role.REVIEWER),
+                Source("s", 1, Role.PERSON),  # always-on: a person's (promoted) convention
                 redactor=store.redactor,
                 always_on=True,
             ),

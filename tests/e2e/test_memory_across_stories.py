@@ -1,9 +1,11 @@
 """A fact learned in story A reaches story B's first request: two real `hero run`s on one
 home against hero's scripted model over real HTTP, real git, real checks.
 
-Story A's reviewer asks for the same thing in rounds 1 and 2, so A teaches an always-on
-convention; story B, on another subject, is told it in its worker's first request under the
-memory heading. With the home's memory off, B's first request has no such section.
+Story A's reviewer asks for the same thing in rounds 1 and 2 and round 3 satisfies it, so A
+teaches a convention with evidence (a reviewer's text: trust model, never always-on); story
+B, on the same subject, is told it in its worker's first request under the memory heading,
+in the lower-trust group. With the home's memory off, B's first request has no such
+section. (tests/e2e/test_memory_trust.py: what a story on another subject is told.)
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def test_a_convention_learned_in_story_a_reaches_story_bs_first_request(
     assert FACTS_HEADING not in worker_task(story_requests(model, "Story a")[0])
 
     story_b = write_story(
-        home, "b", verify=VERIFY, body="## Goal\nMake `calc.add` accept three numbers.\n"
+        home, "b", verify=VERIFY, body="## Goal\nName the test functions of the suite alike.\n"
     )
     assert run(home, story_b) == 0
     assert status(home, "b") == "passed"
@@ -73,6 +75,10 @@ def test_a_convention_learned_in_story_a_reaches_story_bs_first_request(
         section = first_b[first_b.index(FACTS_HEADING) :]
         assert TOLD in section  # under the memory heading, not elsewhere in the task
         assert TOLD not in first_b[: first_b.index(FACTS_HEADING)]
+        # as a machine's words: the lower-trust group, not the repository's conventions
+        assert "Conventions of this repository" not in section
+        lower = section.index("machine-written, not confirmed by a person")
+        assert section.index(TOLD) > lower
     else:
         assert FACTS_HEADING not in first_b
         assert TOLD not in first_b

@@ -24,7 +24,7 @@ R = Redactor(())
 
 
 def fact(kind: str, words: str) -> Fact:
-    return new_fact(kind, words, Source("earlier", 1, Role.REVIEWER), redactor=R, at=1_700_000_000)
+    return new_fact(kind, words, Source("earlier", 1, Role.PERSON), redactor=R, at=1_700_000_000)
 
 
 #: A web shop's memory as the learner keeps it: most facts speak of tests.

@@ -195,6 +195,37 @@ def test_the_story_page_shows_each_round(home: Path) -> None:
     assert "write_file" in tools and "bash" in tools
 
 
+def test_the_memory_is_shown_with_the_trust_of_every_fact(home: Path) -> None:
+    from hero.config.loader import load_config
+    from hero.memory import Source, Trust, new_fact, store_for
+
+    store = store_for(load_config(home, roles=()))
+    # s1's check failed in round 1 and passed in round 2: hero learned a command fact
+    (learned,) = [f for f in store.facts() if f.source.story == "s1"]
+    assert learned.trust is Trust.MODEL
+    mine = new_fact("convention", "Commit messages say why", Source(), redactor=store.redactor)
+    store.add([mine])
+
+    board = client(home).get("/")
+    page = assert_inert(board.text)
+    memory = page.all_text.split("Memory", 1)[1]
+    assert learned.id in memory and mine.id in memory
+    rows = {a["data-id"]: a["class"] for t, a in page.tags if t == "tr" and a.get("data-id")}
+    assert rows[learned.id] == "fact trust-model" and rows[mine.id] == "fact trust-user"
+    assert "no: no evidence yet" in memory  # the machine-written fact is not told
+
+    story = client(home).get("/stories/s1")
+    taught = assert_inert(story.text).all_text.split("What this story taught the memory", 1)[1]
+    assert learned.id in taught and "model" in taught and mine.id not in taught
+
+    api = client(home).get("/api/stories").json()["memory"]["facts"]
+    by_id = {f["id"]: f for f in api}
+    assert by_id[learned.id]["trust"] == "model" and not by_id[learned.id]["recalled"]
+    assert by_id[mine.id]["trust"] == "user" and by_id[mine.id]["recalled"]
+    one = client(home).get("/api/stories/s1").json()["memory"]["facts"]
+    assert [f["id"] for f in one] == [learned.id]
+
+
 def test_a_hostile_run_record_is_text_and_never_a_git_option(home: Path) -> None:
     r = client(home).get("/stories/h1")
     assert r.status_code == 200

@@ -1,8 +1,11 @@
-"""`hero memory list|show|forget|edit|export`: what the target repository's memory holds.
+"""`hero memory list|show|add|promote|forget|edit|export`: what the target repository's
+memory holds.
 
 The memory is ``memory/<repo-key>.md`` in the home (docs/memory.md): facts learned by the
-stories on the target repository, and a recap of the last ones. These commands read it,
-remove a fact, let a person edit the whole file, or export it as Markdown.
+stories on the target repository, and a recap of the last ones. These commands read it, add
+a person's fact, let a person confirm a learned one, remove a fact, let a person edit the
+whole file, or export it as Markdown. ``add``, ``promote`` and ``edit`` are the only ways a
+fact becomes trust ``user``: what a story teaches is a model's or a command's text.
 
 ``edit`` opens a copy of the file in $VISUAL, else $EDITOR (as ``hero new`` does). Saved and
 readable, it replaces the file (under the memory's lock); saved unreadable, nothing is
@@ -35,7 +38,8 @@ def add_parser(subparsers: Subparsers) -> None:
     memory = subparsers.add_parser(
         "memory",
         parents=[home_option()],
-        help="what the target repository's memory holds: list, show, forget, edit, export",
+        help="what the target repository's memory holds: list, show, add, promote, forget, "
+        "edit, export",
         description="The facts stories learned about the target repository, kept in "
         "memory/<repository>.md in the hero home (docs/memory.md).",
     )
@@ -50,6 +54,27 @@ def add_parser(subparsers: Subparsers) -> None:
     show = sub.add_parser("show", parents=[home_option()], help="one fact, whole")
     show.add_argument("id", help="the fact's id, or the start of it")
     show.set_defaults(handler=run_show)
+
+    add = sub.add_parser("add", parents=[home_option()], help="add a fact of your own (trust user)")
+    add.add_argument("kind", choices=KINDS, help="what the fact is about")
+    add.add_argument("text", help="the fact, one line of plain text")
+    add.add_argument(
+        "--always-on",
+        action="store_true",
+        help="a convention told to every story, whatever it is about",
+    )
+    add.set_defaults(handler=run_add)
+
+    promote = sub.add_parser(
+        "promote",
+        parents=[home_option()],
+        help="confirm a learned fact: it becomes yours (trust user) and is told when relevant",
+    )
+    promote.add_argument("id", help="the fact's id, or the start of it")
+    promote.add_argument(
+        "--always-on", action="store_true", help="a convention: tell it to every story"
+    )
+    promote.set_defaults(handler=run_promote)
 
     forget = sub.add_parser(
         "forget", parents=[home_option()], help="remove a fact: no later prompt is told it"
@@ -70,7 +95,9 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def _no_command(args: argparse.Namespace) -> NoReturn:
-    raise CommandLineError("memory: expected a command: list, show, forget, edit or export")
+    raise CommandLineError(
+        "memory: expected a command: list, show, add, promote, forget, edit or export"
+    )
 
 
 def _store(args: argparse.Namespace) -> MemoryStore:
@@ -101,13 +128,14 @@ def run_list(args: argparse.Namespace) -> int:
             f.id,
             f.kind.value,
             f.trust.value,
+            told(f),
             "yes" if f.always_on else "",
             f.source.label(),
             cut(f.text, TEXT_WIDTH),
         )
         for f in facts
     ]
-    header = ("ID", "KIND", "TRUST", "ALWAYS-ON", "SOURCE", "TEXT")
+    header = ("ID", "KIND", "TRUST", "TOLD", "ALWAYS-ON", "SOURCE", "TEXT")
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header) - 1)]
     for row in (header, *rows):
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
@@ -124,6 +152,40 @@ def run_show(args: argparse.Namespace) -> int:
     for key, value in record.items():
         shown = "yes" if value is True else "no" if value is False else value
         print(f"{key + ':':<11}{'' if shown is None else shown}")
+    return EXIT_OK
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from hero.memory import Source, Trust, new_fact
+    from hero.memory.facts import FactError
+
+    store = _store(args)
+    if args.always_on and args.kind != "convention":
+        raise UsageError(f"--always-on: only a convention may be always-on; found {args.kind}")
+    try:
+        fact = new_fact(
+            args.kind,
+            args.text,
+            Source(),
+            redactor=store.redactor,
+            trust=Trust.USER,
+            always_on=args.always_on,
+        )
+    except FactError as exc:
+        raise UsageError(f"hero memory add: {exc}") from None
+    store.add([fact], remember=True)
+    kept = store.find(fact.id)
+    print(f"added {kept.id} [{kept.kind.value}] {kept.text} (trust {kept.trust.value})")
+    return EXIT_OK
+
+
+def run_promote(args: argparse.Namespace) -> int:
+    store = _store(args)
+    if args.always_on and store.find(args.id).kind.value != "convention":
+        raise UsageError("--always-on: only a convention may be always-on")
+    fact = store.promote(args.id, always_on=args.always_on)
+    on = ", always-on" if fact.always_on else ""
+    print(f"promoted {fact.id} [{fact.kind.value}{on}] {fact.text} (trust {fact.trust.value})")
     return EXIT_OK
 
 
@@ -194,6 +256,8 @@ def fact_record(fact: Fact) -> dict[str, object]:
         "kind": fact.kind.value,
         "text": fact.text,
         "trust": fact.trust.value,
+        "evidence": fact.evidence.value if fact.evidence is not None else None,
+        "recalled": fact.recallable,
         "always_on": fact.always_on,
         "story": fact.source.story or None,
         "round": fact.source.round,
@@ -201,3 +265,11 @@ def fact_record(fact: Fact) -> dict[str, object]:
         "at": fact.at,
         "seen": fact.seen,
     }
+
+
+def told(fact: Fact) -> str:
+    """Whether stories are told ``fact``, as ``list`` shows it: ``yes`` (a person's),
+    the evidence of a machine-written one (``stories``, ``satisfied``), ``no`` without."""
+    if fact.evidence is not None:
+        return fact.evidence.value
+    return "yes" if fact.recallable else "no"

@@ -645,8 +645,9 @@ class MemorySettings:
     max_facts: int = knob(
         "memory_max_facts",
         200,
-        "Facts kept per repository: over it, the least kept go first (an outside story's "
-        "before a person's, seen once before seen often, older before newer; a person's "
+        "Facts kept per repository: over it, the least kept go first (the least trusted "
+        "first: an outside story's, then a model's or a command's, then a person's; without "
+        "evidence before with; seen once before seen often; older before newer; a person's "
         "always-on conventions last).",
         section=MEMORY_SECTION,
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hero.memory.facts import Fact, Kind, Role, Source, Trust, merge, new_fact
+from hero.memory.facts import Evidence, Fact, Kind, Role, Source, Trust, merge, new_fact
 from hero.memory.store import Bounds, Memory, MemoryStore, Recap
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Bounds",
+    "Evidence",
     "Fact",
     "Kind",
     "Memory",
@@ -49,9 +50,11 @@ def enabled(config: Config, story: Story | None = None) -> bool:
 
 
 def trust_of(story: Story) -> Trust:
-    """How far what ``story`` teaches is trusted: a GitHub issue's (``source:`` set) is an
-    outside author's; any other story is the user's."""
-    return Trust.OUTSIDE if story.source else Trust.USER
+    """How far what ``story`` teaches is trusted. What a story teaches is text a model or a
+    command wrote (its reviewer's comments, its checks' output, the memory model's words),
+    never a person's, whoever wrote the story: ``model``; ``outside`` for a story made from
+    a GitHub issue (``source:`` set), which a stranger wrote."""
+    return Trust.OUTSIDE if story.source else Trust.MODEL
 
 
 def store_for(config: Config) -> MemoryStore:

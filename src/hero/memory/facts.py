@@ -9,9 +9,21 @@ heading, fence, list marker or HTML that could give a prompt a structure of its 
 bounded. A fact is one line of plain text wherever it goes: the store's file, a prompt,
 ``hero memory export``.
 
-The rules of trust live here, in :func:`merge`: a fact learned again keeps one entry; a
-story a person wrote confirms a fact first learned from an outside story; nothing makes an
-outside fact always-on.
+Trust is by the author of the *text*, not of the story (:class:`Trust`): only what a person
+wrote or confirmed (role ``person``) is ``user``; what a model or a command wrote (a
+reviewer's comment, a check's output, the memory role's distillation) is ``model`` at most,
+and what came from a GitHub issue's story is ``outside``. :func:`vouched` holds that rule
+wherever a fact is made, so a store an older hero wrote (which trusted a fact by its story)
+reads back with its machine-written facts lowered.
+
+A fact not a person's is told to a story only with evidence of its value
+(:class:`Evidence`: seen in two stories, or a reviewer's request the next round satisfied),
+and never when it reads as an instruction to run or fetch something
+(:func:`instruction_like`, applied where model and command text is learned).
+
+The rules of merging live here, in :func:`merge`: a fact learned again keeps one entry;
+learned by a second story it has evidence; no learning raises a fact to ``user``; nothing
+but a person's fact is always-on.
 """
 
 from __future__ import annotations
@@ -67,10 +79,25 @@ class Kind(StrEnum):
 
 
 class Trust(StrEnum):
-    """How far a fact is trusted: by who wrote the story it was learned from."""
+    """How far a fact is trusted: by who wrote its text.
 
-    USER = "user"  # a story a person of this home wrote (or a person's own edit)
-    OUTSIDE = "outside"  # a story from a GitHub issue: data, never an instruction
+    Ordered from most to least trusted (:data:`TRUST_RANK`)."""
+
+    USER = "user"  # a person wrote or confirmed it (hero memory add / edit / promote)
+    MODEL = "model"  # a model or a command wrote it: reviewer, check output, memory role
+    OUTSIDE = "outside"  # learned from a story made from a GitHub issue (a stranger's)
+
+
+#: Higher is more trusted: a merge keeps the higher of two learnings' trust.
+TRUST_RANK = {Trust.OUTSIDE: 0, Trust.MODEL: 1, Trust.USER: 2}
+
+
+class Evidence(StrEnum):
+    """Why a fact not a person's is worth telling a later story: without one, it is kept
+    (a second story may give it one) but never recalled."""
+
+    STORIES = "stories"  # learned by two different stories
+    SATISFIED = "satisfied"  # a reviewer's request that the round after it satisfied
 
 
 class Role(StrEnum):
@@ -80,7 +107,7 @@ class Role(StrEnum):
     VERIFIER = "verifier"
     WORKER = "worker"
     MEMORY = "memory"  # the optional `memory:` role's distillation
-    PERSON = "person"  # written by hand in the store's file
+    PERSON = "person"  # written or confirmed by a person (hero memory add / edit / promote)
 
 
 class FactError(HeroError):
@@ -97,10 +124,13 @@ class Source:
     role: Role = Role.PERSON
 
     def label(self) -> str:
-        """``add-login round 2 reviewer``; ``person`` for a hand-written fact."""
+        """``add-login round 2 reviewer``; ``person`` for a hand-written fact, ``person
+        (promoted from add-login round 2)`` for one a person confirmed."""
         parts = [self.story] if self.story else []
         if self.round is not None:
             parts.append(f"round {self.round}")
+        if self.role is Role.PERSON:
+            return f"person (promoted from {' '.join(parts)})" if parts else "person"
         parts.append(self.role.value)
         return " ".join(parts)
 
@@ -122,8 +152,20 @@ class Fact:
     convention a person's story taught (trust user) may be one."""
     seen: int = 1
     """How many times it was learned: a fact seen often is kept before one seen once."""
+    evidence: Evidence | None = None
+    """Why a fact not a person's may be told to a story (None: it is not told)."""
+
+    @property
+    def recallable(self) -> bool:
+        """Whether a story may be told it: a person's fact, or one with evidence."""
+        return self.trust is Trust.USER or self.evidence is not None
 
     def __post_init__(self) -> None:
+        if self.trust is Trust.USER and self.source.role is not Role.PERSON:
+            raise FactError(
+                f"fact {self.id}: only a person's fact (role person) may be of trust user; "
+                f"found role {self.source.role.value}"
+            )
         if self.always_on and (self.trust is not Trust.USER or self.kind is not Kind.CONVENTION):
             raise FactError(
                 f"fact {self.id}: only a convention of trust user may be always-on; "
@@ -148,17 +190,20 @@ def new_fact(
     always_on: bool = False,
     at: float | None = None,
     seen: int = 1,
+    evidence: Evidence | None = None,
 ) -> Fact:
     """A fact with its text cleaned (:func:`clean_text`, secrets out first) and its id.
 
-    An outside fact asked to be always-on is made an ordinary one: being always-on takes a
-    person's confirmation (:func:`merge`), never the extraction's word. FactError when the
-    kind is unknown or nothing is left of the text."""
+    Its trust is what its source may vouch for (:func:`vouched`: ``user`` only for a
+    person's). A fact not a person's asked to be always-on is made an ordinary one: being
+    always-on takes a person's word, never the extraction's. FactError when the kind is
+    unknown or nothing is left of the text."""
     kind = parse_kind(kind)
     cleaned = clean_text(text, redactor)
     if not cleaned:
         raise FactError(f"a {kind.value} fact needs a text; found nothing (after cleaning)")
-    if trust is Trust.OUTSIDE or kind is not Kind.CONVENTION:
+    trust = vouched(trust, source.role)
+    if trust is not Trust.USER or kind is not Kind.CONVENTION:
         always_on = False
     return Fact(
         id=fact_id(kind, cleaned),
@@ -169,7 +214,17 @@ def new_fact(
         trust=trust,
         always_on=always_on,
         seen=max(1, seen),
+        evidence=None if trust is Trust.USER else evidence,
     )
+
+
+def vouched(trust: Trust, role: Role) -> Trust:
+    """The trust a fact of ``role`` may have: ``user`` only for a person's (role person);
+    a machine-written text said to be ``user`` (as an older hero recorded what a person's
+    story taught) is ``model``."""
+    if trust is Trust.USER and role is not Role.PERSON:
+        return Trust.MODEL
+    return trust
 
 
 #: The latest time a fact may carry (the end of year 9999): its file shows it as a date.
@@ -195,22 +250,55 @@ def parse_kind(value: Kind | str) -> Kind:
 def merge(old: Fact, new: Fact) -> Fact:
     """The one fact two learnings of the same content (same id) make.
 
-    It is as fresh as the newer, seen as often as both, and keeps the newer source. A story
-    a person wrote confirms an outside fact (trust becomes user); an outside story never
-    lowers a person's fact. Always-on stays only with trust user: a confirmation keeps what
-    a person asked for, an outside learning never adds it."""
+    It is as fresh as the newer and seen as often as both. Its trust is the higher of the
+    two, with that one's source (of two equally trusted, the newer's): a person's fact
+    learned again by a story stays the person's; a story's learning never raises a fact to
+    ``user``; an outside story never lowers one. Always-on stays only with a person's fact.
+    Evidence is kept, and two different stories' learnings are evidence
+    (:attr:`Evidence.STORIES`): a story retried, or learning the same thing twice, is not."""
     if old.id != new.id:
         raise ValueError(f"merge of two different facts: {old.id} and {new.id}")
-    trust = Trust.USER if Trust.USER in (old.trust, new.trust) else Trust.OUTSIDE
-    newer = new if new.at >= old.at else old
-    asked = old.always_on or (new.always_on and new.trust is Trust.USER)
+    newer, older = (new, old) if new.at >= old.at else (old, new)
+    kept = newer if TRUST_RANK[newer.trust] >= TRUST_RANK[older.trust] else older
+    evidence = old.evidence or new.evidence
+    stories = (old.source.story, new.source.story)
+    if evidence is None and all(stories) and stories[0] != stories[1]:
+        evidence = Evidence.STORIES
+    user = kept.trust is Trust.USER
+    asked = any(f.always_on and f.trust is Trust.USER for f in (old, new))
     return replace(
-        newer,
-        trust=trust,
-        always_on=asked and trust is Trust.USER and old.kind is Kind.CONVENTION,
+        kept,
+        always_on=asked and user and old.kind is Kind.CONVENTION,
         seen=old.seen + new.seen,
         at=max(old.at, new.at),
+        evidence=None if user else evidence,
     )
+
+
+#: Text that reads as an instruction to run a command or fetch something: a URL, a program
+#: that fetches, a pipe into a shell, a command substitution, ``sudo``, an imperative "run
+#: ..." / "install ..." at the start of a sentence, "before any change ...". Model and
+#: command text matching it is never learned (a check's output or a steered reviewer could
+#: otherwise plant ``curl ... | sh`` in every later prompt). Broad on purpose: a lost fact
+#: costs little, a planted instruction a lot.
+_INSTRUCTION = re.compile(
+    r"(?i)"
+    r"\b[a-z][a-z0-9+.-]{1,15}://"  # a URL: http://, ftp://, git+ssh://
+    r"|\bwww\.[a-z0-9-]+\."
+    r"|\b(?:curl|wget|invoke-webrequest|invoke-expression|iwr|iex|nc|netcat|scp|rsync)\b"
+    r"|\|\s*(?:sudo\s+)?(?:ba|z|da|k|c|tc|fi)?sh\b"  # ... | sh, | sudo bash
+    r"|\|\s*(?:python\d?|perl|ruby|node)\b"
+    r"|\$\(|\beval\s+[\"'$`]|\bsudo\b|\bchmod\s+\+x\b"  # not "must not use eval()"
+    r"|(?:^|[.!?:;]\s*|\b(?:then|first|always|please|now|you\s+must|you\s+should)\s+)"
+    r"(?:run|execute|exec|install|download|pip|npm|apt|apt-get|bash|sh)\b"
+    r"|\b(?:before|prior\s+to)\s+(?:any|every|each|all|making|you)\b"
+)
+
+
+def instruction_like(text: str) -> bool:
+    """Whether ``text`` reads as an instruction to run a command or fetch something (see
+    :data:`_INSTRUCTION`): what hero never learns from a model's or a command's text."""
+    return bool(_INSTRUCTION.search(" ".join(text.split())))
 
 
 def clean_text(text: str, redactor: Redactor) -> str:

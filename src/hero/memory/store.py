@@ -25,7 +25,9 @@ recap of its last stories::
 
 A fact is one line: ``- [kind] text``, ``[convention, always-on]`` for an always-on one, and
 hero's record of it in the comment after it. A line without the comment is a fact a person
-wrote (trust user, source person). A person may change a text or a kind, delete a line or
+wrote (trust user, source person). Trust ``user`` holds only with role ``person``: a file an
+older hero wrote, which trusted a fact by its story, reads back with every other
+``trust=user`` as ``model`` and such a fact no longer always-on (:func:`hero.memory.facts.vouched`). A person may change a text or a kind, delete a line or
 add one; the id follows the content. A fact a person forgot (``hero memory forget``, or
 its line deleted in ``hero memory edit``) leaves its id under "Forgotten", and hero does
 not learn it again; deleting the id there lets it. Everything read goes through the same cleaning as a
@@ -54,6 +56,8 @@ from hero.fsio import atomic_write
 from hero.locks import memory_lock
 from hero.memory.facts import (
     ID_CHARS,
+    TRUST_RANK,
+    Evidence,
     Fact,
     FactError,
     Kind,
@@ -63,6 +67,7 @@ from hero.memory.facts import (
     clean_text,
     merge,
     new_fact,
+    vouched,
     when,
 )
 from hero.redact import Redactor
@@ -89,7 +94,7 @@ _RECAP_DETAIL = re.compile(r"^\s+- (?P<key>changed|failed):\s*(?P<text>.*?)\s*$"
 _FORGOTTEN_LINE = re.compile(rf"^- (?P<id>[0-9a-f]{{{ID_CHARS}}})\s*$")
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 _META_KEYS = {
-    "facts": ("id", "trust", "seen", "at", "story", "round", "role"),
+    "facts": ("id", "trust", "evidence", "seen", "at", "story", "round", "role"),
     "recaps": ("story", "status", "rounds", "at"),
 }
 
@@ -222,14 +227,18 @@ class MemoryStore:
 
     # ------------------------------------------------------------------------ writing
 
-    def add(self, facts: Iterable[Fact]) -> tuple[Fact, ...]:
+    def add(self, facts: Iterable[Fact], *, remember: bool = False) -> tuple[Fact, ...]:
         """Add ``facts``, deduplicated by id (a fact learned again is merged: fresher, seen
-        more, perhaps confirmed, see :func:`hero.memory.facts.merge`), then bounded. Returns
-        the facts that were new to the memory. A fact a person forgot is not added again."""
+        more, perhaps with evidence, see :func:`hero.memory.facts.merge`), then bounded.
+        Returns the facts that were new to the memory. A fact a person forgot is not added
+        again, unless ``remember`` (a person adding it by hand: ``hero memory add``)."""
         incoming = list(facts)
         added: list[Fact] = []
         with self._changing() as memory:
             known = {f.id: f for f in memory.facts}
+            if remember:
+                wanted = {self._recleaned(f).id for f in incoming}
+                memory.forgotten = tuple(i for i in memory.forgotten if i not in wanted)
             forgotten = set(memory.forgotten)
             for fact in incoming:
                 fact = self._recleaned(fact)
@@ -268,6 +277,19 @@ class MemoryStore:
             memory.facts = tuple(f for f in memory.facts if f.id != gone.id)
             memory.forgotten = _forgetting(memory.forgotten, [gone.id])
         return gone
+
+    def promote(self, id_or_prefix: str, *, always_on: bool = False) -> Fact:
+        """A person confirms the fact with this id (or the one whose id starts with it): its
+        trust becomes ``user`` and its role ``person`` (its story and round kept, to say
+        where it came from); ``always_on``: a convention told to every story. Returns it as
+        now kept. UnknownFact when none or several match."""
+        with self._changing() as memory:
+            found = _find(memory.facts, id_or_prefix, self.path)
+            source = replace(found.source, role=Role.PERSON)
+            on = found.always_on or (always_on and found.kind is Kind.CONVENTION)
+            promoted = replace(found, trust=Trust.USER, source=source, evidence=None, always_on=on)
+            memory.facts = tuple(promoted if f.id == found.id else f for f in memory.facts)
+        return promoted
 
     def replace_text(self, text: str, *, expect: str | None) -> Memory:
         """Write a person's edit of the whole file, once it reads (MemoryFileError naming the
@@ -329,14 +351,16 @@ class MemoryStore:
             always_on=fact.always_on,
             at=fact.at,
             seen=fact.seen,
+            evidence=fact.evidence,
         )
         return again
 
     def _bounded(self, memory: Memory) -> Memory:
         """``memory`` within the bounds: the last recaps; then facts dropped, least kept
         first, until their count and the file's size fit. An always-on convention of a
-        person's goes last of all; then an outside fact goes before a person's, one seen
-        less before one seen more, an older before a newer."""
+        person's goes last of all; then the less trusted before the more (outside, model,
+        a person's), one without evidence before one with, one seen less before one seen
+        more, an older before a newer."""
         b = self.bounds
         forgotten = memory.forgotten[-MAX_FORGOTTEN:]
         recaps = (
@@ -348,7 +372,8 @@ class MemoryStore:
             memory.facts,
             key=lambda f: (
                 f.always_on and f.trust is Trust.USER,
-                f.trust is Trust.USER,
+                TRUST_RANK[f.trust],
+                f.evidence is not None,
                 f.seen,
                 f.at,
             ),
@@ -441,7 +466,10 @@ def render(memory: Memory, repo: Path | None = None) -> str:
 
 def _fact_line(f: Fact) -> str:
     tags = f.kind.value + (f", {ALWAYS_ON}" if f.always_on else "")
-    meta = [f"id={f.id}", f"trust={f.trust.value}", f"seen={f.seen}", f"at={stamp(f.at)}"]
+    meta = [f"id={f.id}", f"trust={f.trust.value}"]
+    if f.evidence is not None:
+        meta.append(f"evidence={f.evidence.value}")
+    meta += [f"seen={f.seen}", f"at={stamp(f.at)}"]
     if f.source.story:
         meta.append(f"story={f.source.story}")
     if f.source.round is not None:
@@ -478,8 +506,7 @@ def export_markdown(memory: Memory, repo: Path | None = None) -> str:
         lines += [f"## {heading}", ""]
         for f in facts:
             notes = ["always-on"] if f.always_on else []
-            if f.trust is Trust.OUTSIDE:
-                notes.append("from an outside story (a GitHub issue): data, not an instruction")
+            notes.append(trust_note(f))
             seen = f"seen {f.seen} times" if f.seen > 1 else "seen once"
             notes += [f"from {f.source.label()}", seen, f"last {stamp(f.at)}", f"id {f.id}"]
             lines.append(f"- {f.text} _({'; '.join(notes)})_")
@@ -496,6 +523,29 @@ def export_markdown(memory: Memory, repo: Path | None = None) -> str:
             lines.append(f"- **{r.story}**: {r.status} after {rounds} ({stamp(r.at)}).{more}")
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+#: What each trust means, as ``hero memory export`` and the status page say it.
+TRUST_NOTES = {
+    Trust.USER: "written or confirmed by a person",
+    Trust.MODEL: "machine-written (a model's or a command's text): data, not an instruction",
+    Trust.OUTSIDE: "from an outside story (a GitHub issue): data, not an instruction",
+}
+#: Why a fact not a person's may be told, as ``hero memory list`` and the status page say it.
+EVIDENCE_NOTES = {
+    Evidence.STORIES: "learned by two stories",
+    Evidence.SATISFIED: "a reviewer's request the next round satisfied",
+}
+
+
+def trust_note(f: Fact) -> str:
+    """The trust of ``f`` in words, with whether it is told to stories and why."""
+    note = TRUST_NOTES[f.trust]
+    if f.trust is Trust.USER:
+        return note
+    if f.evidence is None:
+        return f"{note}; not told to stories until it has evidence (or a person promotes it)"
+    return f"{note}; told when relevant: {EVIDENCE_NOTES[f.evidence]}"
 
 
 def _clean_recap(text: str, redactor: Redactor) -> str:
@@ -579,16 +629,21 @@ class _Parser:
             raise self.error(n, f"expected `[kind]` or `[kind, {ALWAYS_ON}]`; found [{m['tags']}]")
         meta = self._meta(n, m["meta"], "facts")
         try:
-            trust = Trust(meta.get("trust", Trust.USER.value))
+            said = Trust(meta.get("trust", Trust.USER.value))
             role = Role(meta.get("role", Role.PERSON.value))
+            evidence = Evidence(meta["evidence"]) if "evidence" in meta else None
         except ValueError as exc:
             raise self.error(n, str(exc)) from None
-        always_on = ALWAYS_ON in tags[1:]
+        # an older hero's file: a machine-written fact it trusted by its story is model now,
+        # and what it made always-on is an ordinary fact (not an error: the file must load)
+        trust = vouched(said, role)
+        always_on = ALWAYS_ON in tags[1:] and trust is said
         if always_on and (trust is not Trust.USER or tags[0] != Kind.CONVENTION.value):
             raise self.error(
                 n,
                 f"only a convention of trust user may be {ALWAYS_ON}; found a {tags[0]} of "
-                f"trust {trust.value} (set trust=user in its comment to confirm it yourself)",
+                f"trust {trust.value} (confirm it with `hero memory promote ID`, or set "
+                "trust=user role=person in its comment)",
             )
         source = Source(meta.get("story", ""), self._int(n, meta, "round", None), role)
         try:
@@ -601,6 +656,7 @@ class _Parser:
                 always_on=always_on,
                 at=self._time(n, meta.get("at")),
                 seen=self._int(n, meta, "seen", 1) or 1,
+                evidence=evidence,
             )
         except FactError as exc:
             raise self.error(n, str(exc)) from None

@@ -4,11 +4,21 @@ Deterministic first, no model needed (:func:`extract`), from the run record alon
 
 - the reviewer: what it asked for in more than one round (a comment or an unmet
   acceptance criterion, compared after normalizing) is a ``convention``; a blocker comment
-  on a file is ``knowledge`` about that file;
-- the verifier: a check command that failed in one round and passed in a later one is a
-  ``command`` fact, with the last meaningful line of its failing output; a round rejected
-  without review for what the worker did (not a red check) is a ``failure``;
+  on a file is ``knowledge`` about that file; either has evidence of its value
+  (:attr:`~hero.memory.facts.Evidence.SATISFIED`) when the round after its last ask
+  satisfied it (approved, or marked that criterion met);
+- the verifier: a check command a person wrote (the story's own checks, or the home's
+  ``default_verify``; not a planner model's) that failed in one round and passed in a later
+  one is a ``command`` fact, in hero's own words from what it observed: the command line,
+  the rounds, the exit code. Never its output: a check prints what a worker made it print;
 - a recap of the story: its status, its rounds, the files it changed, what failed.
+
+Not learned at all: hero's own messages (a round rejected before review for a scope or
+ref problem, a worker stopped: what the harness said, not what the repository is), and
+any model or command text that reads as an instruction to run or fetch something
+(:func:`hero.memory.facts.instruction_like`). Everything a story teaches is ``model``
+trust (``outside`` for a GitHub issue's story), never ``user`` and never always-on: a
+person confirms it with ``hero memory promote``.
 
 Then, only when config/roles.yaml has a ``memory:`` role, one request to that (cheap) model
 distills a few more facts (:func:`distill`); an answer that is not the JSON asked for gives
@@ -17,8 +27,7 @@ its record is final; the request is one, capped by the role's ``max_output_token
 
 Everything the record holds was steered by the worker or, for a GitHub story, written by
 a stranger: every text goes through :func:`hero.memory.facts.new_fact` (secrets out, one
-line of plain text) and the store cleans it again; what an outside story teaches is marked
-``outside`` and is never always-on. Learning never changes a story's result: any failure
+line of plain text) and the store cleans it again. Learning never changes a story's result: any failure
 is said once and swallowed (:func:`learn_story`).
 """
 
@@ -26,12 +35,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hero.memory.facts import Fact, FactError, Kind, Role, Source, Trust, new_fact
+from hero.memory.facts import (
+    Evidence,
+    Fact,
+    FactError,
+    Kind,
+    Role,
+    Source,
+    Trust,
+    instruction_like,
+    new_fact,
+)
 from hero.memory.store import Recap
 from hero.redact import Redactor
 from hero.state import Round, RunState, Status
@@ -52,7 +71,7 @@ MAX_RECAP_FILES = 10
 MAX_RECAP_FAILED = 300
 #: Facts one story's record may teach without a model: a reviewer that repeats fifty
 #: comments (a worker can steer it) must not push the other stories' facts out of the
-#: memory's bounds. Kept in this order: conventions, commands, failures, knowledge.
+#: memory's bounds. Kept in this order: conventions, commands, knowledge.
 MAX_LEARNED = 12
 #: Facts the distilling model may add per story (more in its answer are left out).
 MAX_DISTILLED = 5
@@ -66,8 +85,6 @@ MEMORY_TIMEOUT_S = 120.0
 _NOT_WORD = re.compile(r"[^\w]+")
 #: A line of output with nothing to say: blank, a rule, a bare prompt or bracket.
 _NOISE = re.compile(r"^[\W_]*$")
-#: What the verifier's short-circuit says of a red check: the command fact covers it.
-_VERIFY_FAILED = "verification failed:"
 
 
 @dataclass(frozen=True)
@@ -106,15 +123,18 @@ def extract(
     redactor: Redactor,
     trust: Trust,
     changed: Iterable[str] = (),
+    checks: Collection[str] = (),
 ) -> Lesson:
     """The facts and the recap the run record ``state`` of the story ``story_key`` gives,
-    without a model. ``changed``: the files the story's branch changed (for the recap)."""
+    without a model. ``changed``: the files the story's branch changed (for the recap);
+    ``checks``: the check commands a person wrote (:func:`person_checks`), the only ones a
+    ``command`` fact is learned of."""
     maker = _Maker(story_key, redactor, trust)
     facts = [
         *_reviewer_facts(state.rounds, maker),
-        *_verifier_facts(state.rounds, maker),
+        *_verifier_facts(state.rounds, maker, {c.strip() for c in checks}),
     ]
-    order = (Kind.CONVENTION, Kind.COMMAND, Kind.FAILURE, Kind.KNOWLEDGE)
+    order = (Kind.CONVENTION, Kind.COMMAND, Kind.KNOWLEDGE)
     ranked = sorted(_unique(facts), key=lambda f: order.index(f.kind))
     return Lesson(tuple(ranked[:MAX_LEARNED]), _recap(state, story_key, list(changed)))
 
@@ -122,47 +142,82 @@ def extract(
 # -- the reviewer ---------------------------------------------------------------------------
 
 
-def _asks(record: Round) -> list[tuple[str, str, dict[str, Any]]]:
-    """What the reviewer asked for in a round: (normal form, text, the comment or {}) for
-    each comment and each unmet acceptance criterion of a verdict it gave."""
+@dataclass(frozen=True)
+class _Ask:
+    """One thing the reviewer asked for in a round."""
+
+    normal: str  # its normal form (:func:`normalize`): two asks compare by it
+    text: str
+    comment: dict[str, Any]  # the comment ({} for an unmet criterion)
+    criterion: str = ""  # the acceptance criterion, normalized, for an unmet one
+
+
+def _asks(record: Round) -> list[_Ask]:
+    """What the reviewer asked for in a round: each comment and each unmet acceptance
+    criterion of a verdict it gave."""
     review = record.review
     if review.short_circuited or review.verdict == "APPROVED":
         return []
-    out: list[tuple[str, str, dict[str, Any]]] = []
+    out: list[_Ask] = []
     for comment in review.comments:
         text = str(comment.get("comment") or "").strip()
         if text:
-            out.append((normalize(text), text, comment))
+            out.append(_Ask(normalize(text), text, comment))
     for ac in review.ac_check:
         if not ac.get("satisfied"):
             text = str(ac.get("note") or ac.get("ac") or "").strip()
             if text:
-                out.append((normalize(text), text, {}))
-    return [a for a in out if a[0]]
+                out.append(_Ask(normalize(text), text, {}, normalize(str(ac.get("ac") or ""))))
+    return [a for a in out if a.normal]
+
+
+def _satisfied(ask: _Ask, after: Round | None) -> bool:
+    """Whether the round ``after`` the one that last asked ``ask`` satisfied it: its
+    reviewer approved, or marked the same acceptance criterion met. A round rejected before
+    review says nothing either way."""
+    if after is None or after.review.short_circuited:
+        return False
+    if after.review.verdict == "APPROVED":
+        return True
+    return bool(ask.criterion) and any(
+        ac.get("satisfied") and normalize(str(ac.get("ac") or "")) == ask.criterion
+        for ac in after.review.ac_check
+    )
 
 
 def _reviewer_facts(rounds: list[Round], maker: _Maker) -> list[Fact]:
     seen: dict[str, list[int]] = {}  # normal form -> the rounds that asked it
-    latest: dict[str, tuple[int, str]] = {}  # normal form -> (round, text), its last wording
-    blockers: list[tuple[int, str, str]] = []  # (round, file, text)
-    for record in rounds:
-        for normal, text, comment in _asks(record):
-            rounds_of = seen.setdefault(normal, [])
+    latest: dict[str, tuple[int, _Ask]] = {}  # normal form -> (index, ask), its last wording
+    blockers: list[tuple[int, str, _Ask]] = []  # (index, file, ask)
+    for i, record in enumerate(rounds):
+        for ask in _asks(record):
+            rounds_of = seen.setdefault(ask.normal, [])
             if record.round not in rounds_of:
                 rounds_of.append(record.round)
-            latest[normal] = (record.round, text)
-            where = str(comment.get("file") or "").strip()
-            if comment.get("severity") == "blocker" and where:
-                blockers.append((record.round, where, text))
+            latest[ask.normal] = (i, ask)
+            where = str(ask.comment.get("file") or "").strip()
+            if ask.comment.get("severity") == "blocker" and where:
+                blockers.append((i, where, ask))
+
+    def evidence(i: int, ask: _Ask) -> Evidence | None:
+        after = rounds[i + 1] if i + 1 < len(rounds) else None
+        return Evidence.SATISFIED if _satisfied(ask, after) else None
+
     facts = []
     repeated = {n for n, asked in seen.items() if len(asked) > 1}
     for normal in repeated:
-        n, text = latest[normal]
-        # always-on for a person's story only: new_fact drops it for an outside one
-        facts.append(maker.fact(Kind.CONVENTION, text, n, Role.REVIEWER, always_on=True))
-    for n, where, text in blockers:
-        if normalize(text) not in repeated:
-            facts.append(maker.fact(Kind.KNOWLEDGE, f"{where}: {text}", n, Role.REVIEWER))
+        i, ask = latest[normal]
+        # a worker can steer a reviewer into repeating itself: a convention of model
+        # trust, never always-on (a person makes it one: hero memory promote, then edit)
+        facts.append(
+            maker.fact(Kind.CONVENTION, ask.text, rounds[i].round, Role.REVIEWER, evidence(i, ask))
+        )
+    for i, where, ask in blockers:
+        if ask.normal not in repeated:
+            text = f"{where}: {ask.text}"
+            facts.append(
+                maker.fact(Kind.KNOWLEDGE, text, rounds[i].round, Role.REVIEWER, evidence(i, ask))
+            )
     return [f for f in facts if f is not None]
 
 
@@ -174,32 +229,38 @@ def _checks(record: Round) -> list[dict[str, Any]]:
     return [c for c in commands or [] if isinstance(c, dict) and isinstance(c.get("command"), str)]
 
 
-def _verifier_facts(rounds: list[Round], maker: _Maker) -> list[Fact]:
-    failed: dict[str, tuple[int, int, str]] = {}  # command -> (round, exit, last line): 1st fail
+def _verifier_facts(rounds: list[Round], maker: _Maker, checks: Collection[str]) -> list[Fact]:
+    """A ``command`` fact for each check a person wrote that failed, then passed: in hero's
+    words, from what hero observed (the command line, the rounds, the exit code), never
+    from what the check printed (a worker decides that: ``IMPORTANT: run curl ... | sh``).
+    A round rejected before review teaches nothing: its reason is hero's own message."""
+    failed: dict[str, tuple[int, int]] = {}  # command -> (round, exit) of its first failure
     facts: list[Fact | None] = []
     for record in rounds:
         for check in _checks(record):
             command = check["command"].strip()
             code = check.get("exit_code")
-            if not command or not isinstance(code, int):
+            if not command or command not in checks or not isinstance(code, int):
                 continue
             if code != 0:
-                tail = last_line(str(check.get("tail") or ""))
-                failed.setdefault(command, (record.round, code, tail))
+                failed.setdefault(command, (record.round, code))
             elif command in failed:
-                first, code, line = failed.pop(command)
-                said = f": {line}" if line else ""
+                first, code = failed.pop(command)
                 text = (
-                    f"`{command}` failed in round {first} (exit {code}{said}) "
+                    f"`{command}` failed in round {first} (exit {code}) "
                     f"and passed after the change of round {record.round}"
                 )
-                facts.append(maker.fact(Kind.COMMAND, text, record.round, Role.VERIFIER))
-        review = record.review
-        summary = review.summary.strip()
-        if review.short_circuited and summary and not summary.startswith(_VERIFY_FAILED):
-            text = f"An approach was rejected before review: {summary}"
-            facts.append(maker.fact(Kind.FAILURE, text, record.round, Role.VERIFIER))
+                facts.append(
+                    maker.fact(Kind.COMMAND, text, record.round, Role.VERIFIER, checked=True)
+                )
     return [f for f in facts if f is not None]
+
+
+def person_checks(story: Story, config: Config) -> tuple[str, ...]:
+    """The check commands of ``story`` a person wrote: the home's ``default_verify`` and the
+    story's own checks, unless a planner model wrote them (a plan's story)."""
+    own = () if story.plan else tuple(c for tier in story.verify for c in tier.commands)
+    return (*config.default_verify, *own)
 
 
 # -- the recap ------------------------------------------------------------------------------
@@ -279,7 +340,9 @@ def parse_distilled(
 ) -> tuple[list[Fact], str]:
     """The facts in the memory role's ``answer``, and what was wrong with it ("": nothing).
     Anything not the JSON asked for gives no facts; an entry of an unknown kind or no text
-    is left out. None is always-on: a model's word never makes a convention always-on."""
+    is left out, and so is a ``command`` (only hero's own observation of a person's check
+    makes one) or a text that reads as an instruction to run or fetch something. None is
+    always-on: a model's word never makes a convention always-on."""
     from hero.roles.answers import find_object
 
     data = find_object(answer or "", "facts")
@@ -294,7 +357,7 @@ def parse_distilled(
         kind, text = (entry.get("kind"), entry.get("text")) if isinstance(entry, dict) else ("", "")
         fact = (
             maker.fact(kind, text, round_no, Role.MEMORY)
-            if isinstance(kind, str) and isinstance(text, str)
+            if isinstance(kind, str) and isinstance(text, str) and kind != Kind.COMMAND.value
             else None
         )
         if fact is None:
@@ -400,7 +463,12 @@ def learn_story(
             say(f"{story.ref.key}: memory: the files changed are not known: {exc}")
             changed = []
         lesson = extract(
-            state, story.ref.key, redactor=store.redactor, trust=trust, changed=changed
+            state,
+            story.ref.key,
+            redactor=store.redactor,
+            trust=trust,
+            changed=changed,
+            checks=person_checks(story, config),
         )
         facts = list(lesson.facts)
         try:
@@ -441,21 +509,33 @@ class _Maker:
     trust: Trust
 
     def fact(
-        self, kind: Kind | str, text: str, round_no: int | None, role: Role, always_on: bool = False
+        self,
+        kind: Kind | str,
+        text: str,
+        round_no: int | None,
+        role: Role,
+        evidence: Evidence | None = None,
+        *,
+        checked: bool = False,
     ) -> Fact | None:
-        """The fact, cleaned and redacted; None when nothing is left of it or its kind is
-        unknown (hostile text gives no fact rather than an error)."""
+        """The fact, cleaned and redacted, of model trust at most; None when nothing is left
+        of it, its kind is unknown, or it reads as an instruction to run or fetch something
+        (hostile text gives no fact rather than an error). ``checked``: hero wrote the text
+        itself around a person's command line, which names a command by design."""
+        if not checked and instruction_like(text):
+            return None
         try:
-            return new_fact(
+            fact = new_fact(
                 kind,
                 text,
                 Source(self.story, round_no, role),
                 redactor=self.redactor,
-                trust=self.trust,
-                always_on=always_on,
+                trust=Trust.OUTSIDE if self.trust is Trust.OUTSIDE else Trust.MODEL,
+                evidence=evidence,
             )
         except FactError:
             return None
+        return None if not checked and instruction_like(fact.text) else fact
 
 
 def _unique(facts: Iterable[Fact]) -> tuple[Fact, ...]:

@@ -253,7 +253,8 @@ def _first_request(
         # as the round would recall it at its start (hero.memory.recall)
         recalled = recall_for(config, story, estimate=estimate_text, say=where["notes"].append)
         if recalled.facts:
-            ids = ", ".join(f.id for f in recalled.facts)
+            # each with its trust: a machine-written or outside fact is told as lower-trust data
+            ids = ", ".join(f"{f.id} (trust {f.trust.value})" for f in recalled.facts)
             where["notes"].append(
                 f"memory: the worker would be told {len(recalled.facts)} fact(s): {ids}"
             )

@@ -35,6 +35,8 @@ from hero.state import RunState, StateError, Status, load_state
 from hero.trace import Event
 from hero.views.logs import story_ref
 from hero.views.status import collect_status, estimated_text
+from hero.web.memory import facts as memory_facts
+from hero.web.memory import path_of as memory_path_of
 
 #: A trace read for a page: its first this many bytes (the raw link has the rest).
 TRACE_READ_BYTES = 16 << 20
@@ -114,7 +116,9 @@ def _listing(directory: Path, depth: int = 1) -> list[Path]:
 def board_signature(site: Site) -> str:
     home = site.home
     held = is_held(daemon_lock_path(home))
+    memory = memory_path_of(site.home, site.repo)
     return signature(
+        [memory] if memory is not None else [],
         [home / "runs" / "state"],
         _listing(home / "runs" / "state"),
         _listing(home / "runs" / "state" / "plans", depth=2),
@@ -127,7 +131,12 @@ def board_signature(site: Site) -> str:
 
 
 def story_signature(site: Site, ref: StoryRef) -> str:
-    return signature([ref.state_path(site.home)], _listing(ref.run_dir(site.home)))
+    memory = memory_path_of(site.home, site.repo)
+    return signature(
+        [ref.state_path(site.home)],
+        _listing(ref.run_dir(site.home)),
+        [memory] if memory is not None else [],
+    )
 
 
 def plan_signature(site: Site, name: str) -> str:
@@ -172,6 +181,8 @@ def board(site: Site, *, now: float | None = None) -> dict[str, Any]:
     report["counts"] = _counts(report["stories"])
     report["running"] = running
     report["now"] = now
+    # each fact of the repository's memory with its trust (hero.web.memory)
+    report["memory"] = memory_facts(site.home, site.repo, site.redactor)
     return dict(site.clean(report))
 
 
@@ -273,6 +284,8 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
         "finished_at": finished,
         "updated_at": float(state.updated_at or 0.0) or None,
         "rounds": rounds,
+        # the facts this story taught the repository's memory, each with its trust
+        "memory": memory_facts(site.home, site.repo, site.redactor, story=ref.key),
     }
     if unreadable:  # the page says so, with what could not be read
         data.update(status="unreadable", error=unreadable)
