@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import git
-from helpers import VERIFY_SUB, is_ancestor, task_text
+from helpers import VERIFY_SUB, backlog, commit_once, is_ancestor, task_text
 from run_support import (
     APPROVE,
     COMMIT,
@@ -19,9 +19,11 @@ from run_support import (
     run_hero,
     worker_requests,
 )
+from watch_support import Procs
 
 from hero.cli import main
 from hero.llm.scripted import call, text
+from hero.locks import story_lock
 from hero.story.followup import Finding, write_followup
 
 FINDING = "Add a docstring to calc.sub saying it subtracts"
@@ -112,5 +114,84 @@ def test_hero_revise_runs_the_instruction_as_a_finding_now(
     assert _state(home, "s1-rev-1")["rounds"][0]["verify"]["passed"] is True
     assert review_requests(model)[-1] is not None and len(review_requests(model)) == 2
 
-    # a second revision builds on the first: same branch, on top of its tip
-    write_followup(home, "s1", ["Say so in the README too"])
+
+def _bump(name: str) -> list[Any]:
+    """A follow-up's worker that commits ``name``.txt."""
+    return [call("bash", command=commit_once(name)), text(f"Added {name}.")]
+
+
+@pytest.mark.slow
+def test_two_follow_ups_queued_for_hero_watch_run_one_after_the_other(
+    scripted, make_home, write_story, target_repo: Path, procs: Procs
+) -> None:
+    workers = {"s1-rev-1": _bump("first"), "s1-rev-2": _bump("second")}
+    home, model = _passed_story(scripted, make_home, write_story, workers)
+    tip = git(target_repo, "rev-parse", "hero/s1").strip()
+    for words in ("Add first.txt", "Add second.txt"):
+        assert main(["revise", "s1", words, "--queue", "--home", str(home)]) == 0
+    backlog(*(home / "inbox").glob("s1-rev-*.md"))
+    (home / "config" / "roles.yaml").write_text(
+        (home / "config" / "roles.yaml").read_text() + "max_parallel: 2\n"
+    )
+
+    daemon = procs.start(home, "--exit-when-idle")
+    assert daemon.wait_exit() == 0, daemon.output()
+
+    order = [
+        (e["event"], e["story"]) for e in daemon.events() if e["event"] in ("started", "finished")
+    ]
+    assert order == [
+        ("started", "s1-rev-1"),
+        ("finished", "s1-rev-1"),
+        ("started", "s1-rev-2"),
+        ("finished", "s1-rev-2"),
+    ]
+    first, second = _state(home, "s1-rev-1"), _state(home, "s1-rev-2")
+    assert first["status"] == second["status"] == "passed"
+    assert first["base_sha"] == tip and second["base_sha"] == first["head_sha"]
+    log = git(target_repo, "log", "--format=%s", f"{tip}..hero/s1").split()
+    assert log == ["second", "first"]
+    assert second["head_sha"] == git(target_repo, "rev-parse", "hero/s1").strip()
+    assert "Add second.txt" in json.dumps(review_requests(model)[-1])
+
+
+@pytest.mark.slow
+def test_a_follow_up_whose_story_is_unknown_or_whose_branch_is_gone_fails_clearly(
+    scripted, make_home, write_story, target_repo: Path
+) -> None:
+    home, model = _passed_story(scripted, make_home, write_story, {})
+    calls = len(model.requests)
+    unknown = write_followup(home, "nope", ["anything"])
+    assert run_hero(home, unknown) == 1
+    state = _state(home, "nope-rev-1")
+    assert state["status"] == "error" and state["revises"] == "nope"
+    assert "revises 'nope': no story by that id has run in this home" in state["error"]
+    assert unknown.is_file()  # nothing lost: the file waits for an edit or `hero retry`
+
+    tip = git(target_repo, "rev-parse", "hero/s1").strip()
+    git(target_repo, "branch", "-D", "hero/s1")
+    gone = write_followup(home, "s1", ["anything"])
+    assert run_hero(home, gone) == 1
+    state = _state(home, "s1-rev-1")
+    assert state["status"] == "error"
+    assert "whose branch hero/s1 is gone" in state["error"]
+    assert gone.is_file() and len(model.requests) == calls  # no model call was made
+    assert "hero/s1" not in git(target_repo, "branch", "--format=%(refname:short)").split()
+    assert git(target_repo, "cat-file", "-t", tip).strip() == "commit"
+
+
+@pytest.mark.slow
+def test_a_follow_up_waits_its_turn_while_its_story_is_in_use(
+    scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home, model = _passed_story(scripted, make_home, write_story, {})
+    tip = git(target_repo, "rev-parse", "hero/s1").strip()
+    calls = len(model.requests)
+    path = write_followup(home, "s1", ["anything"])
+    capsys.readouterr()
+    with story_lock(home, "s1"):  # another run of s1 (or a follow-up of it) holds it
+        assert run_hero(home, path) == 2
+    assert "story 's1' is being run by another hero process" in capsys.readouterr().err
+    assert not (home / "runs" / "state" / "s1-rev-1.json").exists()
+    assert git(target_repo, "rev-parse", "hero/s1").strip() == tip
+    assert len(model.requests) == calls and path.is_file()

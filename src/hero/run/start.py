@@ -115,6 +115,7 @@ class RunStart:
         if state.status == Status.PASSED:
             raise exc  # a story that passed stays passed
         state.grant_fresh_budget()  # the start that failed was to give it new rounds
+        state.revises = self.revision.of if self.revision is not None else state.revises
         state.status = Status.ERROR
         state.phase = ""
         state.error = " ".join(message.split())
