@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hero.config.home import Config
 from hero.config.sections import Budgets
-from hero.run.revision import root_of, run_limits, waits_for
+from hero.run.revision import revisable, root_of, run_limits, waits_for
 from hero.state import RunState, Status, save_state
 from hero.story.record import Story
 
@@ -61,3 +61,19 @@ def test_watch_runs_follow_ups_of_one_story_one_at_a_time(tmp_path: Path) -> Non
     assert "waits for 's1'" in waits_for(tmp_path, rev2, [], [s1, rev2])
     assert waits_for(tmp_path, rev1, [other], [rev1]) == ""
     assert waits_for(tmp_path, s1, [rev1], [s1]) == ""  # a story itself is not a follow-up
+
+
+def test_a_story_that_gave_up_with_its_branch_may_be_revised(
+    tmp_path: Path, target_repo: Path
+) -> None:
+    from conftest import git
+
+    from hero.git.ops import TargetRepo
+
+    tip = git(target_repo, "rev-parse", "main").strip()
+    git(target_repo, "branch", "hero/tried", tip)
+    save_state(tmp_path, RunState(id="tried", status=Status.GAVE_UP, branch="hero/tried"))
+    save_state(tmp_path, RunState(id="tried-rev-1", status=Status.ERROR, revises="tried"))
+    repo = TargetRepo(target_repo)
+    assert revisable(tmp_path, "tried", repo) == tip
+    assert revisable(tmp_path, "tried-rev-1", repo) == tip  # on the first story's branch
