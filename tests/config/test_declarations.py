@@ -39,7 +39,7 @@ from hero.names import StoryRef, is_story_id, story_id_problem
 from hero.plans.manifest import PlanError, read_manifest
 from hero.run.budget import Spend, round_over, story_over
 from hero.story.fields import FIELDS, KNOWN_FIELDS
-from hero.story.format import parse_story_text, story_metadata
+from hero.story.format import dumps_story, parse_story_text, story_metadata
 from hero.story.record import StoryError
 from hero.yamlio import ValueProblem
 
@@ -229,8 +229,15 @@ def test_story_fields_are_read_and_written_from_one_declaration() -> None:
     parsed = parse_story_text(text, Path("s1.md"))
 
     meta = story_metadata(parsed)
+    # revises: goes with neither depends_on nor base_ref: written in its place, in order
+    revision = story_metadata(
+        dataclasses.replace(parsed, depends_on=(), base_ref=None, revises="s0")
+    )
 
-    assert tuple(meta) == KNOWN_FIELDS == tuple(f.name for f in FIELDS)
+    assert KNOWN_FIELDS == tuple(f.name for f in FIELDS)
+    assert tuple(meta) == tuple(f for f in KNOWN_FIELDS if f != "revises")
+    assert tuple(revision) == tuple(f for f in KNOWN_FIELDS if f not in ("depends_on", "base_ref"))
+    assert parse_story_text(dumps_story(revision, "Do it."), Path("s1.md")).revises == "s0"
     assert story_metadata(dataclasses.replace(parsed, priority="normal", allow_empty=False)) == {
         k: v for k, v in meta.items() if k not in ("priority", "allow_empty")
     }

@@ -77,6 +77,26 @@ class Config:
         note="A story can override it with `max_retries:` in its frontmatter.",
         section=ROUNDS_SECTION,
     )
+    followup_max_rounds: int = knob(
+        "followup_max_rounds",
+        3,
+        "Rounds per follow-up (a story with `revises:`, as `hero revise` writes): how many "
+        "Worker -> Verifier -> Reviewer rounds it runs on the revised story's branch before "
+        "giving up.",
+        note="A follow-up can set its own with `max_retries:` in its frontmatter.",
+        minimum=1,
+        section=ROUNDS_SECTION,
+    )
+    max_followup_tokens: int | None = knob(
+        "max_followup_tokens",
+        None,
+        "Tokens (prompt + completion) one follow-up may spend in all, its own rounds only "
+        "(the story it revises spent its own budget).",
+        note="A follow-up is held to max_story_tokens too, and to the lower of the two.",
+        minimum=1,
+        shown="null (no limit but max_story_tokens)",
+        section=ROUNDS_SECTION,
+    )
     max_parallel: int = knob(
         "max_parallel",
         2,

@@ -119,6 +119,33 @@ def _read_base_ref(value: Any, path: Path, fields: Mapping[str, Any]) -> str | N
     return value.strip() if isinstance(value, str) else None
 
 
+def _read_revises(value: Any, path: Path, fields: Mapping[str, Any]) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not is_story_id(value.strip()):
+        raise StoryError(
+            path,
+            "revises",
+            f"expected the id of a finished story (pattern {ID_RE}); found {describe(value)}",
+        )
+    target = value.strip()
+    if target == fields["id"]:
+        raise StoryError(
+            path,
+            "revises",
+            f"expected the id of another story; found the story's own id {quote(target)}",
+        )
+    for other in ("depends_on", "base_ref"):
+        if fields.get(other):
+            raise StoryError(
+                path,
+                "revises",
+                f"a revision starts from the tip of the branch of {quote(target)}; found "
+                f"{other} as well: remove one of them",
+            )
+    return target
+
+
 def _read_allow_empty(value: Any, path: Path, fields: Mapping[str, Any]) -> bool:
     if value is not None and not isinstance(value, bool):
         raise StoryError(path, "allow_empty", f"expected true or false; found {describe(value)}")
@@ -261,6 +288,17 @@ FIELDS = (
         "The branch, tag or commit the story's branch starts from.",
         _read_base_ref,
         "target_base_ref of config/roles.yaml, else the repository's current HEAD",
+    ),
+    StoryField(
+        "revises",
+        "story id",
+        "Makes this story a follow-up of a finished story (passed, or ended with its branch "
+        "kept): its rounds run on that story's branch, starting from its tip, and this "
+        "story's text is the findings the worker addresses, shown as a reviewer's feedback. "
+        "Verify and review run as always; the new commits land on the same branch. Not with "
+        "depends_on or base_ref. `hero revise` writes such a story (docs/revise.md).",
+        _read_revises,
+        "none",
     ),
     StoryField(
         "allow_empty",

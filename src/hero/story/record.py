@@ -72,6 +72,9 @@ class Story:
     scope: tuple[str, ...] = ()
     depends_on: tuple[str, ...] = ()
     base_ref: str | None = None
+    # the story whose finished branch this one adds rounds to (a follow-up): it works on that
+    # story's branch from its tip, its body the findings of its round 1 (hero.run.revision)
+    revises: str | None = None
     allow_empty: bool = False  # may pass without a commit of its own
     # False: the repository's memory is neither told this story nor learns from it; None:
     # as the home says (memory_enabled); True cannot turn on what the home turned off
