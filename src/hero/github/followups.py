@@ -498,18 +498,19 @@ def _from_checks(sweep: _Sweep, pull: _Pull) -> None:
 
 
 def _check_finding(name: str, run: Mapping[str, Any]) -> Finding:
-    """A failing check run as a finding: its name, conclusion and the end of its output."""
-    output = run.get("output") if isinstance(run.get("output"), Mapping) else {}
-    assert isinstance(output, Mapping)
-    parts = [f"Check `{name}` {run.get('conclusion')}"]
-    for key in ("title", "summary", "text"):
-        value = sanitize(str(output.get(key) or "")).strip()
-        if value:
-            parts.append(value)
-    text = "\n".join(parts)
-    if len(text) > MAX_CHECK_OUTPUT_CHARS:
-        text = parts[0] + "\n[... the start cut]\n" + text[-MAX_CHECK_OUTPUT_CHARS:]
-    return Finding(contain_sections(text))
+    """A failing check run as a finding: its name, conclusion and title, then the end of
+    its summary and text (where errors are), bounded."""
+    output = run.get("output")
+    output = output if isinstance(output, Mapping) else {}
+    head = f"Check `{name}` {_one_line(sanitize(str(run.get('conclusion'))))}"
+    title = _one_line(sanitize(str(output.get("title") or "")))[:300]
+    if title:
+        head += f": {title}"
+    parts = [sanitize(str(output.get(k) or "")).strip() for k in ("summary", "text")]
+    tail = "\n".join(p for p in parts if p)
+    if len(tail) > MAX_CHECK_OUTPUT_CHARS:
+        tail = "[... the start cut]\n" + tail[-MAX_CHECK_OUTPUT_CHARS:]
+    return Finding(contain_sections(head + ("\n" + tail if tail else "")))
 
 
 # ----------------------------------------------------------------------------- starting
