@@ -26,7 +26,7 @@ from hero.cli import main
 from hero.config.home import Config
 from hero.config.sections import GitHubSettings
 from hero.github.api import GitHub, Retry
-from hero.github.followups import RECORD_FILE, followup_sweep
+from hero.github.followups import RECORD_FILE, SweepLock, followup_sweep
 from hero.github.intake import intake_sweep
 from hero.github.report import report_sweep
 from hero.llm.scripted import call, text
@@ -296,6 +296,37 @@ def test_comment_followups_stop_at_the_limit(world: World) -> None:
     world.follow(followup_max_per_pull=1)
 
     assert world.followups() == [path]
+
+
+def test_a_second_process_sweeping_meanwhile_takes_nothing(world: World) -> None:
+    _, pull, _ = passed_pull(world)
+    world.fake.add_comment(REPO, pull, "/hero add a docstring", author="alice")
+    other = SweepLock(world.home)
+    other.acquire()  # another hero process, mid-sweep
+    try:
+        world.follow()
+    finally:
+        other.release()
+    assert world.followups() == []
+    assert any(e == "follow-ups skipped" for e, _ in world.log.at("info"))
+
+    world.follow()
+    world.follow()
+    assert len(world.followups()) == 1
+
+
+def test_a_followup_deleted_before_it_ran_frees_its_pull_request(world: World) -> None:
+    _, pull, _ = passed_pull(world)
+    world.fake.add_comment(REPO, pull, "/hero one", author="alice")
+    world.follow()
+    [path] = world.followups()
+    path.unlink()
+    world.fake.add_comment(REPO, pull, "/hero two", author="alice")
+
+    world.follow()  # the first is gone: the second is taken
+
+    [second] = world.followups()
+    assert "two" in second.read_text() and "one" not in second.read_text()
 
 
 # --------------------------------------------------------------------------- checks

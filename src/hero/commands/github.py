@@ -38,7 +38,8 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Every interval: each open issue with the label whose author has write "
         "access (author_association OWNER, MEMBER or COLLABORATOR, by default) and that has no "
         "story yet becomes inbox/gh-<number>.md; then the stories' endings are reported on "
-        "their issues. The token comes from GITHUB_TOKEN or github_token in config.local.yaml; "
+        "their issues, and review comments and failing checks on hero's pull requests become "
+        "follow-up stories on the same branch (docs/github.md). The token comes from GITHUB_TOKEN or github_token in config.local.yaml; "
         "GITHUB_API_URL overrides the API's URL. Defaults come from the github: block of "
         "config/roles.yaml. SIGTERM or Ctrl-C stops it. Exit 0; 1 when --once could not reach "
         "GitHub; 2 for a usage or configuration error.",

@@ -572,9 +572,13 @@ def _finish(sweep: _Sweep, pull: _Pull) -> bool:
     assert active is not None
     story = str(active.get("story") or "")
     state = load_state(sweep.home, story) if story else None
-    if story and (state is None or state.status in _UNDER_WAY):
+    written = Path(str(active.get("path") or ""))
+    if story and state is None and written.is_file():
+        return False  # queued: not started yet
+    if state is not None and state.status in _UNDER_WAY:
         return False
-    if state is None:  # its story was never written (a crash right after the record)
+    if state is None:  # never written (a crash right after the record), or deleted unrun
+        sweep.log.info("follow-up gone", pull=pull.number, story=story or None)
         if not sweep.dry_run:
             pull.active = None
             sweep.record.save()
