@@ -278,7 +278,8 @@ def _find_pulls(sweep: _Sweep) -> None:
             continue
         number = found.get("number") if found else None
         if isinstance(number, int) and not isinstance(number, bool) and number > 0:
-            url = str(found.get("html_url") or "") if found else ""
+            url = _one_line(str(found.get("html_url") or "")) if found else ""
+            url = url if re.fullmatch(r"https?://\S{1,500}", url) else ""
             pull = _Pull(number, issue.id, issue.number, url, head=issue.state.head_sha)
             sweep.record.pulls[number] = pull
             sweep.record.save()
