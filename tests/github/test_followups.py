@@ -519,11 +519,15 @@ def test_a_review_on_a_pull_request_runs_a_followup_through_hero_run(
             verdict = {"verdict": "APPROVED", "summary": "done", "ac_check": [], "comments": []}
             return text(json.dumps(verdict))
         prompts.append(json.dumps(body["messages"]))
-        followup = "docstring" in prompts[-1]
-        content = SUB_IMPL + ('\n"""Docstring."""\n' if followup else "")
+        asked = prompts[-1]
+        content, message = SUB_IMPL, "sub"
+        if "docstring" in asked:
+            content, message = '"""Docstring."""\n\n\n' + SUB_IMPL, "doc"
+        if "AssertionError" in asked:
+            content, message = '"""Docstring."""\n\n\n' + SUB_IMPL + "\n# checked\n", "ci"
         steps = [
             call("write_file", path=FILE, content=content),
-            call("bash", command=f"git add -A && git commit -q -m {'doc' if followup else 'sub'}"),
+            call("bash", command=f"git add -A && git commit -q -m {message}"),
             text("Done."),
         ]
         done = sum(1 for m in body["messages"] if m.get("role") == "assistant")
@@ -572,5 +576,15 @@ def test_a_review_on_a_pull_request_runs_a_followup_through_hero_run(
     )
     before = len(world.fake.requests)
     world.follow()  # as after a restart: the record says it all
-    assert world.writes(before) == [] and len(list(home.glob("inbox/*-rev-*.md"))) <= 1
+    assert world.writes(before) == [] and world.followups() == []
     assert os.path.exists(home / RECORD_FILE)
+
+    # CI fails on the new head: its output reaches the worker of the next follow-up
+    world.fake.add_check_run(
+        REPO, new_head, "tests", conclusion="failure", text="AssertionError: sub(1, 1) != 0"
+    )
+    world.follow()
+    [path] = world.followups()
+    assert main(["run", str(path), "--home", str(home)]) == 0
+    assert "AssertionError: sub(1, 1) != 0" in prompts[-1]
+    assert "Check `tests` failure" in prompts[-1]
