@@ -55,6 +55,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.run.pipeline",
         "hero.run.record",
         "hero.run.start",
+        "hero.run.revision",
         "hero.run.workspace",
         "hero.run.environment",
         "hero.run.baseline",

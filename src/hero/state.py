@@ -192,6 +192,9 @@ class RunState:
     # log, checks: [{tier, command, passed, exit_code, timed_out, tail}]}; {} (and left out
     # of the file) before it ran, or for a story without checks.
     baseline: dict[str, Any] = field(default_factory=dict)
+    # The story this one is a follow-up of (its ``revises:``, hero.run.revision): its rounds
+    # run on that story's branch; "" (and left out of the file) for any other story.
+    revises: str = ""
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -208,6 +211,8 @@ class RunState:
             for v in self.models.values()
         ):
             raise TypeError("models: expected an object of role -> object of text values")
+        if not isinstance(self.revises, str):
+            raise TypeError(f"revises: expected text, found {type(self.revises).__name__}")
         if not isinstance(self.budget, str):
             raise TypeError(f"budget: expected text, found {type(self.budget).__name__}")
         for name in ("setup", "baseline"):
@@ -286,6 +291,8 @@ class RunState:
             del data["models"]  # as before models were recorded
         if not self.budget:
             del data["budget"]  # as before time budgets were told apart
+        if not self.revises:
+            del data["revises"]  # as before follow-ups
         for name in ("setup", "baseline"):
             if not data[name]:
                 del data[name]  # as before project environments

@@ -53,6 +53,7 @@ from hero.run.housekeeping import Housekeeper, Rules
 from hero.run.notify import Notifier
 from hero.run.pipeline import RunHooks, StoryRun
 from hero.run.record import finish_done_move
+from hero.run.revision import waits_for
 from hero.runner import kill_marked
 from hero.state import RunState, StateError, Status, file_digest, load_state, state_dir
 from hero.story.format import parse_story
@@ -423,7 +424,10 @@ class Dispatcher:
                 room = self.config.max_parallel - len(self._running)
                 entries = sorted(self._ready.values(), key=lambda e: e.key)
             rule = self._rule(entries)
-            ready = [e for e in entries if self._gate(e, rule)]
+            with self._lock:
+                running = [r.story for r in self._running.values()]
+            queued = [e.story for e in entries]
+            ready = [e for e in entries if self._gate(e, rule, running, queued)]
             # a stopped provider's stories wait for a restart: nothing to stay up for
             waiting = sum(not self.breakers.stopped(self._providers(e.story)) for e in ready)
             if room <= 0 or not ready:
@@ -458,9 +462,16 @@ class Dispatcher:
             running = [r.story for r in self._running.values()]
         return Rule.over(self.home, [*(e.story for e in queued), *running])
 
-    def _gate(self, entry: Entry, rule: Rule) -> bool:
-        """Whether the dependency rule lets ``entry`` run now (:mod:`hero.plans.gate`);
-        records a skip, and says once in the log what a story waits for."""
+    def _gate(self, entry: Entry, rule: Rule, running: list[Story], queued: list[Story]) -> bool:
+        """Whether the dependency rule lets ``entry`` run now (:mod:`hero.plans.gate`), and
+        a follow-up's branch is free (:func:`hero.run.revision.waits_for`); records a skip,
+        and says once in the log what a story waits for."""
+        waits = waits_for(self.home, entry.story, running, queued)
+        if waits:
+            if self._said.get(entry.path) != waits:
+                self.log.info("waiting", story=entry.story.ref.key, reason=waits)
+            self._said[entry.path] = waits
+            return False
         decision = rule.gate(entry.story)
         if decision.gate == Gate.READY:
             self._said.pop(entry.path, None)

@@ -40,6 +40,7 @@ def build_messages(
     builds_on: str = "",
     memory: str = "",
     baseline: str = "",
+    feedback_title: str = "",
 ) -> list[dict[str, Any]]:
     """The system and task messages; raises PromptError for a template that does not fit.
 
@@ -47,7 +48,9 @@ def build_messages(
     once at the round's start. It goes into the task message, after the repository's rules
     and before the feedback, never into the system message: the system message and the
     task are the same on every turn of the round (the prompt's cached prefix), and ""
-    leaves the task byte for byte as without memory."""
+    leaves the task byte for byte as without memory. ``feedback_title``: the heading of
+    the feedback ("": the reviewer's feedback on the round before; a follow-up's findings
+    have their own, hero.run.revision)."""
     system = render("worker_system.md", home)
     task = render_added(
         "worker_task.md",
@@ -66,7 +69,8 @@ def build_messages(
             else ""
         ),
         feedback=(
-            f"\n## Feedback on round {round_no - 1} (address every point)\n{feedback.strip()}\n"
+            f"\n## {feedback_title or f'Feedback on round {round_no - 1} (address every point)'}"
+            f"\n{feedback.strip()}\n"
             if feedback
             else ""
         ),

@@ -58,6 +58,7 @@ from hero.run.environment import (
     maker_alive,
     remove,
 )
+from hero.run.revision import root_of
 from hero.run.workspace import Workspace
 from hero.runner import kill_marked
 from hero.state import TERMINAL, RunState, StateError, Status, load_state, state_dir
@@ -429,7 +430,11 @@ class Housekeeper:
                 "the repository may hold work its branch lacks"
             )
         config = self.config
-        workspace = Workspace(story, config, self.repo, Redactor(config.secrets), self.say)
+        # a follow-up's work is on the branch of the story it revises (hero.run.revision)
+        branch = root_of(self.home, state.revises).branch if state.revises else ""
+        workspace = Workspace(
+            story, config, self.repo, Redactor(config.secrets), self.say, branch=branch
+        )
         if not workspace.story_repo.exists():
             return ""  # an earlier layout's, or no repository: removed as a folder
         workspace.base_sha = state.base_sha

@@ -29,7 +29,6 @@ from hero.llm.client import LlmError, Model, ModelOutage
 from hero.llm.models import models_record
 from hero.llm.usage import estimate_text
 from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it from here
-from hero.locks import story_lock as _story_lock
 from hero.memory.recall import Recalled, recall_for
 from hero.redact import RedactingModel, Redactor
 from hero.roles.prompting import PromptError
@@ -43,6 +42,7 @@ from hero.run.cancel import check as check_cancelled
 from hero.run.environment import SetupFailed
 from hero.run.events import EventSink, StopReason, StoryEvents, run_result
 from hero.run.record import RunRecord, finish_done_move
+from hero.run.revision import landed, revision_of, run_limits, run_locks
 from hero.run.start import RunStart, write_error_log
 from hero.run.workspace import Progress as Progress  # re-exported: hero.run.launch
 from hero.run.workspace import Workspace
@@ -134,7 +134,10 @@ class StoryRun:
         events: EventSink | None = None,
         hooks: RunHooks = RunHooks(),
     ) -> None:
-        self.story = story
+        #: what a follow-up revises (hero.run.revision); None for any other story
+        self.revision = revision_of(story, config)
+        self.story = story = self.revision.story if self.revision is not None else story
+        self.max_retries, budgets = run_limits(story, config)
         self.config = config
         self.home = config.home
         self.worker_model = worker_model
@@ -148,18 +151,20 @@ class StoryRun:
         self.cancel = cancel
         self.ref = story.ref
         self.key = self.ref.key  # what the user reads: the id, or <plan>/<id>
-        self.branch = self.ref.branch
+        self.branch = self.revision.branch if self.revision is not None else self.ref.branch
         self.run_dir = self.ref.run_dir(self.home)
         #: the story's events (`--events`), redacted as all it writes; none without a sink
         self.events = StoryEvents(events, self.key, redactor)
         #: the story's own repository at worktrees/<id>, its sandboxes, hero's git in it
-        self.workspace = Workspace(story, config, self.repo, redactor, self.say)
-        self.start = RunStart(story, config, self.repo, self.workspace, redactor, self.say)
+        self.workspace = Workspace(story, config, self.repo, redactor, self.say, branch=self.branch)
+        self.start = RunStart(
+            story, config, self.repo, self.workspace, redactor, self.say, self.revision
+        )
         #: the run record, saved after every step, and the meter of the story's spend
         self.record = RunRecord(
             story,
             self.home,
-            lambda state, counted: Meter(config.budgets, state, on_count=counted),
+            lambda state, counted: Meter(budgets, state, on_count=counted),
             self.events,
             redactor,
             self.say,
@@ -188,8 +193,8 @@ class StoryRun:
         try:
             # The home's lock (one process per home), then the repository's (one home per
             # repository): either refuses with StoryBusy, before anything is touched.
-            with _story_lock(self.home, self.ref), self.repo.story_lock(self.ref, self.home):
-                state = self._run()
+            with run_locks(self.home, self.repo, self.ref, self.revision):
+                state = landed(self.revision, self.home, self._run())
                 if self.record.ended and self.hooks.learns:  # under the story's locks: final
                     from hero.roles.learner import learn_story  # what the story taught
 
@@ -219,7 +224,7 @@ class StoryRun:
             raise  # a run record hero cannot read is the user's to move aside: never overwritten
         except Exception as exc:  # noqa: BLE001 - a story that cannot start ends in error, once
             return self.record.start_failed(self.start.failed(exc))
-        max_rounds = state.max_rounds(self.story.max_retries or self.config.max_retries)
+        max_rounds = state.max_rounds(self.max_retries)
         tiers = self.start.tiers()
         try:
             if state.status == Status.PASSED:
@@ -345,13 +350,14 @@ class StoryRun:
                 )
             return replayed.messages, replayed, why
         rounds = self.state.rounds
+        last = rounds[-1].feedback if rounds else ""
         first = build_messages(
             self.story,
             tiers,
             self.workspace.path,
             round_no=n,
             max_rounds=max_rounds,
-            feedback=rounds[-1].feedback if rounds else "",
+            **(self.revision.worker_feedback(last) if self.revision else {"feedback": last}),
             home=self.home,
             builds_on=self.start.builds_on(),
             # once, at the round's start: every turn of the round sends these same first
@@ -486,7 +492,7 @@ class StoryRun:
         self.record.phase("review", f"round {n}: review", self.cancel)
         verdict = review_commits(
             RedactingModel(self.meter.wrap(self.reviewer_model), self.redactor),
-            self.story,
+            self.revision.for_review(self.story) if self.revision else self.story,
             repo=self.repo.path,  # the user's repository, where hero brought the commits
             base_sha=self.state.base_sha,
             tip=self.state.head_sha,

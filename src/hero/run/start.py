@@ -23,6 +23,7 @@ from hero.names import StoryRef
 from hero.redact import Redactor
 from hero.roles.verifier import MODEL_VERIFY_HINT, model_verify_tiers, policy_problems
 from hero.run.budget import story_spend, unpriced
+from hero.run.revision import Revision, RevisionError
 from hero.run.workspace import Progress, Workspace
 from hero.state import RESUMABLE, RunState, StateError, Status, file_digest, load_state
 from hero.story.record import Story, VerifyTier
@@ -43,8 +44,11 @@ class RunStart:
         workspace: Workspace,
         redactor: Redactor,
         say: Progress,
+        revision: Revision | None = None,
     ) -> None:
         self.story = story
+        #: what the story revises, for a follow-up (hero.run.revision); None for any other
+        self.revision = revision
         self.config = config
         self.home = config.home
         self.repo = repo
@@ -53,7 +57,7 @@ class RunStart:
         self.say = say
         self.ref = story.ref
         self.key = self.ref.key
-        self.branch = self.ref.branch
+        self.branch = revision.branch if revision is not None else self.ref.branch
 
     def state(self) -> RunState:
         """The run record this run goes on with, ``running`` (a story that passed: its
@@ -62,6 +66,7 @@ class RunStart:
         old = load_state(self.home, self.ref)
         if old is not None and old.status == Status.PASSED:
             return old
+        tip = self.revision.check(self.home, repo) if self.revision is not None else ""
         resume = (
             old is not None
             and self.resumable(old)
@@ -77,7 +82,9 @@ class RunStart:
             else:
                 self.say(f"{self.key}: resuming after round {len(state.rounds)} on {self.branch}")
         else:
-            state = self._fresh(old)
+            state = self._fresh(old, tip)
+        if self.revision is not None:
+            state.revises = self.revision.of
         state.status = Status.RUNNING
         state.title = story.title
         state.story_path = str(story.path)
@@ -92,7 +99,7 @@ class RunStart:
         `hero retry`, and is never tried again and again. Only an unexpected exception (a
         bug) writes ``runs/<id>/error.log``. Raises ``exc`` for a story that passed."""
         story = self.story
-        if isinstance(exc, StartError):
+        if isinstance(exc, StartError | RevisionError):
             message = str(exc)
         elif isinstance(exc, GitError):
             message = f"git error: {exc}"
@@ -108,6 +115,7 @@ class RunStart:
         if state.status == Status.PASSED:
             raise exc  # a story that passed stays passed
         state.grant_fresh_budget()  # the start that failed was to give it new rounds
+        state.revises = self.revision.of if self.revision is not None else state.revises
         state.status = Status.ERROR
         state.phase = ""
         state.error = " ".join(message.split())
@@ -154,18 +162,24 @@ class RunStart:
             lines.append(f"- {dep.key}{title} (branch {dep.branch})")
         return "\n".join(lines)
 
-    def _fresh(self, old: RunState | None) -> RunState:
+    def _fresh(self, old: RunState | None, tip: str = "") -> RunState:
         """A new record on the story's base commit, the branch and repository of an
-        earlier run set aside; what earlier runs counted (runs, usage) carried over."""
+        earlier run set aside; what earlier runs counted (runs, usage) carried over. A
+        follow-up starts from ``tip``, its branch's (the revised story's, never set aside)."""
         story, repo = self.story, self.repo
         built_on = self._dependency_base()
-        if built_on is not None:
+        if self.revision is not None:
+            base_ref, base_sha = self.branch, tip
+        elif built_on is not None:
             base_ref, base_sha = built_on
         else:
             base_ref = self.base_ref()
             base_sha = self.base_sha(base_ref)
         story_repo = self.workspace.story_repo
-        if repo.branch_sha(self.branch) is not None:
+        if self.revision is not None:
+            if story_repo.exists() or story_repo.is_linked_worktree():
+                story_repo.remove()  # an earlier run's: its commits are on the branch
+        elif repo.branch_sha(self.branch) is not None:
             kept = self.workspace.set_aside()
             self.say(f"{self.key}: earlier branch kept as {kept}; starting afresh")
         elif story_repo.exists() or story_repo.is_linked_worktree():

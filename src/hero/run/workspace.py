@@ -58,7 +58,14 @@ class Workspace:
     """One story's repository at ``worktrees/<id>`` and the sandboxes of its commands."""
 
     def __init__(
-        self, story: Story, config: Config, repo: TargetRepo, redactor: Redactor, say: Progress
+        self,
+        story: Story,
+        config: Config,
+        repo: TargetRepo,
+        redactor: Redactor,
+        say: Progress,
+        *,
+        branch: str = "",
     ) -> None:
         self.story = story
         self.config = config
@@ -67,7 +74,8 @@ class Workspace:
         self.say = say
         self.ref = story.ref
         self.key = self.ref.key
-        self.branch = self.ref.branch
+        #: the story's branch: its own, or a follow-up's, the revised story's (hero.run.revision)
+        self.branch = branch or self.ref.branch
         self.path = self.ref.worktree(config.home)
         # a story from a GitHub issue: its commits close no other issue and mention no one
         self.story_repo = StoryRepo(

@@ -229,6 +229,8 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         # what max_story_wall_s counts: the rounds' time, the live round's up to now
         "wall_s": round(story_spend(state, now=now if live else None).wall_s, 3),
         "branch": str(state.branch),
+        # a follow-up: the story it revises, on whose branch it works; "" for any other
+        "revises": str(state.revises or ""),
         "error": str(state.error or ""),
         "outage": dict(state.outage) if isinstance(state.outage, dict) else {},
         "models": _models(state.models),
@@ -288,6 +290,7 @@ def _unreadable(ref: StoryRef, path: Path, reason: str, home: Path) -> dict[str,
         "estimated_tokens": 0,
         "wall_s": 0.0,
         "branch": "",
+        "revises": "",
         "error": f"{_rel(path, home)}: {' '.join(reason.split())}",
         "started_at": None,
         "finished_at": None,
@@ -511,6 +514,8 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
     out.append(table[0])
     for row, line in zip(stories, table[1:], strict=True):
         out.append(line)
+        if row.get("revises"):
+            out.append(cut(f"    follow-up of {row['revises']}", WIDTH))
         if used and row.get("models"):  # the stories used different models: each says its
             out.append(cut("    models: " + models_text(row["models"]), WIDTH))
         if row.get("estimated_calls"):
