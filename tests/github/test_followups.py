@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -575,7 +576,18 @@ def test_a_review_on_a_pull_request_runs_a_followup_through_hero_run(
         c["id"] for c in review["comments"]
     )
     before = len(world.fake.requests)
-    world.follow()  # as after a restart: the record says it all
+    watch = [sys.executable, "-m", "hero", "github", "watch", "--home", str(home), "--once"]
+    env = {**os.environ, "GITHUB_TOKEN": TOKEN, "GITHUB_API_URL": world.fake.api_url}
+    done = subprocess.run(
+        [*watch, "--repo", REPO, "--label", "hero", "--log-format", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # a new process: the record says it all
+    assert done.returncode == 0, done.stderr
+    looked = [r.path for r in world.fake.requests[before:]]
+    assert any(f"/pulls/{pull['number']}/comments" in p for p in looked)  # it did look
     assert world.writes(before) == [] and world.followups() == []
     assert os.path.exists(home / RECORD_FILE)
 
