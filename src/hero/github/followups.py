@@ -594,7 +594,7 @@ def _finish(sweep: _Sweep, pull: _Pull) -> bool:
         pull.head = state.head_sha
         sweep.record.save()
     replied = set(active.get("replied") or [])
-    body = _reply_text(story, state, changed)
+    body = sweep.redactor.redact(_reply_text(story, state, changed))
     for thread in active.get("threads") or []:
         if str(thread) in replied:
             continue
@@ -627,7 +627,7 @@ def _what_changed(repo: Path, state: RunState) -> str:
     files = git(repo, "diff", "--name-only", state.base_sha, state.head_sha).split("\n")
     files = [f for f in files if f]
     lines = [
-        f"- `{c.sha[:12]}` {_one_line((c.message.splitlines() or [''])[0])}"
+        f"- `{c.sha[:12]}` {_one_line((c.message.splitlines() or [''])[0])[:200]}"
         for c in commits[:MAX_NAMED]
     ]
     if len(commits) > MAX_NAMED:
