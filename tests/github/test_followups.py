@@ -600,3 +600,26 @@ def test_a_review_on_a_pull_request_runs_a_followup_through_hero_run(
     assert main(["run", str(path), "--home", str(home)]) == 0
     assert "AssertionError: sub(1, 1) != 0" in prompts[-1]
     assert "Check `tests` failure" in prompts[-1]
+
+
+def test_the_followup_settings_are_read_and_checked(tmp_path: Path, target_repo: Path) -> None:
+    from hero.config.loader import load_config
+    from hero.config.schema import ConfigError
+
+    home = tmp_path / "h"
+    (home / "config").mkdir(parents=True)
+    roles = home / "config" / "roles.yaml"
+    block = "github:\n  repo: acme/app\n  label: hero\n"
+    roles.write_text(
+        f"target_repo: {target_repo}\n{block}  followup_max_per_pull: 1\n"
+        "  ci_followup_max_per_pull: 0\n  followup_permission: admin\n  max_per_sweep: 5\n"
+    )
+    github = load_config(home, roles=()).github
+    assert github is not None
+    assert (github.followup_max_per_pull, github.ci_followup_max_per_pull) == (1, 0)
+    assert (github.followup_permission, github.max_per_sweep) == ("admin", 5)
+    assert github.followup_command == "/hero" and github.followup_mention == ""
+
+    roles.write_text(f"target_repo: {target_repo}\n{block}  followup_permission: owner\n")
+    with pytest.raises(ConfigError, match="followup_permission"):
+        load_config(home, roles=())
