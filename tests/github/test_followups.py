@@ -204,9 +204,9 @@ def test_a_review_with_two_line_comments_is_one_followup_pushed_and_answered_onc
     assert story.id == f"gh-{n}-rev-1" and story.revises == f"gh-{n}"
     assert story.source is not None and story.source["issue"] == n
     body = path.read_text()
-    assert f"`{FILE}` line 1: Review comment by @alice: Add a docstring to add()." in body
-    assert f"`{FILE}` line 4: Review comment by @alice: sub() needs a test." in body
-    assert "Review by @alice (changes requested): Two things." in body
+    assert f"`{FILE}` line 1: Review comment by alice: Add a docstring to add()." in body
+    assert f"`{FILE}` line 4: Review comment by alice: sub() needs a test." in body
+    assert "Review by alice (changes requested): Two things." in body
 
     before = len(world.fake.requests)
     world.follow()  # under way: waited for, nothing new
@@ -256,6 +256,7 @@ def test_a_slash_hero_comment_by_a_maintainer_is_a_followup_other_comments_are_n
     n, pull, _ = passed_pull(world)
     world.fake.set_permission(REPO, "mia", "maintain")
     world.fake.add_comment(REPO, pull, "Looks good to me", author="alice")
+    world.fake.add_comment(REPO, pull, "/heroes are welcome", author="alice")
     world.fake.add_review(REPO, pull, state="APPROVED", body="ship it", author="root")
     world.fake.add_comment(REPO, pull, "/hero rename sub to subtract", author="mia")
 
@@ -263,8 +264,8 @@ def test_a_slash_hero_comment_by_a_maintainer_is_a_followup_other_comments_are_n
 
     [path] = world.followups()
     body = path.read_text()
-    assert "Comment by @mia: rename sub to subtract" in body
-    assert "Looks good" not in body and "ship it" not in body
+    assert "Comment by mia: rename sub to subtract" in body
+    assert "Looks good" not in body and "ship it" not in body and "welcome" not in body
 
     run_followup(world, path, Status.GAVE_UP)
     world.follow()

@@ -365,7 +365,7 @@ def _steering(sweep: _Sweep, pull: _Pull) -> list[_Comment]:
         requesting.add(rid)
         body = _text(review.get("body"))
         if f"review:{rid}" not in handled:
-            said = f"Review by @{_login(review)} (changes requested): {body}"
+            said = f"Review by {_login(review)} (changes requested): {body}"
             found.append(_Comment(f"review:{rid}", Finding(said) if body else None))
     for comment in review_comments:
         cid = comment.get("id")
@@ -376,7 +376,7 @@ def _steering(sweep: _Sweep, pull: _Pull) -> list[_Comment]:
         body = _text(comment.get("body"))
         if not (in_review or _addressed(sweep.settings, body)) or not _allowed(sweep, comment):
             continue
-        text = f"Review comment by @{_login(comment)}: {_unaddressed(sweep.settings, body)}"
+        text = f"Review comment by {_login(comment)}: {_unaddressed(sweep.settings, body)}"
         found.append(_Comment(key, _at(comment, text), cid))
     for comment in gh.comments(pull.number):
         cid = comment.get("id")
@@ -386,7 +386,7 @@ def _steering(sweep: _Sweep, pull: _Pull) -> list[_Comment]:
         body = _text(comment.get("body"))
         if not _addressed(sweep.settings, body) or not _allowed(sweep, comment):
             continue
-        text = f"Comment by @{_login(comment)}: {_unaddressed(sweep.settings, body)}"
+        text = f"Comment by {_login(comment)}: {_unaddressed(sweep.settings, body)}"
         found.append(_Comment(key, Finding(text)))
     if all(c.finding is None for c in found):
         return []  # an empty review alone (its comments handled) asks for nothing new
@@ -394,8 +394,9 @@ def _steering(sweep: _Sweep, pull: _Pull) -> list[_Comment]:
 
 
 def _addressed(settings: GitHubSettings, body: str) -> bool:
-    command = settings.followup_command.strip()
-    if command and body.lower().startswith(command.lower()):
+    """Whether ``body`` starts with the command (as a word: ``/hero`` is not ``/heroes``)
+    or mentions the configured name."""
+    if _commanded(settings, body):
         return True
     mention = settings.followup_mention.strip().lstrip("@")
     if mention:
@@ -403,10 +404,19 @@ def _addressed(settings: GitHubSettings, body: str) -> bool:
     return False
 
 
-def _unaddressed(settings: GitHubSettings, body: str) -> str:
+def _commanded(settings: GitHubSettings, body: str) -> bool:
     command = settings.followup_command.strip()
-    if command and body.lower().startswith(command.lower()):
-        return body[len(command) :].strip() or "(the command alone: see the thread)"
+    if not command or not body.lower().startswith(command.lower()):
+        return False
+    rest = body[len(command) :]
+    return not rest or not (rest[0].isalnum() or rest[0] in "-_")
+
+
+def _unaddressed(settings: GitHubSettings, body: str) -> str:
+    """``body`` without the command it starts with (a names-only mention stays)."""
+    if _commanded(settings, body):
+        rest = body[len(settings.followup_command.strip()) :].lstrip(" \t:,")
+        return rest.strip() or "(the command alone: see the thread)"
     return body
 
 
@@ -431,7 +441,7 @@ def _allowed(sweep: _Sweep, item: Mapping[str, Any]) -> bool:
 
 def _text(body: object) -> str:
     """A comment's body as a finding's text: what GitHub shows a reader, bounded, no
-    heading that could open a section of the story, no secret."""
+    heading that could open a section of the story (secrets go in :func:`_start`)."""
     text = sanitize(str(body or "")).strip()
     if len(text) > MAX_COMMENT_CHARS:
         text = text[:MAX_COMMENT_CHARS] + " [... cut]"
