@@ -476,6 +476,21 @@ def test_max_per_sweep_takes_the_oldest_issues_first(world: World) -> None:
     assert ("issue waits", numbers[2]) in [(e, kw.get("issue")) for e, kw in world.log.at("info")]
 
 
+def test_max_per_sweep_counts_followups_too(world: World) -> None:
+    _, pull, head = passed_pull(world)
+    world.fake.add_comment(REPO, pull, "/hero add a docstring", author="alice")
+    world.fake.add_check_run(REPO, head, "tests", conclusion="failure")
+
+    with client(world.fake.api_url) as gh:
+        followup_sweep(world.home, gh, world.settings, world.config, world.log, room=0)
+    assert world.followups() == []
+    assert ("follow-up waits", pull) in [(e, kw.get("pull")) for e, kw in world.log.at("info")]
+
+    world.follow()  # a later sweep with room: the comment, then (once it ended) the check
+    [path] = world.followups()
+    assert "add a docstring" in path.read_text()
+
+
 def test_hero_github_watch_dry_run_sends_only_gets(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -212,6 +212,8 @@ class _Sweep:
     write: Writer
     redactor: Redactor
     roles: dict[str, str] = field(default_factory=dict)
+    room: int | None = None
+    """Follow-up stories this sweep may still write (None: no cap)."""
 
     @property
     def dry_run(self) -> bool:
@@ -226,10 +228,13 @@ def followup_sweep(
     log: Any,
     *,
     write: Writer | None = None,
+    room: int | None = None,
 ) -> None:
     """Follow up every pull request hero opened (see the module's text). Never raises an
     Exception: a failure with one pull request is logged and tried again next sweep.
-    ``write``: what writes a follow-up story (default: :func:`write_followup_story`)."""
+    ``write``: what writes a follow-up story (default: :func:`write_followup_story`).
+    ``room``: how many follow-up stories this sweep may write (what ``max_per_sweep`` left
+    after the intake; None: no cap); the others wait for later sweeps, oldest pull first."""
     home = Path(home)
     redactor = Redactor((*(s for s in (settings.token,) if s), *config.secrets))
     lock = None if settings.dry_run else SweepLock(home)
@@ -248,6 +253,7 @@ def followup_sweep(
         sweep = _Sweep(
             home, gh, settings, config, log, record, write or write_followup_story, redactor
         )
+        sweep.room = room
         _find_pulls(sweep)
         for pull in sorted(record.pulls.values(), key=lambda p: p.number):
             if pull.closed:
@@ -503,9 +509,7 @@ def _from_checks(sweep: _Sweep, pull: _Pull) -> None:
             sweep.record.save()
         sweep.log.info("checks passed", pull=pull.number, sha=sha[:12])
         return
-    if not sweep.dry_run:
-        pull.ci_judged[sha] = "failed"
-    _start(sweep, pull, "ci", [], failed, [], True)
+    _start(sweep, pull, "ci", [], failed, [], True, failed_sha=sha)
 
 
 def _check_finding(name: str, run: Mapping[str, Any]) -> Finding:
@@ -535,8 +539,16 @@ def _start(
     findings: list[Finding],
     threads: list[int],
     summary: bool,
+    *,
+    failed_sha: str = "",
 ) -> None:
-    """Record the comments as handled, then write the follow-up story."""
+    """Record the comments as handled, then write the follow-up story (with room left in
+    this sweep; else it waits, nothing recorded)."""
+    if sweep.room is not None:
+        if sweep.room <= 0:
+            sweep.log.info("follow-up waits", pull=pull.number, reason="max_per_sweep reached")
+            return
+        sweep.room -= 1
     findings = [replace(f, text=sweep.redactor.redact(f.text)) for f in findings]
     if sweep.dry_run:
         sweep.log.info(
@@ -544,6 +556,8 @@ def _start(
         )
         return
     pull.handled.extend(keys)
+    if failed_sha:
+        pull.ci_judged[failed_sha] = "failed"
     if kind == "ci":
         pull.ci_followups += 1
     else:

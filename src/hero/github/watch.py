@@ -130,6 +130,7 @@ class Watcher:
         from hero.github.api import GitHubError
 
         ok = True
+        written: list[Path] = []
         try:
             issues = gh.open_issues(self.settings.label)
             written = intake_sweep(self.home, gh, self.settings, self.config, self.log, issues)
@@ -148,19 +149,21 @@ class Watcher:
             if written and not self.settings.dry_run:
                 self.log.info("intake", written=[str(p.relative_to(self.home)) for p in written])
         self._report(gh)
-        self._followups(gh)
+        cap = self.settings.max_per_sweep
+        self._followups(gh, None if not cap else max(0, cap - len(written)))
         if ok and self.config.housekeeping.after_pr_merged and not self.settings.dry_run:
             self._merged(gh)
         return ok
 
-    def _followups(self, gh: GitHub) -> None:
+    def _followups(self, gh: GitHub, room: int | None) -> None:
+        """The follow-up sweep; ``room``: the new stories it may write (max_per_sweep)."""
         settings = self.settings
         if not (settings.followup_max_per_pull or settings.ci_followup_max_per_pull):
             return
         try:
             from hero.github.followups import followup_sweep
 
-            followup_sweep(self.home, gh, settings, self.config, self.log)
+            followup_sweep(self.home, gh, settings, self.config, self.log, room=room)
         except Exception as exc:  # noqa: BLE001 - never stops the watcher; logged
             self.log.error("follow-ups failed", error=self.scrub(f"{type(exc).__name__}: {exc}"))
 
