@@ -80,6 +80,8 @@ def fake() -> Iterator[FakeGitHub]:
         server.set_permission(REPO, "alice", "write")
         server.set_permission(REPO, "root", "admin")
         server.set_permission(REPO, "rita", "read")
+        server.set_permission(REPO, "hero-bot", "admin")  # hero's token can write: its
+        # own replies must never steer it
         yield server
 
 
