@@ -95,3 +95,16 @@ def test_queue_writes_the_follow_up_and_status_shows_it(
     assert row["revises"] == "done-1" and row["branch"] == "hero/done-1"
     assert next(r for r in report["stories"] if r["id"] == "done-1")["revises"] == ""
     assert "    follow-up of done-1" in format_status(report)
+
+
+def test_a_follow_up_whose_branch_is_in_use_waits_in_the_inbox(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with story_lock(home, "done-1"):  # another follow-up of it runs, say
+        code = main(["revise", "done-1", "fix it", "--home", str(home)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "story 'done-1' is being run by another hero process" in err
+    assert "the follow-up waits in inbox/done-1-rev-1.md: `hero watch` runs it" in err
+    assert _inbox(home) == ["done-1-rev-1.md"]
+    assert not (home / "runs" / "state" / "done-1-rev-1.json").exists()

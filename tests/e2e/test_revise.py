@@ -57,11 +57,19 @@ def _passed_story(scripted, make_home, write_story, workers: dict[str, Any]) -> 
 
 @pytest.mark.slow
 def test_a_revises_story_adds_a_round_on_the_branch_of_a_passed_story(
-    scripted, make_home, write_story, target_repo: Path
+    scripted, make_home, write_story, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     home, model = _passed_story(scripted, make_home, write_story, {"s1-rev-1": _docs_work()})
     tip = git(target_repo, "rev-parse", "hero/s1").strip()
+    capsys.readouterr()
     path = write_followup(home, "s1", [Finding(FINDING, file="calc/__init__.py", line=5)])
+    calls = len(model.requests)
+    assert run_hero(home, path, "--dry-run", "--json") == 0  # what it would do, first
+    dry = json.loads(capsys.readouterr().out)
+    assert dry["start"]["branch"] == "hero/s1" and dry["start"]["base_sha"] == tip
+    assert dry["start"]["max_rounds"] == 3  # followup_max_rounds
+    assert "## Findings on the work of s1" in dry["request"]["body"]["messages"][1]["content"]
+    assert len(model.requests) == calls
 
     assert run_hero(home, path) == 0
 

@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from hero.config.loader import load_config
     from hero.errors import Interrupted
     from hero.git.ops import TargetRepo
+    from hero.locks import StoryBusy, is_held, story_lock_path
     from hero.names import story_id_problem
     from hero.run.adhoc import run_or_follow
     from hero.run.launch import run_with_config
@@ -80,8 +81,18 @@ def run(args: argparse.Namespace) -> int:
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
     _sigterm_as_interrupt()
     run_it = functools.partial(run_with_config, path.resolve(), config, progress=progress)
-    try:  # a `hero watch` that took the follow-up first is waited for
-        state, followed = run_or_follow(run_it, config.home, path.stem, say)
+    try:
+        try:
+            state, followed = run_it(), False
+        except StoryBusy as exc:
+            if not is_held(story_lock_path(config.home, path.stem)):
+                # the revised story's branch is in use (the story, another follow-up)
+                raise StoryBusy(
+                    f"{exc}; the follow-up waits in {rel}: `hero watch` runs it once the "
+                    f"branch is free, or run `hero run {rel}` then"
+                ) from None
+            # a `hero watch` took the follow-up first: waited for
+            state, followed = run_or_follow(run_it, config.home, path.stem, say)
     except (KeyboardInterrupt, Interrupted):
         say(f"interrupted; run `hero run {rel}` to resume")
         return EXIT_INTERRUPTED

@@ -66,10 +66,13 @@ def dry_run(story_path: Path, config: Config, models: Override | None = None) ->
     from hero.daemon.queue import Admit
     from hero.memory import enabled as memory_on
     from hero.run.launch import admit_run
+    from hero.run.revision import RevisionError, revision_of
     from hero.run.start import RunStart, StartError
     from hero.run.workspace import Workspace
 
     story, decision = admit_run(story_path, config)
+    revision = revision_of(story, config)  # a follow-up: the story as its run sees it
+    story = revision.story if revision is not None else story
     if decision.admit == Admit.BUSY:
         raise WouldNotStart(f"{story_path}: {decision.reason}")
     redactor = Redactor(config.secrets)
@@ -87,8 +90,9 @@ def dry_run(story_path: Path, config: Config, models: Override | None = None) ->
     try:
         repo = TargetRepo(config.target_repo)
         # Made only to ask them: neither writes anything until asked to start or lay out.
-        workspace = Workspace(story, config, repo, redactor, lambda _msg: None)
-        start = RunStart(story, config, repo, workspace, redactor, lambda _msg: None)
+        branch = revision.branch if revision is not None else ""
+        workspace = Workspace(story, config, repo, redactor, lambda _msg: None, branch=branch)
+        start = RunStart(story, config, repo, workspace, redactor, lambda _msg: None, revision)
         where = _where(story, config, repo, start, workspace.path)
         if where["action"] != "passed":
             start.check_model_verify()
@@ -101,7 +105,7 @@ def dry_run(story_path: Path, config: Config, models: Override | None = None) ->
             result["request"] = _first_request(
                 story, config, roles["worker"], start, tiers, where, repo, workspace.path
             )
-    except (StartError, GitError) as exc:  # the run would end in error before a model call
+    except (StartError, RevisionError, GitError) as exc:  # it would end in error before a call
         raise WouldNotStart(f"{story_path}: would not start: {exc}") from exc
     result["verify"] = _verify_plan(config, tiers)
     result["setup"] = _setup_plan(config, story, repo, where)
@@ -121,14 +125,17 @@ def _where(
     story: Story, config: Config, repo: TargetRepo, start: RunStart, worktree: Path
 ) -> dict[str, Any]:
     """Branch, base, afresh or resumed, and the story's repository; read-only git only."""
+    from hero.run.revision import run_limits
+
     ref = story.ref
     old = load_state(config.home, ref)
-    budget = story.max_retries or config.max_retries
-    branch_sha = repo.branch_sha(ref.branch)
+    budget = run_limits(story, config)[0]
+    branch = start.branch  # a follow-up's: the revised story's
+    branch_sha = repo.branch_sha(branch)
     notes: list[str] = []
     where: dict[str, Any] = {
         "action": "fresh",
-        "branch": ref.branch,
+        "branch": branch,
         "branch_exists": branch_sha is not None,
         "base_ref": "",
         "base_sha": "",
@@ -146,6 +153,10 @@ def _where(
         where.update(rounds_done=len(old.rounds), round=None, max_rounds=None)
         notes.append(f"already passed on {old.branch}: nothing to do")
         return where
+    revision = start.revision
+    if revision is not None:
+        tip = revision.check(config.home, repo)  # RevisionError: it would not start
+        notes.append(f"a follow-up of {revision.of}: would add rounds on {branch}")
     resumed = (
         old is not None
         and start.resumable(old)
@@ -155,9 +166,9 @@ def _where(
         assert old is not None
         if old.status == Status.GAVE_UP:
             old.grant_fresh_budget()  # in memory only, as the start would
-            notes.append(f"gave up before: would continue {ref.branch} with new rounds")
+            notes.append(f"gave up before: would continue {branch} with new rounds")
         if branch_sha is None:
-            notes.append(f"{ref.branch} was deleted: would recreate it at {old.head_sha[:12]}")
+            notes.append(f"{branch} was deleted: would recreate it at {old.head_sha[:12]}")
         where.update(
             action="resume",
             base_ref=old.base_ref,
@@ -169,7 +180,11 @@ def _where(
         )
         return where
     heads = start.dependency_heads()
-    if len(heads) == 1:
+    if revision is not None:
+        where.update(base_ref=branch, base_sha=tip)
+        if where["worktree_exists"]:
+            notes.append(f"{worktree} exists: would be removed (its commits are on {branch})")
+    elif len(heads) == 1:
         where.update(base_ref=heads[0][0], base_sha=heads[0][1])
     elif heads:
         names = ", ".join(branch for branch, _ in heads)
@@ -183,9 +198,9 @@ def _where(
     else:
         base_ref = start.base_ref()
         where.update(base_ref=base_ref, base_sha=start.base_sha(base_ref))
-    if branch_sha is not None:
-        notes.append(f"{ref.branch} exists: would be kept aside and the story started afresh")
-    elif where["worktree_exists"]:
+    if revision is None and branch_sha is not None:
+        notes.append(f"{branch} exists: would be kept aside and the story started afresh")
+    elif revision is None and where["worktree_exists"]:
         notes.append(f"{worktree} exists: would be set aside and the story started afresh")
     if old is not None:
         notes.append(f"its run record ({old.status}) would be started afresh, its spend kept")
@@ -249,6 +264,8 @@ def _first_request(
     else:
         feedback = ""
     where["replay"] = replay
+    revision = start.revision
+    said = revision.worker_feedback(feedback) if revision is not None else {"feedback": feedback}
     if messages is None:
         # as the round would recall it at its start (hero.memory.recall)
         recalled = recall_for(config, story, estimate=estimate_text, say=where["notes"].append)
@@ -265,7 +282,7 @@ def _first_request(
                 rules_root,
                 round_no=n,
                 max_rounds=int(where["max_rounds"]),
-                feedback=feedback,
+                **said,
                 home=config.home,
                 builds_on=start.builds_on(),
                 memory=recalled.section,

@@ -65,6 +65,11 @@ class Revision:
     def check(self, home: Path, repo: TargetRepo) -> str:
         """The tip of the branch to work on; RevisionError when the follow-up cannot start
         (what and where in its words)."""
+        if self.story.plan:
+            raise RevisionError(
+                f"revises '{self.of}': a story of plan '{self.story.plan}' cannot be a "
+                "follow-up; put the follow-up straight in inbox/"
+            )
         return revisable(home, self.of, repo)
 
     def worker_feedback(self, last: str) -> dict[str, str]:

@@ -261,6 +261,7 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
         "current_round": int(state.current_round or 0),
         "rounds_done": len(state.rounds),
         "branch": str(state.branch),
+        "revises": str(state.revises or ""),  # a follow-up: the story it revises
         "base_ref": str(state.base_ref),
         "base_sha": str(state.base_sha),
         "head_sha": str(state.head_sha),
