@@ -17,7 +17,17 @@ It answers the endpoints hero uses, with GitHub's JSON shapes (the fields hero r
 - ``GET`` and ``POST /repos/{o}/{r}/issues/{n}/labels``, ``DELETE .../labels/{name}`` (404
   when the issue does not have it);
 - ``GET /repos/{o}/{r}/pulls`` (``state``, ``head=owner:branch``, ``base``, pages) and
-  ``POST`` (422 when an open one has the same head and base), ``GET .../pulls/{n}``.
+  ``POST`` (422 when an open one has the same head and base), ``GET .../pulls/{n}`` (its
+  ``head.sha``, ``state`` open or closed, ``merged``);
+- ``GET .../pulls/{n}/reviews`` (``state`` CHANGES_REQUESTED, APPROVED, COMMENTED),
+  ``GET .../pulls/{n}/comments`` (review comments: ``path``, ``line``, ``body``, ``id``,
+  ``in_reply_to_id``, ``pull_request_review_id``) and ``POST
+  .../pulls/{n}/comments/{id}/replies``; comments on a pull request as on an issue;
+- ``GET .../commits/{sha}/check-runs`` (``status`` queued, in_progress, completed;
+  ``conclusion``; ``output.title``, ``summary``, ``text``) and ``GET
+  .../commits/{sha}/status`` (the combined status: its ``state`` and ``statuses``);
+- ``GET .../collaborators/{user}/permission`` (``permission`` admin, write, read or none,
+  and ``role_name`` as set: maintain and triage too; ``none`` for a stranger).
 
 With ``scopes`` set, every answer says them in ``X-OAuth-Scopes``, as for a classic
 token. Every 200 answer to a GET has an ``ETag`` (a hash of its body), and a request whose
@@ -47,7 +57,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -94,6 +104,11 @@ class _Repo:
     comments: dict[int, list[dict[str, Any]]]
     pulls: dict[int, dict[str, Any]]  # number -> pull JSON
     id: int
+    reviews: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # pull -> reviews
+    review_comments: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    check_runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # sha -> runs
+    statuses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # sha -> statuses
+    roles: dict[str, str] = field(default_factory=dict)  # login (lower) -> role name
 
 
 def _now_iso() -> str:
@@ -310,6 +325,159 @@ class FakeGitHub:
             pull = self._repo_or_key_error(repo).pulls[number]
             pull.update(state="closed", merged=True, merged_at=_now_iso(), updated_at=_now_iso())
 
+    def close_pull(self, repo: str, number: int) -> None:
+        """Pull request ``number`` is closed without a merge."""
+        with self._lock:
+            r = self._repo_or_key_error(repo)
+            r.pulls[number].update(state="closed", updated_at=_now_iso())
+            r.issues[number].update(state="closed", updated_at=_now_iso())
+
+    def set_head(self, repo: str, number: int, sha: str) -> None:
+        """Pull request ``number``'s head commit is ``sha`` (as after a push to its branch)."""
+        with self._lock:
+            self._repo_or_key_error(repo).pulls[number]["head"]["sha"] = sha
+
+    def set_permission(self, repo: str, user: str, role: str) -> None:
+        """``user``'s role on ``repo``: admin, maintain, write, triage, read or none."""
+        if role not in _ROLES:
+            raise ValueError(f"role {role!r} is not one of {', '.join(_ROLES)}")
+        with self._lock:
+            self._repo_or_key_error(repo).roles[user.lower()] = role
+
+    def add_review(
+        self,
+        repo: str,
+        number: int,
+        *,
+        state: str = "CHANGES_REQUESTED",
+        body: str = "",
+        author: str = "octocat",
+        comments: Iterable[Mapping[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """A review of pull request ``number`` with line ``comments`` (each a mapping with
+        ``path``, ``line`` and ``body``); returns a copy of the review, its comments' JSON
+        under ``"comments"``."""
+        if state not in ("CHANGES_REQUESTED", "APPROVED", "COMMENTED", "DISMISSED", "PENDING"):
+            raise ValueError(f"review state {state!r} is not one of GitHub's")
+        with self._lock:
+            r = self._repo_or_key_error(repo)
+            pull = r.pulls[number]
+            review_id = self._id()
+            review = {
+                "id": review_id,
+                "user": {"login": author, "type": "User"},
+                "body": body,
+                "state": state,
+                "commit_id": pull["head"].get("sha"),
+                "html_url": f"{pull['html_url']}#pullrequestreview-{review_id}",
+                "submitted_at": _now_iso(),
+            }
+            r.reviews.setdefault(number, []).append(review)
+            made = [
+                self._new_review_comment(
+                    r, number, str(c["body"]), author, c.get("path"), c.get("line"), review_id
+                )
+                for c in comments
+            ]
+            return copy.deepcopy({**review, "comments": made})
+
+    def add_review_comment(
+        self,
+        repo: str,
+        number: int,
+        body: str,
+        *,
+        path: str | None = "README.md",
+        line: int | None = 1,
+        author: str = "octocat",
+        in_reply_to: int | None = None,
+    ) -> dict[str, Any]:
+        """A review comment on pull request ``number`` (a reply in a thread with
+        ``in_reply_to``: its path and line are the thread's); GitHub wraps it in a
+        COMMENTED review, as here. Returns a copy of it."""
+        with self._lock:
+            r = self._repo_or_key_error(repo)
+            review_id = self._id()
+            r.reviews.setdefault(number, []).append(
+                {
+                    "id": review_id,
+                    "user": {"login": author, "type": "User"},
+                    "body": "",
+                    "state": "COMMENTED",
+                    "commit_id": r.pulls[number]["head"].get("sha"),
+                    "submitted_at": _now_iso(),
+                }
+            )
+            made = self._new_review_comment(
+                r, number, body, author, path, line, review_id, in_reply_to
+            )
+            return copy.deepcopy(made)
+
+    def edit_comment(self, repo: str, comment_id: int, body: str) -> None:
+        """Edit the body of a comment (on an issue or a review) or a review: same id."""
+        with self._lock:
+            r = self._repo_or_key_error(repo)
+            every = [
+                *itertools.chain.from_iterable(r.comments.values()),
+                *itertools.chain.from_iterable(r.review_comments.values()),
+                *itertools.chain.from_iterable(r.reviews.values()),
+            ]
+            for item in every:
+                if item["id"] == comment_id:
+                    item.update(body=body, updated_at=_now_iso())
+                    return
+            raise KeyError(f"no comment {comment_id} in {repo}")
+
+    def add_check_run(
+        self,
+        repo: str,
+        sha: str,
+        name: str,
+        *,
+        status: str = "completed",
+        conclusion: str | None = "success",
+        title: str | None = None,
+        summary: str | None = None,
+        text: str | None = None,
+    ) -> dict[str, Any]:
+        """A check run on commit ``sha`` (a later one of the same name replaces it)."""
+        if status not in ("queued", "in_progress", "completed", "waiting", "requested", "pending"):
+            raise ValueError(f"check run status {status!r} is not one of GitHub's")
+        with self._lock:
+            r = self._repo_or_key_error(repo)
+            run = {
+                "id": self._id(),
+                "name": name,
+                "head_sha": sha,
+                "status": status,
+                "conclusion": conclusion if status == "completed" else None,
+                "output": {"title": title, "summary": summary, "text": text},
+                "html_url": f"{HTML_BASE}/{r.name}/runs/{name}",
+            }
+            runs = [c for c in r.check_runs.get(sha, []) if c["name"] != name]
+            r.check_runs[sha] = [*runs, run]
+            return copy.deepcopy(run)
+
+    def add_status(
+        self, repo: str, sha: str, context: str, state: str, *, description: str = ""
+    ) -> None:
+        """A commit status on ``sha`` (error, failure, pending or success); the latest of a
+        context counts."""
+        if state not in ("error", "failure", "pending", "success"):
+            raise ValueError(f"commit status state {state!r} is not one of GitHub's")
+        with self._lock:
+            r = self._repo_or_key_error(repo)
+            entry = {
+                "id": self._id(),
+                "context": context,
+                "state": state,
+                "description": description,
+                "target_url": f"{HTML_BASE}/ci/{context}",
+                "created_at": _now_iso(),
+            }
+            r.statuses[sha] = [s for s in r.statuses.get(sha, []) if s["context"] != context]
+            r.statuses[sha].append(entry)
+
     # ------------------------------------------------------------------------- looking
 
     def issue(self, repo: str, number: int) -> dict[str, Any]:
@@ -339,6 +507,12 @@ class FakeGitHub:
         with self._lock:
             r = self._repo_or_key_error(repo)
             return [copy.deepcopy(r.pulls[n]) for n in sorted(r.pulls)]
+
+    def review_comments(self, repo: str, number: int) -> list[dict[str, Any]]:
+        """Copies of the review comments on pull request ``number`` (replies too), oldest
+        first."""
+        with self._lock:
+            return copy.deepcopy(self._repo_or_key_error(repo).review_comments.get(number, []))
 
     def default_branch(self, repo: str) -> str:
         with self._lock:
@@ -458,6 +632,25 @@ class FakeGitHub:
                 return _Answer(200, pull)
             case ("POST", ["pulls"]):
                 return self._create_pull(r, body)
+            case ("GET", ["pulls", n, "reviews"]):
+                return self._page(r.reviews.get(self._pull_or_404(r, n)["number"], []), query, path)
+            case ("GET", ["pulls", n, "comments"]):
+                number = self._pull_or_404(r, n)["number"]
+                return self._page(r.review_comments.get(number, []), query, path)
+            case ("POST", ["pulls", n, "comments", cid, "replies"]):
+                return self._reply(r, self._pull_or_404(r, n)["number"], cid, body)
+            case ("GET", ["commits", sha, "check-runs"]):
+                runs = r.check_runs.get(sha, [])
+                return _Answer(200, {"total_count": len(runs), "check_runs": runs})
+            case ("GET", ["commits", sha, "status"]):
+                return _Answer(200, _combined(sha, r.statuses.get(sha, [])))
+            case ("GET", ["collaborators", user, "permission"]):
+                role = r.roles.get(user.lower(), "none")
+                permission = {"maintain": "write", "triage": "read"}.get(role, role)
+                return _Answer(
+                    200,
+                    {"permission": permission, "role_name": role, "user": {"login": user}},
+                )
         raise _Refusal(_error(404, "Not Found"))
 
     def _list_issues(self, r: _Repo, query: Mapping[str, str], path: str) -> _Answer:
@@ -546,6 +739,61 @@ class FakeGitHub:
         return _Answer(201, pull)
 
     # ------------------------------------------------------------------------- records
+
+    def _pull_or_404(self, r: _Repo, n: str) -> dict[str, Any]:
+        pull = r.pulls.get(int(n)) if n.isdigit() else None
+        if pull is None:
+            raise _Refusal(_error(404, "Not Found"))
+        return pull
+
+    def _reply(self, r: _Repo, number: int, cid: str, body: Any) -> _Answer:
+        text = body.get("body") if isinstance(body, dict) else None
+        if not isinstance(text, str) or not text:
+            raise _Refusal(_invalid("body is missing"))
+        thread = [c for c in r.review_comments.get(number, []) if str(c["id"]) == cid]
+        if not thread:
+            raise _Refusal(_error(404, "Not Found"))
+        first = thread[0]
+        made = self._new_review_comment(
+            r,
+            number,
+            text,
+            self.bot_login,
+            first.get("path"),
+            first.get("line"),
+            self._id(),
+            first.get("in_reply_to_id") or first["id"],
+        )
+        return _Answer(201, made)
+
+    def _new_review_comment(
+        self,
+        r: _Repo,
+        number: int,
+        body: str,
+        author: str,
+        path: str | None,
+        line: int | None,
+        review_id: int,
+        in_reply_to: int | None = None,
+    ) -> dict[str, Any]:
+        comment_id = self._id()
+        now = _now_iso()
+        comment: dict[str, Any] = {
+            "id": comment_id,
+            "pull_request_review_id": review_id,
+            "body": body,
+            "path": path,
+            "line": line,
+            "user": {"login": author, "type": "User"},
+            "html_url": f"{HTML_BASE}/{r.name}/pull/{number}#discussion_r{comment_id}",
+            "created_at": now,
+            "updated_at": now,
+        }
+        if in_reply_to is not None:
+            comment["in_reply_to_id"] = in_reply_to
+        r.review_comments.setdefault(number, []).append(comment)
+        return comment
 
     def _id(self) -> int:
         return next(self._ids)
@@ -638,7 +886,12 @@ class FakeGitHub:
             "state": "open",
             "html_url": f"{HTML_BASE}/{r.name}/pull/{number}",
             "user": {"login": author, "type": "User"},
-            "head": {"ref": head, "label": f"{owner}:{head}", "repo": {"full_name": r.name}},
+            "head": {
+                "ref": head,
+                "label": f"{owner}:{head}",
+                "sha": None,
+                "repo": {"full_name": r.name},
+            },
             "base": {
                 "ref": base_ref,
                 "label": f"{owner}:{base_ref}",
@@ -706,6 +959,22 @@ def _invalid(message: str) -> _Answer:
             "documentation_url": _DOCS,
         },
     )
+
+
+#: The roles a collaborator can have, least first.
+_ROLES = ("none", "read", "triage", "write", "maintain", "admin")
+
+
+def _combined(sha: str, statuses: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """GitHub's combined status of ``sha``: failure over pending over success."""
+    states = {s["state"] for s in statuses}
+    if states & {"error", "failure"}:
+        state = "failure"
+    elif "pending" in states or not statuses:
+        state = "pending"
+    else:
+        state = "success"
+    return {"sha": sha, "state": state, "total_count": len(statuses), "statuses": list(statuses)}
 
 
 def _etag(content: bytes) -> str:

@@ -466,3 +466,39 @@ def test_the_fake_keeps_what_the_api_changed_for_the_test_to_see(
     with pytest.raises(GitHubError) as caught:
         connect(repo="acme/ghost").default_branch()
     assert caught.value.status == 404
+
+
+# ----------------------------------------------------------------------------- pull requests
+
+
+def test_reviews_review_comments_replies_checks_statuses_and_permissions(
+    gh: FakeGitHub, connect: Connect
+) -> None:
+    pull = gh.add_pull(REPO, head="hero/gh-1")["number"]
+    gh.set_head(REPO, pull, "a" * 40)
+    gh.set_permission(REPO, "mia", "maintain")
+    review = gh.add_review(
+        REPO, pull, author="mia", comments=[{"path": "a.py", "line": 3, "body": "here"}]
+    )
+    gh.add_check_run(REPO, "a" * 40, "tests", conclusion="failure", text="boom")
+    gh.add_status(REPO, "a" * 40, "ci/docs", "pending")
+    client = connect()
+
+    assert client.pull(pull)["head"]["sha"] == "a" * 40
+    [got] = client.reviews(pull)
+    assert got["state"] == "CHANGES_REQUESTED" and got["user"]["login"] == "mia"
+    [comment] = client.review_comments(pull)
+    assert (comment["path"], comment["line"]) == ("a.py", 3)
+    assert comment["pull_request_review_id"] == review["id"]
+    reply = client.reply_to_review_comment(pull, comment["id"], "done")
+    assert reply["in_reply_to_id"] == comment["id"] and reply["path"] == "a.py"
+    [run] = client.check_runs("a" * 40)
+    assert (run["name"], run["conclusion"], run["output"]["text"]) == ("tests", "failure", "boom")
+    assert [s["state"] for s in client.statuses("a" * 40)] == ["pending"]
+    assert client.permission("mia") == "maintain"
+    assert client.permission("stranger") == "none"
+    before = len(gh.requests)
+    assert client.permission("../../x") == "none"  # not a login: not asked at all
+    with pytest.raises(ValueError, match="hex sha"):
+        client.check_runs("HEAD/../../x")
+    assert len(gh.requests) == before

@@ -8,6 +8,7 @@ a usage or configuration error, or another watcher on the home.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import NoReturn
 
 from hero.commands import (
@@ -37,7 +38,8 @@ def add_parser(subparsers: Subparsers) -> None:
         description="Every interval: each open issue with the label whose author has write "
         "access (author_association OWNER, MEMBER or COLLABORATOR, by default) and that has no "
         "story yet becomes inbox/gh-<number>.md; then the stories' endings are reported on "
-        "their issues. The token comes from GITHUB_TOKEN or github_token in config.local.yaml; "
+        "their issues, and review comments and failing checks on hero's pull requests become "
+        "follow-up stories on the same branch (docs/github.md). The token comes from GITHUB_TOKEN or github_token in config.local.yaml; "
         "GITHUB_API_URL overrides the API's URL. Defaults come from the github: block of "
         "config/roles.yaml. SIGTERM or Ctrl-C stops it. Exit 0; 1 when --once could not reach "
         "GitHub; 2 for a usage or configuration error.",
@@ -48,6 +50,19 @@ def add_parser(subparsers: Subparsers) -> None:
         "--interval", type=float, metavar="SECONDS", help="seconds between sweeps (default 60)"
     )
     watch.add_argument("--once", action="store_true", help="one sweep, then exit")
+    watch.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what each sweep would take in, cancel, report and follow up; change nothing "
+        "(GET requests only, no file written in the home)",
+    )
+    watch.add_argument(
+        "--max-per-sweep",
+        type=int,
+        metavar="N",
+        help="take at most N new stories per sweep, oldest issue first (default: "
+        "github.max_per_sweep, 0 = no cap)",
+    )
     add_log_format(watch)
     watch.set_defaults(handler=run)
 
@@ -67,6 +82,13 @@ def run(args: argparse.Namespace) -> int:
     say_notices(config)
     settings = settings_for(config, repo=args.repo, label=args.label, interval_s=args.interval)
     require_token(settings)
+    if args.max_per_sweep is not None and args.max_per_sweep < 0:
+        raise CommandLineError(f"--max-per-sweep: expected N >= 0; found {args.max_per_sweep}")
+    settings = replace(
+        settings,
+        dry_run=bool(args.dry_run),
+        max_per_sweep=settings.max_per_sweep if args.max_per_sweep is None else args.max_per_sweep,
+    )
     log = configure(json=json_logs(args), secrets=config.secrets)
     watcher = watch.Watcher(config.home, settings, config, log)
     try:

@@ -761,3 +761,45 @@ class GitHubSettings:
     scope: tuple[str, ...] = knob(
         "scope", (), "scope of every story from an issue.", shown="[] (no scope)"
     )
+    followup_max_per_pull: int = knob(
+        "followup_max_per_pull",
+        3,
+        "Follow-ups started by review comments on one of hero's pull requests (a review "
+        "requesting changes and its line comments, a comment starting with followup_command "
+        "or mentioning followup_mention), at most; 0 = none.",
+        minimum=0,
+    )
+    ci_followup_max_per_pull: int = knob(
+        "ci_followup_max_per_pull",
+        2,
+        "Follow-ups started by failing checks (check runs, commit statuses) on the head "
+        "commit of one of hero's pull requests, at most; 0 = none.",
+        minimum=0,
+    )
+    followup_command: str = knob(
+        "followup_command",
+        "/hero",
+        "A pull request comment starting with this addresses hero.",
+    )
+    followup_mention: str = knob(
+        "followup_mention",
+        "",
+        'A pull request comment mentioning @<this> addresses hero; "" = mentions do not.',
+        shown='"" (none)',
+    )
+    followup_permission: str = knob(
+        "followup_permission",
+        "write",
+        "Who may steer a follow-up: the least repository role a commenter needs; others' "
+        "comments are ignored and never shown to the model.",
+        choices=choices_of(("read", "triage", "write", "maintain", "admin")),
+    )
+    max_per_sweep: int = knob(
+        "max_per_sweep",
+        0,
+        "New stories one sweep takes from issues, at most (the rest wait for later sweeps, "
+        "oldest first); 0 = no cap. `hero github watch --max-per-sweep N` overrides it.",
+        minimum=0,
+    )
+    dry_run: bool = field(default=False, repr=False)
+    """``hero github watch --dry-run``: say what a sweep would do, change nothing."""

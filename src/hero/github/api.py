@@ -1,4 +1,5 @@
-"""GitHub's REST API, the part hero needs: issues, comments, labels and pull requests.
+"""GitHub's REST API, the part hero needs: issues, comments, labels, pull requests (their
+reviews and review comments), checks and commit statuses, collaborators' permissions.
 
 One :class:`GitHub` talks to one repository through one API host: ``https://api.github.com``,
 a GitHub Enterprise ``https://HOST/api/v3``, or a test's fake server. Its rules:
@@ -211,6 +212,55 @@ class GitHub:
         path = f"{self._repo_path}/pulls"
         payload = {"title": title, "body": body, "head": head, "base": base}
         return self._object("POST", path, self._send("POST", self._url(path), payload).content)
+
+    def pull(self, number: int) -> dict[str, Any]:
+        """Pull request ``number``: its ``state`` (open, closed), ``merged``, ``head``."""
+        return self._get_object(f"{self._repo_path}/pulls/{_number(number)}")
+
+    def reviews(self, number: int) -> list[dict[str, Any]]:
+        """The reviews of pull request ``number``, oldest first."""
+        path = f"{self._repo_path}/pulls/{_number(number)}/reviews"
+        return self._pages(path, {"per_page": PER_PAGE})
+
+    def review_comments(self, number: int) -> list[dict[str, Any]]:
+        """The review (line) comments of pull request ``number``, replies too."""
+        path = f"{self._repo_path}/pulls/{_number(number)}/comments"
+        return self._pages(path, {"per_page": PER_PAGE})
+
+    def reply_to_review_comment(self, number: int, comment_id: int, body: str) -> dict[str, Any]:
+        """A reply in the thread of review comment ``comment_id`` of pull request ``number``."""
+        path = f"{self._repo_path}/pulls/{_number(number)}/comments/{_number(comment_id)}/replies"
+        return self._object(
+            "POST", path, self._send("POST", self._url(path), {"body": body}).content
+        )
+
+    def check_runs(self, sha: str) -> list[dict[str, Any]]:
+        """The check runs on commit ``sha`` (GitHub keeps the latest of each name)."""
+        path = f"{self._repo_path}/commits/{_sha(sha)}/check-runs"
+        found = self._get_object(path + f"?per_page={PER_PAGE}").get("check_runs")
+        return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
+
+    def statuses(self, sha: str) -> list[dict[str, Any]]:
+        """The commit statuses on ``sha``: the latest of each context (the combined status)."""
+        path = f"{self._repo_path}/commits/{_sha(sha)}/status"
+        found = self._get_object(path + f"?per_page={PER_PAGE}").get("statuses")
+        return [s for s in found if isinstance(s, dict)] if isinstance(found, list) else []
+
+    def permission(self, user: str) -> str:
+        """``user``'s role on this repository: admin, maintain, write, triage, read or none
+        (GitHub's ``role_name`` when it gives one, else its ``permission``). A user GitHub
+        does not know as a collaborator has none."""
+        if not _SEGMENT.fullmatch(user):
+            return "none"
+        path = f"{self._repo_path}/collaborators/{quote(user, safe='')}/permission"
+        try:
+            found = self._get_object(path)
+        except GitHubError as exc:
+            if exc.status == 404:
+                return "none"
+            raise
+        role = found.get("role_name") or found.get("permission")
+        return str(role).lower() if isinstance(role, str) and role else "none"
 
     # ------------------------------------------------------------------------- repository
 
@@ -461,6 +511,12 @@ def _number(number: int) -> int:
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise ValueError(f"an issue or pull request number is a positive integer, not {number!r}")
     return number
+
+
+def _sha(sha: str) -> str:
+    if not re.fullmatch(r"[0-9a-fA-F]{7,64}", sha or ""):
+        raise ValueError(f"a commit is named by its hex sha, not {sha!r}")
+    return sha
 
 
 def _shown(url: str) -> str:

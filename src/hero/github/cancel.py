@@ -9,6 +9,8 @@ the open issues with the label is looked up alone (a list can miss an issue for 
 the issue itself says why it is gone) and, if it is closed, gone, or lost the label, is
 cancelled with that reason.
 
+With ``dry_run``, nothing is cancelled: ``would cancel`` is logged instead.
+
 The report-back checks again right before it opens a pull request or comments
 (:func:`issue_gone`): an issue closed while its story was being run gets neither.
 """
@@ -63,6 +65,11 @@ def cancel_sweep(
             reason = standing or (
                 f"cancelled: GitHub issue #{candidate.number} of {settings.repo} {gone}"
             )
+            if settings.dry_run:
+                log.info(
+                    "would cancel", story=candidate.ref.key, issue=candidate.number, reason=reason
+                )
+                continue
             result = cancel(home, candidate.ref, candidate.path, reason)
         except (GitHubError, OSError, StateError) as exc:
             log.warning(

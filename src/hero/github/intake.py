@@ -30,6 +30,10 @@ an edit of its issue is logged, not applied (the story may have started).
 
 Deleting an unstarted story from the inbox makes the next sweep write it again: to drop an
 issue, take its label off or close it.
+
+``max_per_sweep`` caps the stories one sweep writes, oldest issue first; the rest wait for
+later sweeps. ``dry_run`` writes nothing (neither stories nor ``intake.json``): it logs
+``would take`` for each issue a sweep would take.
 """
 
 from __future__ import annotations
@@ -398,18 +402,23 @@ def intake_sweep(
     memory = IntakeMemory.load(home, settings.repo, log)
     existing = Existing(home, settings.repo)
     written: list[Path] = []
-    for issue in sorted(issues, key=lambda i: issue_number(i) or 0):
+    cap = settings.max_per_sweep or None
+    for issue in sorted(issues, key=lambda i: issue_number(i) or 0):  # oldest first
         number = issue_number(issue)
         if number is None or "pull_request" in issue:
             continue
+        room = cap is None or len(written) < cap
         try:
-            path = _take(issue, number, home, settings, config, existing, memory, redactor, log)
+            path = _take(
+                issue, number, home, settings, config, existing, memory, redactor, log, room
+            )
         except (StoryError, OSError, ValueError) as exc:
             log.error("issue not taken", issue=number, error=redactor.redact(_one_line(exc)))
             continue
         if path is not None:
             written.append(path)
-    memory.save(log)
+    if not settings.dry_run:
+        memory.save(log)
     return written
 
 
@@ -423,7 +432,11 @@ def _take(
     memory: IntakeMemory,
     redactor: Redactor,
     log: Any,
+    room: bool = True,
 ) -> Path | None:
+    """The story written for ``issue`` (``settings.dry_run``: the one that would be, not
+    written), or None. Without ``room`` (this sweep took its ``max_per_sweep``), an issue
+    that would be taken waits for a later sweep."""
     digest = _digest(issue)
     found = existing.story_of(number)
     if found is not None:
@@ -441,6 +454,18 @@ def _take(
         return None
     story = issue_story(issue, settings, config, redactor)
     path = home / "inbox" / f"{story_id(number)}.md"
+    if not room:
+        log.info(
+            "issue waits",
+            issue=number,
+            reason=f"this sweep took its {settings.max_per_sweep} (max_per_sweep)",
+        )
+        return None
+    if settings.dry_run:
+        log.info(
+            "would take", issue=number, story=f"inbox/{path.name}", title=story.metadata["title"]
+        )
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         write_story(path, story.metadata, story.body, exist_ok=False)

@@ -16,6 +16,9 @@ Every sweep of the watcher calls :func:`report_sweep`, which looks at the run re
   and the story's branch stays as it is. Nor does a story being cancelled get the
   in-progress label.
 
+With ``dry_run`` nothing is pushed, labelled or commented, and nothing written: ``would
+label`` and ``would report`` are logged instead.
+
 Exactly once, across restarts and lost local files: every report comment carries a hidden
 marker naming the story, the ending and the run (``<!-- hero:report gh-12 passed run 3 at
 1712345678 -->``), and a report is done when the issue has a comment with its marker. The
@@ -97,6 +100,8 @@ class _Issue:
     state: RunState
     number: int
     title: str
+    branch_name: str = ""
+    """The branch pushed when it is not the story's own (a follow-up's: its original's)."""
 
     @property
     def id(self) -> str:
@@ -104,7 +109,7 @@ class _Issue:
 
     @property
     def branch(self) -> str:
-        return f"hero/{self.state.id}"
+        return self.branch_name or f"hero/{self.state.id}"
 
     def ending(self) -> str:
         """This ending of the story, as ``passed run 3 at 1712345678``. The run count tells
@@ -134,7 +139,8 @@ def report_sweep(
         for issue in issues:
             _report_logged(issue, home, gh, settings, config, memory, redactor, log)
     finally:  # also when the watcher is stopped in a wait (a BaseException, let through)
-        memory.save(log)
+        if not settings.dry_run:
+            memory.save(log)
 
 
 def _report_logged(
@@ -245,6 +251,9 @@ def _report(
         key = f"running run {state.runs}"
         if memory.done(issue.id, key):
             return
+        if settings.dry_run:
+            log.info("would label", story=issue.id, issue=issue.number, label=labels.in_progress)
+            return
         _set_labels(gh, issue.number, add=labels.in_progress, remove=(labels.failed,))
         memory.remember(issue.id, key)
         log.info("labelled", story=issue.id, issue=issue.number, label=labels.in_progress)
@@ -264,6 +273,12 @@ def _report(
             issue=issue.number,
             status=state.status.value,
             reason=f"the issue {gone}; the story's work stays on {issue.branch}",
+        )
+        return
+    if settings.dry_run:
+        said = "push and open a pull request" if state.status == Status.PASSED else "comment"
+        log.info(
+            "would report", story=issue.id, issue=issue.number, status=state.status.value, to=said
         )
         return
     if state.status == Status.PASSED:

@@ -4,7 +4,9 @@ One sweep is the intake (:func:`hero.github.intake.intake_sweep`: new labelled i
 become inbox stories), the cancelling of stories whose issue was closed or lost the label
 (:func:`hero.github.cancel.cancel_sweep`), and then the report-back
 (:func:`hero.github.report.report_sweep`: labels, pull requests and comments for the
-stories' endings). The watcher runs a sweep,
+stories' endings), and the follow-ups of hero's pull requests
+(:func:`hero.github.followups.followup_sweep`: review comments and failing checks become
+follow-up stories on the same branch). The watcher runs a sweep,
 waits ``interval_s`` and runs the next, until SIGTERM or Ctrl-C (``--once``: one sweep).
 
 Nothing GitHub does stops it: the client waits out rate limits and tries 5xx answers and
@@ -15,7 +17,8 @@ never stops the intake. A stop ends a rate-limit wait at once.
 ``hero watch`` runs the same watcher on a thread when ``config/roles.yaml`` has a
 ``github:`` block (:func:`start_in_process`), so one service takes issues and runs them.
 One watcher per home at a time (``runs/github/watch.lock``): a second is refused, so no
-two report the same ending at once.
+two report the same ending at once. ``--dry-run`` (``settings.dry_run``) takes no lock and
+changes nothing, on GitHub or in the home: every step logs what it would do.
 
 The command (its arguments, the logging, the exit code) is :mod:`hero.commands.github`.
 """
@@ -127,6 +130,7 @@ class Watcher:
         from hero.github.api import GitHubError
 
         ok = True
+        written: list[Path] = []
         try:
             issues = gh.open_issues(self.settings.label)
             written = intake_sweep(self.home, gh, self.settings, self.config, self.log, issues)
@@ -142,12 +146,26 @@ class Watcher:
             ok = False
             self.log.error("intake failed", error=self.scrub(f"{type(exc).__name__}: {exc}"))
         else:
-            if written:
+            if written and not self.settings.dry_run:
                 self.log.info("intake", written=[str(p.relative_to(self.home)) for p in written])
         self._report(gh)
-        if ok and self.config.housekeeping.after_pr_merged:
+        cap = self.settings.max_per_sweep
+        self._followups(gh, None if not cap else max(0, cap - len(written)))
+        if ok and self.config.housekeeping.after_pr_merged and not self.settings.dry_run:
             self._merged(gh)
         return ok
+
+    def _followups(self, gh: GitHub, room: int | None) -> None:
+        """The follow-up sweep; ``room``: the new stories it may write (max_per_sweep)."""
+        settings = self.settings
+        if not (settings.followup_max_per_pull or settings.ci_followup_max_per_pull):
+            return
+        try:
+            from hero.github.followups import followup_sweep
+
+            followup_sweep(self.home, gh, settings, self.config, self.log, room=room)
+        except Exception as exc:  # noqa: BLE001 - never stops the watcher; logged
+            self.log.error("follow-ups failed", error=self.scrub(f"{type(exc).__name__}: {exc}"))
 
     def _merged(self, gh: GitHub) -> None:
         """Which passed stories' pull requests are merged, for housekeeping to act on."""
@@ -198,12 +216,14 @@ def run(watcher: Watcher, *, once: bool = False) -> bool:
     """Hold the home's watcher lock (WatcherBusy when another watcher has it) and run
     ``watcher`` until SIGTERM or SIGINT stops it (``once``: one sweep); a second signal
     exits at once. Whether the last sweep reached GitHub."""
-    lock = WatcherLock(watcher.home)
-    lock.acquire()
+    lock = None if watcher.settings.dry_run else WatcherLock(watcher.home)  # writes nothing
+    if lock is not None:
+        lock.acquire()
     try:
         ok = _serve(watcher, watcher.log, once=once)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     watcher.log.info("github stopped")
     return ok
 
