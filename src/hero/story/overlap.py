@@ -1,0 +1,166 @@
+"""Whether two stories' scopes overlap: the one rule ``hero status``, the status page, the
+event stream and ``hero watch`` (with ``overlap: serial``) ask.
+
+A scope is a list of the globs of :mod:`hero.agent.tools.scope` (gitignore-style: ``*`` and
+``?`` within a path component, ``**`` across, ``[...]``, ``{a,b}``; a glob without ``/``
+matches a name at any depth; one with ``/`` is anchored at the root; a glob that matches a
+directory covers everything under it). The rule is conservative: two scopes overlap when
+some path *could* match a glob of each, and whatever the rule cannot decide counts as an
+overlap. So:
+
+- an unscoped story (``scope`` empty) overlaps every story on its repository; a glob that
+  is the whole tree (``.``, ``/``, ``**``) too;
+- stories on different target repositories never overlap;
+- a glob without ``/`` (``*.py``, ``README.md``) overlaps every glob: it matches a name at
+  any depth, and a directory so named may hold a file the other matches (``x.py/y.md``);
+- two anchored globs are compared component by component from the root: they overlap
+  unless, at some component before either reaches a ``**``, no name can match both
+  (``src/app`` and ``src/web``; ``docs/*.md`` and ``docs/*.txt``; ``a*`` and ``b*``). When
+  one runs out first, the other names something under what it covers (``src`` and
+  ``src/app/x.py``): an overlap. Two components with wildcards are told apart only by
+  their fixed starts and ends (``*.py`` and ``*.md`` never meet; ``a*`` and ``*b`` may).
+
+Nothing here reads a file: the scopes come from the stories as parsed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+#: A glob's ``{a,b}`` choices are expanded up to this many alternatives; past it, the rule
+#: says "overlap" rather than spend time on a pathological glob.
+MAX_ALTERNATIVES = 64
+_WILD = "*?["
+
+
+@dataclass(frozen=True)
+class Scoped:
+    """A story queued or running, as the rule sees it: its key, its target repository (any
+    string naming it; stories of one home all have the home's), and its scope."""
+
+    key: str
+    repo: str
+    scope: tuple[str, ...]
+
+
+def overlapping(stories: Iterable[Scoped]) -> dict[str, tuple[str, ...]]:
+    """Each story's key -> the keys of the others whose scopes overlap its own (in the
+    order given); a story that overlaps none is left out."""
+    items = list(stories)
+    found: dict[str, list[str]] = {}
+    for i, a in enumerate(items):
+        for b in items[i + 1 :]:
+            if a.key != b.key and stories_overlap(a, b):
+                found.setdefault(a.key, []).append(b.key)
+                found.setdefault(b.key, []).append(a.key)
+    order = {s.key: n for n, s in enumerate(items)}
+    return {k: tuple(sorted(v, key=order.__getitem__)) for k, v in found.items()}
+
+
+def stories_overlap(a: Scoped, b: Scoped) -> bool:
+    """Whether the two stories may change one path: same repository, overlapping scopes."""
+    return a.repo == b.repo and scopes_overlap(a.scope, b.scope)
+
+
+def scopes_overlap(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether some path could be in both scopes (an empty scope is the whole tree)."""
+    if not a or not b:
+        return True
+    return any(globs_overlap(x, y) for x in a for y in b)
+
+
+def globs_overlap(a: str, b: str) -> bool:
+    """Whether some path could match both globs (what the rule cannot decide: True)."""
+    ga, gb = _anchored(a), _anchored(b)
+    if ga is None or gb is None:  # the whole tree, or a name at any depth
+        return True
+    alts_a, alts_b = _alternatives(ga), _alternatives(gb)
+    if alts_a is None or alts_b is None:
+        return True
+    return any(_paths_meet(x.split("/"), y.split("/")) for x in alts_a for y in alts_b)
+
+
+def _anchored(text: str) -> str | None:
+    """The glob as a path from the root (no leading ``./`` or ``/``, no trailing ``/``), or
+    None when it matches everywhere: the whole tree, or a name at any depth. Read as
+    :class:`hero.agent.tools.scope._Glob` reads it."""
+    raw = text.strip()
+    pat = raw
+    while pat.startswith("./"):
+        pat = pat[2:]
+    pat = pat.rstrip("/")
+    by_name = "/" not in pat and not raw.startswith(("/", "./"))
+    pat = pat.lstrip("/")
+    if by_name or pat in ("", ".", "**"):
+        return None
+    return pat
+
+
+def _alternatives(pat: str) -> list[str] | None:
+    """The glob with its ``{a,b}`` choices expanded; None when that is not decidable here
+    (a class and a brace in one glob) or would make more than MAX_ALTERNATIVES."""
+    if "{" not in pat:
+        return [pat]
+    if "[" in pat:
+        return None
+    out = _expand(pat)
+    return out if out is not None and len(out) <= MAX_ALTERNATIVES else None
+
+
+def _expand(pat: str) -> list[str] | None:
+    start = pat.find("{")
+    end = pat.find("}", start) if start >= 0 else -1
+    if end < 0:  # no brace, or one never closed: a plain character
+        return [pat]
+    heads = []
+    for alt in pat[start + 1 : end].split(","):
+        expanded = _expand(alt)
+        if expanded is None:
+            return None
+        heads += expanded
+    tails = _expand(pat[end + 1 :])
+    if tails is None or len(heads) * len(tails) > MAX_ALTERNATIVES:
+        return None
+    return [pat[:start] + h + t for h in heads for t in tails]
+
+
+def _paths_meet(a: list[str], b: list[str]) -> bool:
+    for x, y in zip(a, b, strict=False):
+        if "**" in x or "**" in y:  # spans components: not decided here
+            return True
+        if not _names_meet(x, y):
+            return False
+    return True  # one covers a directory above the other's paths
+
+
+def _names_meet(x: str, y: str) -> bool:
+    """Whether one path component could match both patterns."""
+    x_wild, y_wild = _wild(x), _wild(y)
+    if not x_wild and not y_wild:
+        return x == y
+    if not x_wild and "[" not in y:  # * and ? never meet a "/" within one component
+        return fnmatch.fnmatchcase(x, y)
+    if not y_wild and "[" not in x:
+        return fnmatch.fnmatchcase(y, x)
+    # two patterns (or a class): only their fixed starts and ends can tell them apart
+    px, py = _fixed_start(x), _fixed_start(y)
+    sx, sy = _fixed_end(x), _fixed_end(y)
+    return (px.startswith(py) or py.startswith(px)) and (sx.endswith(sy) or sy.endswith(sx))
+
+
+def _wild(name: str) -> bool:
+    return any(c in name for c in _WILD)
+
+
+def _fixed_start(name: str) -> str:
+    """The characters before the first wildcard (a ``[`` counts, closed or not)."""
+    cut = min((i for i in (name.find(c) for c in _WILD) if i >= 0), default=len(name))
+    return name[:cut]
+
+
+def _fixed_end(name: str) -> str:
+    """The characters after the last ``*``, ``?`` or ``]``: no more than the fixed end."""
+    cut = max(name.rfind(c) for c in "*?]")
+    return name[cut + 1 :]
