@@ -107,6 +107,20 @@ def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
     }
 
 
+def overlap_of(home: Path, key: str) -> dict[str, Any]:
+    """What the overlap rule says of the story ``key`` now: ``overlaps`` (the keys of the
+    stories queued or running whose scopes overlap its own; [] when it is neither queued nor
+    running) and ``overlap_reason`` (why ``overlap: serial`` holds it back; "" when not)."""
+    report = collect_status(home)
+    for item in report["queue"]:
+        if item["key"] == key:
+            return {"overlaps": item["overlaps"], "overlap_reason": item["overlap_reason"]}
+    for row in report["stories"]:
+        if row["key"] == key:
+            return {"overlaps": row["overlaps"], "overlap_reason": ""}
+    return {"overlaps": [], "overlap_reason": ""}
+
+
 def _flag_overlaps(
     repo: TargetRepo,
     home: Path,
