@@ -567,7 +567,7 @@ class Dispatcher:
             )
         log.info("started", file=path.name)
         if overlaps:
-            log.warning(
+            log.info(
                 "overlap",
                 overlaps=overlaps,
                 scope=list(story.scope),
