@@ -91,7 +91,7 @@ class Config:
     overlap: str = knob(
         "overlap",
         "parallel",
-        "What `hero watch` does with stories whose scopes overlap (docs/watch.md):",
+        "What `hero watch` does with stories whose scopes overlap:",
         choices=choices_of(
             OVERLAP_MODES,
             {
@@ -102,7 +102,7 @@ class Config:
             },
         ),
         note="Two scopes overlap when some path could match both; a story without `scope:` "
-        "overlaps every other.",
+        "overlaps every other. The whole rule: docs/watch.md, Overlapping stories.",
         written=False,
         section=ROUNDS_SECTION,
     )
