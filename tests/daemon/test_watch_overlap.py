@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,7 @@ def test_serial_runs_overlapping_stories_one_after_the_other(
     assert a["finished_at"] <= b["started_at"]  # b ran after a ended
     assert c["started_at"] < a["finished_at"] and a["started_at"] < c["finished_at"]  # beside
     assert [e["story"] for e in daemon.events("started")] == ["a", "c", "b"]
+    assert len(daemon.events("waiting", story="b")) == 1  # said once, not on every look
     events = events_of(daemon.out)
     assert not [e for e in events if e["type"] == "overlap"]  # none started beside another
 
@@ -147,3 +149,42 @@ def test_parallel_runs_them_side_by_side_and_flags_them(
     ]
     mine = [e["type"] for e in events if e["story"] == "b"]
     assert mine[:2] == ["run_start", "overlap"] and mine[-1] == "result"
+
+
+def test_serial_waits_for_an_overlapping_story_another_home_runs_on_the_repository(
+    scripted, make_home, write_story, procs: Procs
+) -> None:
+    """One home has one `hero watch`; two homes on one repository are two daemons. The
+    second, with `overlap: serial`, holds its story back while the first home's overlapping
+    one runs (its lock in the repository says so), and runs it once that one ended."""
+    gate = threading.Event()
+    model = scripted(Policy(gates={"x": gate}))
+    home = make_home(model, max_parallel=2)
+    other = home.parent / "home2"
+    shutil.copytree(home / "config", other / "config")
+    roles = other / "config" / "roles.yaml"
+    roles.write_text(roles.read_text() + "overlap: serial\n")
+    backlog(write_story(home, "x", verify=["test -f x-r1.txt"], scope=["/shared", "/x-r1.txt"]))
+    backlog(write_story(other, "y", verify=["test -f y-r1.txt"], scope=["/shared/y", "/y-r1.txt"]))
+    first = procs.start(home, "--exit-when-idle")
+    try:
+        assert wait_for(lambda: running(home, "x") or first.proc.poll() is not None)
+        assert wait_for(lambda: worker_rounds(model, "x"))
+        second = procs.start(other, "--exit-when-idle", rescan_s=0.5)
+        waited = second.wait_event("waiting", story="y")
+        assert waited["reason"] == (
+            f"waits for x (hero home {home.resolve()}) to end: their scopes overlap "
+            "(overlap: serial)"
+        )
+        assert record(other, "y") is None
+        queued = by_key(collect_status(other)["queue"])
+        assert queued["y"]["overlap_waits_for"] == [f"x (hero home {home.resolve()})"]
+    finally:
+        gate.set()
+    assert first.wait_exit() == 0, first.output()
+    assert second.wait_exit() == 0, second.output()
+    x, y = record(home, "x"), record(other, "y")
+    assert x and y and x["status"] == y["status"] == "passed"
+    assert x["finished_at"] <= y["started_at"]
+    # said once in the log, not on every look at the queue
+    assert len(second.events("waiting", story="y")) == 1

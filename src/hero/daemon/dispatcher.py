@@ -138,6 +138,7 @@ class Dispatcher:
         self._digests_lock = threading.Lock()
         self._said: dict[Path, str] = {}  # what was last logged of a story kept waiting
         self._repo_key: str | None = None  # the repository, as the overlap rule names it
+        self._overlap_said: dict[Path, str] = {}  # what a story held back waits for, as logged
         self._plans_lock = threading.Lock()  # one thread finishes a plan at a time
         #: (store, celery app, the lock its sends take) with engine: celery
         self._engine: tuple[Any, Any, threading.Lock] | None = None
@@ -506,11 +507,12 @@ class Dispatcher:
         the log what it waits for."""
         waits_for = blockers(self._scoped(entry.story), running)
         if not waits_for:
+            self._overlap_said.pop(entry.path, None)
             return True
         reason = wait_reason(waits_for)
-        if self._said.get(entry.path) != reason:
+        if self._overlap_said.get(entry.path) != reason:
             self.log.info("waiting", story=entry.story.ref.key, reason=reason)
-        self._said[entry.path] = reason
+        self._overlap_said[entry.path] = reason
         return False
 
     def _launch_one(self, entry: Entry, overlaps: list[str] | None = None) -> None:
