@@ -180,3 +180,24 @@ def test_the_status_page_and_its_api_show_it(busy: tuple[Path, Path]) -> None:
     assert client.get("/api/stories/a").json()["overlaps"] == ["b"]
     page = client.get("/stories/a").text
     assert 'id="story-overlap"' in page and "its scope overlaps b" in page
+
+
+def test_a_lock_a_dead_run_left_behind_is_not_a_running_story(
+    tmp_path: Path, target_repo: Path
+) -> None:
+    """A run killed with its lock's line still written: the lock is not held, so the story
+    runs nowhere and nothing waits for it."""
+    home = make_home(tmp_path / "home", target_repo, "serial")
+    a = story(home, "a", None, 30)
+    story(home, "b", None, 20)
+    save_state(home, RunState(id="a", status="running", story_path=str(a)))
+    common = Path(git(target_repo, "rev-parse", "--absolute-git-dir").strip())
+    lock = common / "hero" / "locks" / "a.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"home": str(home), "pid": 999_999}) + "\n")
+    report = collect_status(home)
+    assert by_key(report["stories"])["a"]["overlaps"] == []
+    queued = by_key(report["queue"])  # a is queued again: the next run resumes it
+    assert list(queued) == ["a", "b"]
+    assert queued["b"]["overlaps"] == ["a"]  # both queued, both unscoped
+    assert queued["b"]["overlap_waits_for"] == []  # but a runs nowhere: nothing to wait for

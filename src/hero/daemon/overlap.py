@@ -28,10 +28,6 @@ from hero.story.format import parse_story
 from hero.story.overlap import Scoped, stories_overlap
 from hero.story.record import Story, StoryError
 
-#: Held locks looked at in one pass, at most: a repository with more stories running at
-#: once than this is not one hero was made for, and the pass stays cheap.
-MAX_LOCKS = 1_000
-
 
 def repo_key(repo: TargetRepo) -> str:
     """What names the repository for the rule: its git common directory (one for every
@@ -49,8 +45,9 @@ def scoped(story: Story, repo: str) -> Scoped:
 
 def running_on(repo: TargetRepo, home: Path, *, skip: Container[str] = ()) -> list[Scoped]:
     """The stories running on ``repo`` now, by any hero process, with their scopes; a story
-    of this ``home`` whose key is in ``skip`` is left out (the caller knows it already). One
-    of another home is named ``<key> (hero home <path>)``."""
+    whose key is in ``skip`` is left out (the caller runs it: one story runs once on a
+    repository, whatever the home). One of another home is named ``<key> (hero home
+    <path>)``."""
     try:
         locks = repo.common_dir() / "hero" / "locks"
     except (GitError, OSError):
@@ -59,11 +56,11 @@ def running_on(repo: TargetRepo, home: Path, *, skip: Container[str] = ()) -> li
     here = _resolved(home)
     found: list[Scoped] = []
     for ref, lock in _held(locks):
+        if ref.key in skip:
+            continue
         holder = read_holder(lock)
         where = holder.get("home") if isinstance(holder.get("home"), str) else ""
         other = _resolved(Path(where)) if where else None
-        if other == here and ref.key in skip:
-            continue
         name = ref.key if other == here else f"{ref.key} (hero home {where or 'unknown'})"
         found.append(Scoped(name, key, _scope_of(other, ref)))
     return found
@@ -80,17 +77,14 @@ def wait_reason(waits_for: list[str]) -> str:
 
 
 def _held(locks: Path) -> Iterator[tuple[StoryRef, Path]]:
-    """The story locks held under ``locks`` (loose stories, then plans'), at most MAX_LOCKS."""
-    seen = 0
+    """The story locks held under ``locks`` (loose stories, then plans'). A lock's file
+    stays when its story ends, emptied (hero.locks.repo_story_lock): only a file that holds
+    something is opened to ask whether it is held, so a repository with thousands of
+    finished stories costs a directory listing."""
     for plan, folder in [("", locks), *_plan_folders(locks / "plans")]:
         for path in _lock_files(folder):
             ref = StoryRef(plan, path.name[: -len(".lock")])
-            if not ref.valid():
-                continue
-            seen += 1
-            if seen > MAX_LOCKS:
-                return
-            if is_held(path):
+            if ref.valid() and is_held(path):
                 yield ref, path
 
 
@@ -103,15 +97,23 @@ def _plan_folders(directory: Path) -> list[tuple[str, Path]]:
 
 
 def _lock_files(folder: Path) -> list[Path]:
+    """The lock files in ``folder`` that hold a holder's line (none: not held)."""
+    found = []
     try:
         with os.scandir(folder) as entries:
-            return sorted(
-                Path(e.path)
-                for e in entries
-                if e.name.endswith(".lock") and e.is_file(follow_symlinks=False)
-            )
+            for entry in entries:
+                try:
+                    if (
+                        entry.name.endswith(".lock")
+                        and entry.is_file(follow_symlinks=False)
+                        and entry.stat(follow_symlinks=False).st_size > 0
+                    ):
+                        found.append(Path(entry.path))
+                except OSError:  # gone meanwhile
+                    continue
     except OSError:
         return []
+    return sorted(found)
 
 
 def _scope_of(home: Path | None, ref: StoryRef) -> tuple[str, ...]:
