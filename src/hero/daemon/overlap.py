@@ -127,6 +127,8 @@ def _scope_of(home: Path | None, ref: StoryRef) -> tuple[str, ...]:
         return tuple(parse_story(Path(state.story_path)).scope)
     except (StateError, StoryError, OSError, ValueError):
         return ()
+    except Exception:  # noqa: BLE001 - another run's files must not stop the daemon
+        return ()
 
 
 def _resolved(path: Path) -> Path:
