@@ -45,17 +45,23 @@ class Scoped:
     scope: tuple[str, ...]
 
 
+#: A scope as the rule compares it: each glob's alternatives as path components from the
+#: root; None: it may touch any path (unscoped, the whole tree, a name at any depth, or a
+#: glob the rule cannot decide).
+Compiled = tuple[tuple[str, ...], ...] | None
+
+
 def overlapping(stories: Iterable[Scoped]) -> dict[str, tuple[str, ...]]:
     """Each story's key -> the keys of the others whose scopes overlap its own (in the
-    order given); a story that overlaps none is left out."""
-    items = list(stories)
+    order given); a story that overlaps none is left out. Each scope is read once."""
+    items = [(s, compile_scope(s.scope)) for s in stories]
     found: dict[str, list[str]] = {}
-    for i, a in enumerate(items):
-        for b in items[i + 1 :]:
-            if a.key != b.key and stories_overlap(a, b):
+    for i, (a, ca) in enumerate(items):
+        for b, cb in items[i + 1 :]:
+            if a.key != b.key and a.repo == b.repo and compiled_overlap(ca, cb):
                 found.setdefault(a.key, []).append(b.key)
                 found.setdefault(b.key, []).append(a.key)
-    order = {s.key: n for n, s in enumerate(items)}
+    order = {s.key: n for n, (s, _) in enumerate(items)}
     return {k: tuple(sorted(v, key=order.__getitem__)) for k, v in found.items()}
 
 
@@ -66,20 +72,32 @@ def stories_overlap(a: Scoped, b: Scoped) -> bool:
 
 def scopes_overlap(a: Sequence[str], b: Sequence[str]) -> bool:
     """Whether some path could be in both scopes (an empty scope is the whole tree)."""
-    if not a or not b:
-        return True
-    return any(globs_overlap(x, y) for x in a for y in b)
+    return compiled_overlap(compile_scope(a), compile_scope(b))
 
 
 def globs_overlap(a: str, b: str) -> bool:
     """Whether some path could match both globs (what the rule cannot decide: True)."""
-    ga, gb = _anchored(a), _anchored(b)
-    if ga is None or gb is None:  # the whole tree, or a name at any depth
+    return compiled_overlap(compile_scope((a,)), compile_scope((b,)))
+
+
+def compile_scope(scope: Sequence[str]) -> Compiled:
+    """``scope`` as the rule compares it (see :data:`Compiled`)."""
+    if not scope:
+        return None
+    paths: list[tuple[str, ...]] = []
+    for glob in scope:
+        anchored = _anchored(glob)
+        alternatives = None if anchored is None else _alternatives(anchored)
+        if alternatives is None:  # the whole tree, a name at any depth, or undecided
+            return None
+        paths += (tuple(alt.split("/")) for alt in alternatives)
+    return tuple(paths)
+
+
+def compiled_overlap(a: Compiled, b: Compiled) -> bool:
+    if a is None or b is None:
         return True
-    alts_a, alts_b = _alternatives(ga), _alternatives(gb)
-    if alts_a is None or alts_b is None:
-        return True
-    return any(_paths_meet(x.split("/"), y.split("/")) for x in alts_a for y in alts_b)
+    return any(_paths_meet(x, y) for x in a for y in b)
 
 
 def _anchored(text: str) -> str | None:
@@ -126,8 +144,10 @@ def _expand(pat: str) -> list[str] | None:
     return [pat[:start] + h + t for h in heads for t in tails]
 
 
-def _paths_meet(a: list[str], b: list[str]) -> bool:
+def _paths_meet(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     for x, y in zip(a, b, strict=False):
+        if x == y and "**" not in x:
+            continue
         if "**" in x or "**" in y:  # spans components: not decided here
             return True
         if not _names_meet(x, y):
@@ -151,7 +171,7 @@ def _names_meet(x: str, y: str) -> bool:
 
 
 def _wild(name: str) -> bool:
-    return any(c in name for c in _WILD)
+    return "*" in name or "?" in name or "[" in name
 
 
 def _fixed_start(name: str) -> str:
