@@ -5,6 +5,8 @@ paths that match one glob, so the rule and the check cannot drift apart."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from hero.agent.tools.scope import _Glob
@@ -127,3 +129,31 @@ def test_overlapping_names_every_pair_in_order_and_leaves_out_the_rest() -> None
 def test_a_pathological_glob_is_an_overlap_not_a_hang() -> None:
     many = "/".join(["{a,b,c,d}"] * 8)  # 4**8 alternatives
     assert globs_overlap(many, "z/z")
+
+
+def test_overlapping_finds_every_pair_the_pairwise_rule_finds() -> None:
+    """overlapping() looks only at the pairs that may meet (a tree of fixed starts): on many
+    random scopes it finds exactly the pairs scopes_overlap finds, one by one."""
+    rng = random.Random(33)
+    parts = ["src", "docs", "a", "b", "*.py", "a*", "*b", "?", "[ab]", "{a,b}", "x.md"] * 3
+    parts += ["**", "{src,docs/a}"]
+
+    def glob() -> str:
+        text = "/".join(rng.choice(parts) for _ in range(rng.randint(1, 4)))
+        return rng.choice(["/", "/", "./", ""]) + text + rng.choice(["", "/"])
+
+    for _ in range(30):
+        stories = [
+            Scoped(
+                f"s{n}",
+                rng.choice(["r1", "r1", "r2"]),
+                tuple(glob() for _ in range(rng.choice([0, 1, 1, 2, 3]))),
+            )
+            for n in range(25)
+        ]
+        expected: dict[str, list[str]] = {}
+        for a in stories:
+            for b in stories:
+                if a is not b and a.repo == b.repo and scopes_overlap(a.scope, b.scope):
+                    expected.setdefault(a.key, []).append(b.key)
+        assert overlapping(stories) == {k: tuple(v) for k, v in expected.items()}

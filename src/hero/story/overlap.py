@@ -26,7 +26,7 @@ Nothing here reads a file: the scopes come from the stories as parsed.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 #: A glob's ``{a,b}`` choices are expanded up to this many alternatives; past it, the rule
@@ -53,16 +53,87 @@ Compiled = tuple[tuple[str, ...], ...] | None
 
 def overlapping(stories: Iterable[Scoped]) -> dict[str, tuple[str, ...]]:
     """Each story's key -> the keys of the others whose scopes overlap its own (in the
-    order given); a story that overlaps none is left out. Each scope is read once."""
-    items = [(s, compile_scope(s.scope)) for s in stories]
+    order given); a story that overlaps none is left out.
+
+    Every pair is decided by :func:`compiled_overlap`, but only the pairs that may meet are
+    looked at: two paths whose fixed starts (their components up to the first wildcard)
+    part somewhere never meet, so each path is filed in a tree of fixed starts and compared
+    only with the paths filed above or below it. A queue of hundreds of scoped stories then
+    costs about as many comparisons as it has overlaps."""
+    items = list(stories)
+    pairs: set[tuple[int, int]] = set()
+    by_repo: dict[str, list[int]] = {}
+    for n, story in enumerate(items):
+        by_repo.setdefault(story.repo, []).append(n)
+    for members in by_repo.values():
+        pairs |= _pairs_in_repo([(n, compile_scope(items[n].scope)) for n in members])
     found: dict[str, list[str]] = {}
-    for i, (a, ca) in enumerate(items):
-        for b, cb in items[i + 1 :]:
-            if a.key != b.key and a.repo == b.repo and compiled_overlap(ca, cb):
-                found.setdefault(a.key, []).append(b.key)
-                found.setdefault(b.key, []).append(a.key)
-    order = {s.key: n for n, (s, _) in enumerate(items)}
-    return {k: tuple(sorted(v, key=order.__getitem__)) for k, v in found.items()}
+    for i, j in sorted(pairs):
+        a, b = items[i].key, items[j].key
+        if a != b:
+            found.setdefault(a, []).append(b)
+            found.setdefault(b, []).append(a)
+    order = {s.key: n for n, s in reversed(list(enumerate(items)))}
+    return {k: tuple(sorted(set(v), key=order.__getitem__)) for k, v in found.items()}
+
+
+@dataclass
+class _Node:
+    """A fixed start in the tree of :func:`_pairs_in_repo`: the paths filed here (whose
+    fixed start it is, with their story's index) and the longer fixed starts below."""
+
+    here: list[tuple[int, tuple[str, ...]]]
+    below: dict[str, _Node]
+
+    def all_under(self) -> Iterator[tuple[int, tuple[str, ...]]]:
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield from node.here
+            stack.extend(node.below.values())
+
+
+def _pairs_in_repo(items: list[tuple[int, Compiled]]) -> set[tuple[int, int]]:
+    """The ``(i, j)`` (``i < j``) of the stories of one repository whose scopes overlap."""
+    pairs: set[tuple[int, int]] = set()
+    everywhere = [n for n, compiled in items if compiled is None]
+    for n, _ in items:  # a story that may touch any path overlaps every other
+        pairs.update((min(n, m), max(n, m)) for m in everywhere if m != n)
+    root = _Node([], {})
+    scoped = [(n, compiled) for n, compiled in items if compiled is not None]
+    for n, compiled in scoped:
+        for path in compiled:
+            node = root
+            for part in _fixed(path):
+                node = node.below.setdefault(part, _Node([], {}))
+            node.here.append((n, path))
+    for n, compiled in scoped:
+        for path in compiled:
+            for m, other in _candidates(root, _fixed(path)):
+                pair = (min(n, m), max(n, m))
+                if m != n and pair not in pairs and _paths_meet(path, other):
+                    pairs.add(pair)
+    return pairs
+
+
+def _fixed(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The path's components up to its first one with a wildcard."""
+    for n, part in enumerate(path):
+        if _wild(part):
+            return path[:n]
+    return path
+
+
+def _candidates(root: _Node, fixed: tuple[str, ...]) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """The paths filed on the way to ``fixed`` and under it: the only ones that may meet a
+    path whose fixed start it is."""
+    node = root
+    for part in fixed:
+        yield from node.here
+        if part not in node.below:
+            return
+        node = node.below[part]
+    yield from node.all_under()
 
 
 def stories_overlap(a: Scoped, b: Scoped) -> bool:
