@@ -503,6 +503,7 @@ def test_every_kind_of_event_validates_and_a_trace_feeds_the_stream(tmp_path: Pa
     stream = io.StringIO()
     events = StoryEvents(EventSink(stream), "plan-a/s1", Redactor([KEY]))
     events.run_start(story_id="s1", plan="plan-a", file=tmp_path / "s1.md", branch="hero/s1")
+    events.overlap(others=["plan-a/s0", "s9 (hero home /h)"], scope=("/src",), mode="serial")
     events.round_start(1, max_rounds=3, part=2)
     trace = Trace(tmp_path / "round-1.jsonl", redact=Redactor([KEY]), tap=events.tap)
     with trace:
@@ -544,6 +545,7 @@ def test_every_kind_of_event_validates_and_a_trace_feeds_the_stream(tmp_path: Pa
     assert KEY not in out
     assert types(lines) == [
         "run_start",
+        "overlap",
         "round_start",
         "turn",
         "tool_call",
@@ -559,6 +561,10 @@ def test_every_kind_of_event_validates_and_a_trace_feeds_the_stream(tmp_path: Pa
         "error",
         "result",
     ]
+    overlap = lines.pop(1)
+    assert overlap["with"] == ["plan-a/s0", "s9 (hero home /h)"] and overlap["round"] is None
+    assert overlap["scope"] == ["/src"] and overlap["mode"] == "serial"
+    assert not VALIDATOR.is_valid({**overlap, "with": []})  # names at least one story
     turn, call_, lost = lines[2], lines[3], lines[5]
     assert turn["tokens_cached"] == 4 and turn["duration_s"] == 0.5
     assert "more characters cut" in call_["arguments"]

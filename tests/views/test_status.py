@@ -211,7 +211,7 @@ def test_json_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
     report = status_json(tmp_path, capsys)
 
-    assert set(report) == {"daemon", "breakers", "stories", "queue", "rejected"}
+    assert set(report) == {"daemon", "breakers", "overlap", "stories", "queue", "rejected"}
     assert report["daemon"] == {"running": False, "pid": None}
     (row,) = report["stories"]
     for key in (
@@ -247,6 +247,7 @@ def test_home_without_runs_or_inbox_is_empty(
     assert report == {
         "daemon": {"running": False, "pid": None},
         "breakers": [],
+        "overlap": None,  # no configuration to read it from
         "stories": [],
         "queue": [],
         "rejected": [],

@@ -18,6 +18,7 @@ from hero.config.providers import ROLE_SETTINGS, Provider, RoleConfig
 from hero.config.schema import (
     GITHUB_API_URL,
     GITHUB_SECTION,
+    OVERLAP_MODES,
     PROVIDERS_DIR,
     ROLE_NAMES,
     ROLES_FILE,
@@ -27,6 +28,7 @@ from hero.config.schema import (
     SERVE_TOKEN_MIN_CHARS,
     TARGET_SECTION,
     ConfigError,
+    choices_of,
 )
 from hero.config.sections import (
     Budgets,
@@ -104,6 +106,24 @@ class Config:
         note="With engine: celery, stories in flight across all workers: the sum of their "
         "--concurrency.",
         written=False,  # shown commented out: the Celery steps add it (docs/celery.md)
+        section=ROUNDS_SECTION,
+    )
+    overlap: str = knob(
+        "overlap",
+        "parallel",
+        "What `hero watch` does with stories whose scopes overlap:",
+        choices=choices_of(
+            OVERLAP_MODES,
+            {
+                "parallel": "run them side by side; `hero status`, the status page and the "
+                "events flag them",
+                "serial": "one after the other: a story that overlaps a running one stays "
+                "queued until it ends",
+            },
+        ),
+        note="Two scopes overlap when some path could match both; a story without `scope:` "
+        "overlaps every other. The whole rule: docs/watch.md, Overlapping stories.",
+        written=False,
         section=ROUNDS_SECTION,
     )
     verify_timeout_ms: int = knob(

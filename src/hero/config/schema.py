@@ -43,6 +43,8 @@ ENGINES = ("local", "celery")
 #: What hero sends alerts on (``notify_events``): a story's end, a provider's breaker opening.
 NOTIFY_EVENTS = ("story_end", "breaker_open")
 SANDBOX_MODES = ("auto", "bwrap", "none")
+#: What `hero watch` does with stories whose scopes overlap (hero.story.overlap).
+OVERLAP_MODES = ("parallel", "serial")
 #: Whether the sandbox's limits use the cgroup controllers hero can write (``sandbox_cgroups``).
 SANDBOX_CGROUPS = ("auto", "off")
 #: Files the worker never writes, whatever the story's scope; roles.yaml's

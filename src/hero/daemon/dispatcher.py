@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hero.config.home import Config
 from hero.daemon.inbox import Inbox, Signature, plan_of, signature, start_watching
+from hero.daemon.overlap import blockers, repo_key, running_on, scoped, wait_reason
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
 from hero.git.ops import TargetRepo
@@ -48,7 +49,7 @@ from hero.plans.finish import finish_plan, mark_skipped
 from hero.plans.gate import Gate, Rule
 from hero.redact import Redactor
 from hero.roles.verifier import MODEL_VERIFY_HINT, policy_problems
-from hero.run.events import EventSink
+from hero.run.events import EventSink, StoryEvents
 from hero.run.housekeeping import Housekeeper, Rules
 from hero.run.notify import Notifier
 from hero.run.pipeline import RunHooks, StoryRun
@@ -57,6 +58,7 @@ from hero.run.revision import waits_for
 from hero.runner import kill_marked
 from hero.state import RunState, StateError, Status, file_digest, load_state, state_dir
 from hero.story.format import parse_story
+from hero.story.overlap import Scoped
 from hero.story.record import MAX_STORY_BYTES, Story, StoryError
 
 if TYPE_CHECKING:
@@ -136,6 +138,8 @@ class Dispatcher:
         self._busy_elsewhere: set[str] = set()  # keys another hero home runs right now
         self._digests_lock = threading.Lock()
         self._said: dict[Path, str] = {}  # what was last logged of a story kept waiting
+        self._repo_key: str | None = None  # the repository, as the overlap rule names it
+        self._overlap_said: dict[Path, str] = {}  # what a story held back waits for, as logged
         self._plans_lock = threading.Lock()  # one thread finishes a plan at a time
         #: (store, celery app, the lock its sends take) with engine: celery
         self._engine: tuple[Any, Any, threading.Lock] | None = None
@@ -432,6 +436,11 @@ class Dispatcher:
             waiting = sum(not self.breakers.stopped(self._providers(e.story)) for e in ready)
             if room <= 0 or not ready:
                 return waiting
+            beside = self._running_scoped()
+            if self.config.overlap == "serial":  # one after the other (hero.daemon.overlap)
+                ready = [e for e in ready if self._overlap_free(e, beside)]
+                if not ready:
+                    return waiting
             with self._lock:
                 # the best whose providers' breakers are closed, or open and due (it is then
                 # their probe): a story on another provider is not held back by this one's
@@ -448,7 +457,7 @@ class Dispatcher:
                     return waiting
                 del self._ready[entry.path]
             try:
-                self._launch_one(entry)
+                self._launch_one(entry, blockers(self._scoped(entry.story), beside))
             except Exception as exc:  # noqa: BLE001 - one story must not stop the daemon
                 with self._lock:
                     self._running.pop(entry.story.ref.key, None)
@@ -491,7 +500,35 @@ class Dispatcher:
         self._said[entry.path] = decision.reason
         return False
 
-    def _launch_one(self, entry: Entry) -> None:
+    def _scoped(self, story: Story) -> Scoped:
+        if self._repo_key is None:
+            self._repo_key = repo_key(self.repo)
+        return scoped(story, self._repo_key)
+
+    def _running_scoped(self) -> list[Scoped]:
+        """The stories running on the repository now, with their scopes: this daemon's,
+        then those any other hero process runs there (`hero run`, another home)."""
+        with self._lock:
+            ours = [r.story for r in self._running.values()]
+        mine = [self._scoped(story) for story in ours]
+        return mine + running_on(self.repo, self.home, skip={s.key for s in mine})
+
+    def _overlap_free(self, entry: Entry, running: list[Scoped]) -> bool:
+        """Whether ``entry`` may start beside what runs (``overlap: serial``); says once in
+        the log what it waits for."""
+        waits_for = blockers(self._scoped(entry.story), running)
+        if not waits_for:
+            self._overlap_said.pop(entry.path, None)
+            return True
+        reason = wait_reason(waits_for)
+        if self._overlap_said.get(entry.path) != reason:
+            self.log.info("waiting", story=entry.story.ref.key, reason=reason)
+        self._overlap_said[entry.path] = reason
+        return False
+
+    def _launch_one(self, entry: Entry, overlaps: list[str] | None = None) -> None:
+        """Start ``entry``'s story; ``overlaps``: the running stories whose scopes overlap
+        its own, said in the log and the events as it starts."""
         story, path = entry.story, entry.path
         with self._lock:
             if not path.exists():
@@ -522,7 +559,17 @@ class Dispatcher:
                     progress=progress,
                     cancel=cancel,
                     events=self.events,
-                    hooks=RunHooks(on_save=functools.partial(self._progressed, key)),
+                    hooks=RunHooks(
+                        on_save=functools.partial(self._progressed, key),
+                        on_start=functools.partial(
+                            _say_overlap,
+                            others=overlaps,
+                            scope=tuple(story.scope),
+                            mode=self.config.overlap,
+                        )
+                        if overlaps
+                        else None,
+                    ),
                 )
                 run = story_run
             thread = threading.Thread(
@@ -532,6 +579,13 @@ class Dispatcher:
                 story, path, run, cancel, thread, calls_before=calls_before
             )
         log.info("started", file=path.name)
+        if overlaps:
+            log.info(
+                "overlap",
+                overlaps=overlaps,
+                scope=list(story.scope),
+                note="their scopes overlap: they may change the same files",
+            )
         thread.start()
 
     def _remote_run(self, story: Story, path: Path, log: Any, cancel: threading.Event) -> RemoteRun:
@@ -740,6 +794,13 @@ def _calls(home: Path, ref: StoryRef) -> int:
     except StateError:
         return 0
     return _calls_of(state) if state is not None else 0
+
+
+def _say_overlap(
+    events: StoryEvents, *, others: list[str], scope: tuple[str, ...], mode: str
+) -> None:
+    """The ``overlap`` event of a story that starts beside overlapping ones."""
+    events.overlap(others=others, scope=scope, mode=mode)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -57,6 +57,7 @@ class EventType(StrEnum):
     """The ``type`` of each event: a contract scripts read (the schema names them all)."""
 
     RUN_START = "run_start"
+    OVERLAP = "overlap"
     ROUND_START = "round_start"
     TURN = "turn"
     TOOL_CALL = "tool_call"
@@ -225,6 +226,12 @@ class StoryEvents:
         self.emit(
             EventType.RUN_START, id=story_id, plan=plan or None, file=str(file), branch=branch
         )
+
+    @_quiet
+    def overlap(self, *, others: list[str], scope: tuple[str, ...], mode: str) -> None:
+        """The story starts beside running stories whose scopes overlap its own (``others``,
+        their keys): said by `hero watch` (hero.daemon.overlap) right after ``run_start``."""
+        self.emit(EventType.OVERLAP, mode=mode, scope=list(scope), **{"with": list(others)})
 
     @_quiet
     def round_start(self, n: int, *, max_rounds: int, part: int) -> None:

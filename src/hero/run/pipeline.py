@@ -100,6 +100,9 @@ class RunHooks:
     """Called with the record after each save of it (the Celery engine publishes it then,
     so that a step is done, for any other machine, before the next one starts; the daemon
     shows the progress)."""
+    on_start: Callable[[StoryEvents], None] | None = None
+    """Called with the story's events right after ``run_start`` (`hero watch` says there
+    which running stories' scopes overlap the story's: hero.daemon.overlap)."""
     on_turn_end: Callable[[StoryRun], None] | None = None
     """Called after each worker turn, between two of its commands (the Celery engine
     snapshots the worktree then: hero.engine.wip)."""
@@ -189,6 +192,8 @@ class StoryRun:
         self.events.run_start(
             story_id=self.story.id, plan=self.story.plan, file=self.story.path, branch=self.branch
         )
+        if self.hooks.on_start is not None:
+            self.hooks.on_start(self.events)
         shown: RunState | None = None  # what the result says, when not this run's record
         try:
             # The home's lock (one process per home), then the repository's (one home per

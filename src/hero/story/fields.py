@@ -270,7 +270,8 @@ FIELDS = (
         "list of paths and globs",
         "What the Worker may change: .gitignore-style globs (`*` within a path component, "
         "`**` across, a glob without `/` at any depth). A write outside is refused, a bash "
-        "command's change outside put back; protected files win over scope.",
+        "command's change outside put back; protected files win over scope. Stories whose "
+        "scopes overlap are flagged, and run one after the other with `overlap: serial`.",
         lambda value, path, fields: _str_list(value, "scope", path),
         "none: every file",
     ),

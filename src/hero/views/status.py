@@ -18,6 +18,14 @@ would run, in the order it would take it, by the one rule in :mod:`hero.daemon.q
 listed as rejected, with its reason. What a queued story waits for is said by the one
 dependency rule, :mod:`hero.plans.gate`.
 
+Overlap: ``overlap`` is the home's setting (``parallel`` or ``serial``; null when the
+configuration cannot be read, and then nothing is flagged). Each running story's row and each
+queued story has ``overlaps``, the keys of the stories queued or running whose scopes overlap
+its own (:mod:`hero.story.overlap`; the stories running on the repository are those whose
+repository lock a hero process holds, :mod:`hero.daemon.overlap`, so another home's are
+named too, ``<key> (hero home <path>)``); a queued story has ``scope`` and, with ``overlap:
+serial``, ``overlap_waits_for`` (the running stories it waits for) and ``overlap_reason``.
+
 Spend against budget: each row has ``wall_s`` (the story's wall time as its budget counts
 it, :func:`hero.run.budget.story_spend`) and ``budget``, the six budgets of config/roles.yaml
 under their names (``max_story_tokens``, ...; null: no limit), or null when the
@@ -53,10 +61,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hero.config.home import Config
 from hero.config.loader import load_config
 from hero.config.schema import ConfigError
 from hero.daemon.inbox import is_plan_dir
+from hero.daemon.overlap import blockers, repo_key, running_on, wait_reason
 from hero.daemon.queue import Admit, Entry, admit, arrange, duplicate_reason
+from hero.git.ops import TargetRepo
 from hero.llm.usage import Usage
 from hero.locks import daemon_lock_path, is_held, read_pid, story_lock_path
 from hero.names import StoryRef, plan_name_problem
@@ -64,6 +75,7 @@ from hero.plans.gate import Decision, Gate, Rule
 from hero.run.budget import settings, story_spend
 from hero.state import StateError, Status, load_state, state_dir
 from hero.story.format import parse_story
+from hero.story.overlap import Scoped, overlapping
 from hero.story.record import Story, StoryError
 from hero.views.text import WIDTH as WIDTH
 from hero.views.text import cut
@@ -79,15 +91,61 @@ def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
     """The status of the home as plain data (what ``hero status --json`` prints)."""
     home = Path(home)
     now = time.time() if now is None else now
-    stories = _story_rows(home, now, _budgets(home))
+    config = _config(home)
+    stories = _story_rows(home, now, settings(config.budgets) if config else None)
     queue, rejected = _inbox(home, now)
+    mode = config.overlap if config else None
+    if config is not None:
+        _flag_overlaps(TargetRepo(config.target_repo), home, mode, stories, queue)
     return {
         "daemon": daemon_status(home),
         "breakers": breaker_rows(home),
+        "overlap": mode,
         "stories": stories,
         "queue": queue,
         "rejected": rejected,
     }
+
+
+def overlap_of(home: Path, key: str) -> dict[str, Any]:
+    """What the overlap rule says of the story ``key`` now: ``overlaps`` (the keys of the
+    stories queued or running whose scopes overlap its own; [] when it is neither queued nor
+    running) and ``overlap_reason`` (why ``overlap: serial`` holds it back; "" when not)."""
+    report = collect_status(home)
+    for item in report["queue"]:
+        if item["key"] == key:
+            return {"overlaps": item["overlaps"], "overlap_reason": item["overlap_reason"]}
+    for row in report["stories"]:
+        if row["key"] == key:
+            return {"overlaps": row["overlaps"], "overlap_reason": ""}
+    return {"overlaps": [], "overlap_reason": ""}
+
+
+def _flag_overlaps(
+    repo: TargetRepo,
+    home: Path,
+    mode: str | None,
+    stories: list[dict[str, Any]],
+    queue: list[dict[str, Any]],
+) -> None:
+    """Each running story's row and each queued story gets ``overlaps``: the keys of the
+    stories queued or running whose scopes overlap its own (hero.story.overlap; a story
+    another home runs on the repository is named with that home). A queued story gets
+    ``overlap_waits_for`` and ``overlap_reason`` too: with ``overlap: serial``, the running
+    stories it waits for, and why ([] and "" when it does not wait for any)."""
+    running = running_on(repo, home)
+    key = repo_key(repo)
+    queued = [Scoped(str(q["key"]), key, tuple(q["scope"])) for q in queue]
+    found = overlapping([*running, *queued])
+    live = {r.key for r in running}
+    for row in stories:
+        mine = row["status"] == Status.RUNNING and row["key"] in live
+        row["overlaps"] = list(found.get(row["key"], ())) if mine else []
+    for item, story in zip(queue, queued, strict=True):
+        item["overlaps"] = list(found.get(story.key, ()))
+        waits = blockers(story, running) if mode == "serial" else []
+        item["overlap_waits_for"] = waits
+        item["overlap_reason"] = wait_reason(waits) if waits else ""
 
 
 def breaker_rows(home: Path) -> list[dict[str, Any]]:
@@ -137,10 +195,11 @@ def _plan_folders(directory: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def _budgets(home: Path) -> dict[str, float | None] | None:
-    """The budgets of config/roles.yaml by name; None when the configuration cannot be read."""
+def _config(home: Path) -> Config | None:
+    """The home's configuration (its budgets, its overlap setting, its repository); None when
+    it cannot be read (status still shows everything else)."""
     try:
-        return settings(load_config(home, roles=()).budgets)
+        return load_config(home, roles=())
     except (ConfigError, OSError):
         return None
 
@@ -241,6 +300,7 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         "started_at": started or None,
         "finished_at": finished,
         "updated_at": updated or None,
+        "overlaps": [],  # running: the stories whose scopes overlap (_flag_overlaps)
     }
 
 
@@ -295,6 +355,7 @@ def _unreadable(ref: StoryRef, path: Path, reason: str, home: Path) -> dict[str,
         "started_at": None,
         "finished_at": None,
         "updated_at": None,
+        "overlaps": [],
     }
 
 
@@ -348,11 +409,16 @@ def _inbox(home: Path, now: float) -> tuple[list[dict[str, Any]], list[dict[str,
                 "mtime": entry.arrived,
                 "age_s": round(max(now - entry.arrived, 0.0), 3),
                 "depends_on": list(story.depends_on),
+                "scope": list(story.scope),  # [] : every file
                 # the ids, as this key always held; with what each is in waits_for_detail
                 "waits_for": [_dep_id(w) for w in decision.waits_for],
                 "waits_for_detail": list(decision.waits_for),
                 "gate": str(decision.gate),
                 "gate_reason": decision.reason,
+                # the overlap rule's (_flag_overlaps), when the configuration can be read
+                "overlaps": [],
+                "overlap_waits_for": [],
+                "overlap_reason": "",
             }
         )
     return items, rejected
@@ -523,6 +589,9 @@ def _story_table(stories: list[dict[str, Any]]) -> list[str]:
         before = baseline_summary(row.get("baseline"))
         if before:
             out.append(cut("    baseline: " + before, WIDTH))
+        if row.get("overlaps"):
+            said = ", ".join(row["overlaps"])
+            out.append(cut(f"    overlaps: {said} (their scopes overlap)", WIDTH))
         if row["error"]:  # a skipped story's says which ancestor failed
             out.append(cut("    error: " + " ".join(row["error"].split()), WIDTH))
         elif row.get("outage") and row["status"] == Status.INTERRUPTED:
@@ -649,7 +718,18 @@ def _queue_table(queue: list[dict[str, Any]]) -> list[str]:
 
 
 def queue_note(item: dict[str, Any]) -> str:
-    """What the dependency rule says of a queued story, in a few words ("" when it may run)."""
+    """What the dependency rule and the overlap rule say of a queued story, in a few words
+    ("" when it may run and overlaps nothing)."""
+    note = _dependency_note(item)
+    if item.get("overlap_reason"):
+        return f"{note}; {item['overlap_reason']}" if note else str(item["overlap_reason"])
+    if item.get("overlaps"):
+        said = f"its scope overlaps {', '.join(item['overlaps'])}"
+        return f"{note}; {said}" if note else said
+    return note
+
+
+def _dependency_note(item: dict[str, Any]) -> str:
     gate = item.get("gate")
     detail = item.get("waits_for_detail") or item.get("waits_for") or []
     if gate == Gate.SKIP:

@@ -34,7 +34,7 @@ from hero.redact import Redactor
 from hero.state import RunState, StateError, Status, load_state
 from hero.trace import Event
 from hero.views.logs import story_ref
-from hero.views.status import collect_status, estimated_text
+from hero.views.status import collect_status, estimated_text, overlap_of
 from hero.web.memory import facts as memory_facts
 from hero.web.memory import path_of as memory_path_of
 
@@ -132,10 +132,15 @@ def board_signature(site: Site) -> str:
 
 def story_signature(site: Site, ref: StoryRef) -> str:
     memory = memory_path_of(site.home, site.repo)
+    home = site.home
     return signature(
-        [ref.state_path(site.home)],
-        _listing(ref.run_dir(site.home)),
+        [ref.state_path(home)],
+        _listing(ref.run_dir(home)),
         [memory] if memory is not None else [],
+        # what its overlaps depend on: the stories queued and running (hero.views.status)
+        _listing(home / "runs" / "state"),
+        _listing(home / "runs" / "state" / "plans", depth=2),
+        _listing(home / "inbox", depth=2),
     )
 
 
@@ -287,6 +292,8 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
         "rounds": rounds,
         # the facts this story taught the repository's memory, each with its trust
         "memory": memory_facts(site.home, site.repo, site.redactor, story=ref.key),
+        # the stories queued or running whose scopes overlap its own, and why it waits
+        **overlap_of(site.home, ref.key),
     }
     if unreadable:  # the page says so, with what could not be read
         data.update(status="unreadable", error=unreadable)
