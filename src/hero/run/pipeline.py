@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from hero.run.cancel import StoryCancelled, cancel_at_start
 from hero.run.cancel import check as check_cancelled
 from hero.run.environment import SetupFailed
 from hero.run.events import EventSink, StopReason, StoryEvents, run_result
+from hero.run.keepup import UPDATED, KeepUp, update_rounds
 from hero.run.record import RunRecord, finish_done_move
 from hero.run.start import RunStart, write_error_log
 from hero.run.workspace import Progress as Progress  # re-exported: hero.run.launch
@@ -165,6 +166,8 @@ class StoryRun:
             self.say,
             hooks.on_save,
         )
+        #: the branch brought up to date with its target before the story passes
+        self.keep_up = KeepUp(config, self.workspace, self.start, self.events, self.say)
 
     @property
     def state(self) -> RunState:
@@ -227,14 +230,23 @@ class StoryRun:
                 return state
             env = self.workspace.prepare(state)
             _before_round_1(self, state, env, tiers)
-            while len(state.rounds) < max_rounds:
-                record = self._round(len(state.rounds) + 1, max_rounds, tiers, env)
+            while True:
+                update: dict[str, Any] = {}  # the round after a pass: the branch updated
+                if state.rounds and state.rounds[-1].review.verdict == APPROVED:
+                    update = self.keep_up.next(state) or {}
+                    if not update:
+                        self.record.passed(state.rounds[-1].round)
+                        return state
+                elif len(state.rounds) >= max_rounds + update_rounds(state):
+                    break  # rounds that check an update are not counted (hero.run.keepup)
+                record = self._round(len(state.rounds) + 1, max_rounds, tiers, env, update)
                 state.rounds.append(record)
                 self.events.round_end(asdict(record))
-                if record.review.verdict == APPROVED:
-                    self.record.passed(record.round)
+                if update.get("conflict") and (why := self.keep_up.unresolved(state, record)):
+                    self.record.conflict(why)
                     return state
-                self.record.leave_feedback(record)
+                if record.review.verdict != APPROVED:
+                    self.record.leave_feedback(record)
             self.record.finish(Status.GAVE_UP)
             self.events.stop(
                 StopReason.GAVE_UP,
@@ -280,7 +292,12 @@ class StoryRun:
     # -- one round: work -> rescue -> check (verify, review) -> record --------------------
 
     def _round(
-        self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], env: dict[str, str]
+        self,
+        n: int,
+        max_rounds: int,
+        tiers: tuple[VerifyTier, ...],
+        env: dict[str, str],
+        update: dict[str, Any],
     ) -> Round:
         started = time.time()
         self.meter.start_round(n, started)
@@ -288,7 +305,11 @@ class StoryRun:
         self.state.current_round = n
         self.record.phase("worker", f"round {n}/{max_rounds}: worker", self.cancel)
         trace_path = self.run_dir / f"round-{n}.jsonl"
-        messages, replayed, unreplayable = self._conversation(n, max_rounds, tiers, trace_path)
+        messages, replayed, unreplayable = (
+            ([], None, "")  # a round that checks an update: no worker, no conversation
+            if update and not update.get("conflict")
+            else _conversation(self, n, max_rounds, tiers, trace_path)
+        )
         part = replayed.parts + 1 if replayed is not None else 1
         self.events.round_start(n, max_rounds=max_rounds, part=part)
         tap = self.events.tap if self.events else None
@@ -306,8 +327,10 @@ class StoryRun:
             if replayed is not None and not replayed.done and self.hooks.on_resume is not None:
                 # before the guard: its start is the tip
                 replayed.worktree = self.hooks.on_resume(self, n)
-            guard = self.workspace.git.watch(self.state.built_on)
-            if replayed is not None and replayed.done:
+            guard = self.workspace.git.watch(self.state.head_sha if update else self.state.built_on)
+            if update and not update.get("conflict"):  # the update to check: no worker
+                result = AgentResult(stop_reason=UPDATED)
+            elif replayed is not None and replayed.done:
                 result = AgentResult.from_replay(replayed)
                 if replayed.ended is None:
                     trace.agent_end(result.end_event())
@@ -320,46 +343,8 @@ class StoryRun:
         self.say(f"round {n}: {verdict.verdict}: {verdict.summary}")
         self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
         feedback = self.redactor.redact(_feedback_text(verdict, verify))
-        return _round_record(n, started, result, verify, verdict, self.state.head_sha, feedback)
-
-    def _conversation(
-        self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], trace_path: Path
-    ) -> tuple[list[dict[str, Any]], Replayed | None, str]:
-        """The worker's history: the round's conversation so far when an earlier run
-        stopped in its middle (see hero.agent.replay), else its first messages; and why a
-        trace that was there could not be replayed (the round then starts over)."""
-        why = ""
-        try:
-            replayed = replay_round(
-                trace_path, base_sha=self.state.base_sha, started_at=self.state.started_at
-            )
-        except Unreplayable as exc:
-            self.say(f"round {n}: starts over: its trace cannot be replayed ({exc})")
-            replayed, why = None, str(exc)
-        if replayed is not None:
-            if not replayed.done:
-                self.say(
-                    f"round {n}: resumes at turn {replayed.turns + 1}, its conversation "
-                    f"replayed from the trace ({replayed.turns} turns, "
-                    f"{replayed.tool_calls} tool calls)"
-                )
-            return replayed.messages, replayed, why
-        rounds = self.state.rounds
-        first = build_messages(
-            self.story,
-            tiers,
-            self.workspace.path,
-            round_no=n,
-            max_rounds=max_rounds,
-            feedback=rounds[-1].feedback if rounds else "",
-            home=self.home,
-            builds_on=self.start.builds_on(),
-            # once, at the round's start: every turn of the round sends these same first
-            # messages (a resumed round replays them from its trace, above)
-            memory=self._recall().section,
-            baseline=worker_note(self.state.baseline),
-        )
-        return first, None, why
+        record = _round_record(n, started, result, verify, verdict, self.state.head_sha, feedback)
+        return replace(record, update=update)
 
     def _recall(self, *, facts: bool = True) -> Recalled:
         """What the repository's memory tells the story now (see hero.memory.recall);
@@ -508,6 +493,46 @@ class StoryRun:
             self.workspace.keep_leftovers(self.state, why)
         except GitError as err:  # the next run keeps what is left, as after any stop
             self.say(f"{self.key}: could not commit the work left: {err}")
+
+
+def _conversation(
+    run: StoryRun, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], trace_path: Path
+) -> tuple[list[dict[str, Any]], Replayed | None, str]:
+    """The worker's history: the round's conversation so far when an earlier run
+    stopped in its middle (see hero.agent.replay), else its first messages; and why a
+    trace that was there could not be replayed (the round then starts over)."""
+    why = ""
+    try:
+        replayed = replay_round(
+            trace_path, base_sha=run.state.base_sha, started_at=run.state.started_at
+        )
+    except Unreplayable as exc:
+        run.say(f"round {n}: starts over: its trace cannot be replayed ({exc})")
+        replayed, why = None, str(exc)
+    if replayed is not None:
+        if not replayed.done:
+            run.say(
+                f"round {n}: resumes at turn {replayed.turns + 1}, its conversation "
+                f"replayed from the trace ({replayed.turns} turns, "
+                f"{replayed.tool_calls} tool calls)"
+            )
+        return replayed.messages, replayed, why
+    rounds = run.state.rounds
+    first = build_messages(
+        run.story,
+        tiers,
+        run.workspace.path,
+        round_no=n,
+        max_rounds=max_rounds,
+        feedback=rounds[-1].feedback if rounds else "",
+        home=run.home,
+        builds_on=run.start.builds_on(),
+        # once, at the round's start: every turn of the round sends these same first
+        # messages (a resumed round replays them from its trace, above)
+        memory=run._recall().section,
+        baseline=worker_note(run.state.baseline),
+    )
+    return first, None, why
 
 
 def _before_round_1(

@@ -1,0 +1,222 @@
+"""A story branch is brought up to date with a target that moved on before the story passes
+(`keep_up`): merged or rebased, then verified and reviewed again; a conflict gets one worker
+round, and a conflict it does not resolve ends the story clearly, its branch as it was.
+
+The target moves while the story runs: the scripted reviewer commits on `main` in the user's
+repository as it is first asked, so the branch, made before, misses that commit when the
+review passes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import git
+from helpers import SUB_IMPL, VERIFY_SUB, is_review, load_state, review_round
+from run_support import APPROVE, policy, review_requests, run_hero, sub_work
+
+from hero.llm.scripted import Reply, call, text
+from hero.run.events import schema
+
+DOC = '"""Small sums."""\n\n'  # main's change at the top of the file: merges with the story's
+MUL = "\n\ndef mul(a, b):\n    return a * b\n"  # main's change at its end: conflicts with it
+RESOLVED = SUB_IMPL + MUL
+
+
+def main_moves_at_first_review(
+    repo: Path, change: Callable[[str], str], reviewer: Any = APPROVE
+) -> Callable[[dict], Any]:
+    """The reviewer's answer, after a commit on ``main`` that ``change``s calc/__init__.py,
+    made once, as round 1 is reviewed."""
+    once = threading.Lock()
+    done: list[str] = []
+
+    def answer(n: int) -> Any:
+        with once:
+            if not done:
+                path = repo / "calc" / "__init__.py"
+                path.write_text(change(path.read_text()))
+                git(repo, "commit", "-qam", "main: moved on")
+                done.append(git(repo, "rev-parse", "main").strip())
+        return reviewer(n) if callable(reviewer) else reviewer
+
+    answer.main_sha = done  # type: ignore[attr-defined]
+    return answer
+
+
+def shown(repo: Path, rev: str, path: str = "calc/__init__.py") -> str:
+    return git(repo, "show", f"{rev}:{path}")
+
+
+def holds(repo: Path, older: str, newer: str = "hero/s1") -> bool:
+    import subprocess
+
+    return (
+        subprocess.run(
+            ["git", "merge-base", "--is-ancestor", older, newer], cwd=repo, check=False
+        ).returncode
+        == 0
+    )
+
+
+def events_of(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_a_target_that_moved_on_is_merged_in_then_checked_again(
+    make_home, write_story, scripted, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reviewer = main_moves_at_first_review(target_repo, lambda t: DOC + t)
+    model = scripted(policy([*sub_work(), text("Added calc.sub.")], reviewer))
+    home = make_home(model)
+    story = write_story(home, verify=VERIFY_SUB)
+
+    assert run_hero(home, story, "--events") == 0
+
+    state = load_state(home)
+    assert state["status"] == "passed"
+    main_sha = reviewer.main_sha[0]  # type: ignore[attr-defined]
+    assert holds(target_repo, main_sha)  # the branch holds main's commit ...
+    assert shown(target_repo, "hero/s1") == DOC + SUB_IMPL  # ... and both changes
+    first, second = state["rounds"]
+    assert "update" not in first
+    assert second["worker"]["stop_reason"] == "updated_to_base"
+    assert second["worker"]["turns"] == 0
+    assert second["update"]["mode"] == "merge"
+    assert second["update"]["targets"] == ["main"]
+    assert second["update"]["from"] == first["head_sha"]
+    assert (
+        second["head_sha"]
+        == second["update"]["to"]
+        == git(target_repo, "rev-parse", "hero/s1").strip()
+    )
+    assert state["base_sha"] == main_sha  # what the story's change is now measured from
+    # verify and review ran again on the merge
+    assert second["verify"]["passed"] is True
+    assert (home / "runs" / "s1" / "verify-r2.log").is_file()
+    reviews = review_requests(model)
+    assert [review_round(r) for r in reviews] == [1, 2]
+    # no worker ran in round 2
+    assert all("This is round 2" not in json.dumps(r.body) for r in model.requests)
+    events = events_of(capsys.readouterr().out)
+    updated = [e for e in events if e["type"] == "updated_to_base"]
+    assert len(updated) == 1 and updated[0]["targets"] == ["main"]
+    assert updated[0]["head_after"] == second["head_sha"]
+    import jsonschema
+
+    for event in events:
+        jsonschema.validate(event, schema())
+
+
+def test_keep_up_off_reports_the_branch_as_it_is(
+    make_home, write_story, scripted, target_repo: Path
+) -> None:
+    reviewer = main_moves_at_first_review(target_repo, lambda t: DOC + t)
+    model = scripted(policy([*sub_work(), text("Added calc.sub.")], reviewer))
+    home = make_home(model, keep_up="off")
+    story = write_story(home, verify=VERIFY_SUB)
+
+    assert run_hero(home, story) == 0
+
+    state = load_state(home)
+    assert state["status"] == "passed"
+    assert len(state["rounds"]) == 1
+    assert not holds(target_repo, reviewer.main_sha[0])  # type: ignore[attr-defined]
+    assert shown(target_repo, "hero/s1") == SUB_IMPL
+
+
+def test_rebase_mode_replays_the_story_on_the_target(
+    make_home, write_story, scripted, target_repo: Path
+) -> None:
+    reviewer = main_moves_at_first_review(target_repo, lambda t: DOC + t)
+    model = scripted(policy([*sub_work(), text("Added calc.sub.")], reviewer))
+    home = make_home(model, keep_up="rebase")
+    story = write_story(home, verify=VERIFY_SUB)
+
+    assert run_hero(home, story) == 0
+
+    state = load_state(home)
+    main_sha = reviewer.main_sha[0]  # type: ignore[attr-defined]
+    assert state["status"] == "passed"
+    assert state["rounds"][1]["update"]["mode"] == "rebase"
+    assert shown(target_repo, "hero/s1") == DOC + SUB_IMPL
+    # linear: main's commit, then the story's own, replayed; no merge commit
+    assert git(target_repo, "rev-list", "--merges", "main..hero/s1").strip() == ""
+    assert git(target_repo, "rev-parse", "hero/s1^").strip() == main_sha
+    assert git(target_repo, "log", "-1", "--format=%s", "hero/s1").strip() == "add-sub"
+    assert not holds(target_repo, state["rounds"][0]["head_sha"])  # the old commit replaced
+
+
+def resolve_work() -> list[Reply]:
+    """The conflict's round: the file as both sides want it, the merge concluded."""
+    return [
+        call("write_file", path="calc/__init__.py", content=RESOLVED),
+        call("bash", command="git add -A && git commit -q --no-edit"),
+        text("Resolved the conflict."),
+    ]
+
+
+def test_a_conflict_resolved_in_one_round_passes(
+    make_home, write_story, scripted, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reviewer = main_moves_at_first_review(target_repo, lambda t: t + MUL)
+    worker = {1: [*sub_work(), text("Added calc.sub.")], 2: resolve_work()}
+    model = scripted(policy(worker, reviewer))
+    home = make_home(model)
+    story = write_story(home, verify=VERIFY_SUB)
+
+    assert run_hero(home, story, "--events") == 0
+
+    state = load_state(home)
+    assert state["status"] == "passed"
+    assert shown(target_repo, "hero/s1") == RESOLVED
+    assert holds(target_repo, reviewer.main_sha[0])  # type: ignore[attr-defined]
+    second = state["rounds"][1]
+    assert second["update"]["conflict"] == "main"
+    assert second["update"]["files"] == ["calc/__init__.py"]
+    assert second["update"]["resolved"] is True
+    # the worker was told the files and main's change
+    task = next(
+        json.dumps(r.body)
+        for r in model.requests
+        if not is_review(r.body) and "round 2" in json.dumps(r.body)
+    )
+    assert "calc/__init__.py" in task and "def mul" in task and "conflict" in task
+    events = events_of(capsys.readouterr().out)
+    kinds = [e["type"] for e in events]
+    assert kinds.index("conflict") < kinds.index("updated_to_base")
+    conflict = next(e for e in events if e["type"] == "conflict")
+    assert conflict["files"] == ["calc/__init__.py"] and conflict["target"] == "main"
+
+
+def test_a_conflict_not_resolved_ends_clearly_with_the_branch_as_it_was(
+    make_home, write_story, scripted, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reviewer = main_moves_at_first_review(target_repo, lambda t: t + MUL)
+    worker = {1: [*sub_work(), text("Added calc.sub.")], 2: [text("I cannot do that.")]}
+    model = scripted(policy(worker, reviewer))
+    home = make_home(model)
+    story = write_story(home, verify=VERIFY_SUB)
+
+    assert run_hero(home, story, "--events") == 1
+
+    state = load_state(home)
+    head = state["rounds"][0]["head_sha"]
+    assert state["status"] == "error"
+    assert state["conflict"]["files"] == ["calc/__init__.py"]
+    assert state["conflict"]["target"] == "main"
+    assert "calc/__init__.py" in state["error"] and state["error"].startswith("conflict:")
+    # the branch as it was, in both repositories; no merge left in progress
+    assert git(target_repo, "rev-parse", "hero/s1").strip() == head
+    worktree = home / "worktrees" / "s1"
+    assert git(worktree, "rev-parse", "HEAD").strip() == head
+    assert not (worktree / ".git" / "MERGE_HEAD").exists()
+    assert git(worktree, "status", "--porcelain").strip() == ""
+    assert state["head_sha"] == head
+    assert (home / "inbox" / "s1.md").exists()  # not moved to done/
+    stop = [e for e in events_of(capsys.readouterr().out) if e["type"] == "stop"]
+    assert stop[-1]["reason"] == "conflict" and "calc/__init__.py" in stop[-1]["detail"]
