@@ -220,3 +220,96 @@ def test_a_conflict_not_resolved_ends_clearly_with_the_branch_as_it_was(
     assert (home / "inbox" / "s1.md").exists()  # not moved to done/
     stop = [e for e in events_of(capsys.readouterr().out) if e["type"] == "stop"]
     assert stop[-1]["reason"] == "conflict" and "calc/__init__.py" in stop[-1]["detail"]
+
+
+def commit_on(repo: Path, branch: str, path: str, content: str, message: str) -> str:
+    """A commit on ``branch`` (not checked out) setting ``path`` to ``content``."""
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+
+        def run(*args: str, stdin: str | None = None) -> str:
+            return subprocess.run(
+                ["git", *args],
+                cwd=repo,
+                env=env,
+                input=stdin,
+                text=True,
+                check=True,
+                capture_output=True,
+            ).stdout.strip()
+
+        run("read-tree", branch)
+        blob = run("hash-object", "-w", "--stdin", stdin=content)
+        run("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
+        tree = run("write-tree")
+        sha = run(
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit-tree",
+            tree,
+            "-p",
+            branch,
+            "-m",
+            message,
+        )
+        run("update-ref", f"refs/heads/{branch}", sha)
+    return sha
+
+
+def test_a_story_is_brought_up_to_date_with_its_dependencys_final_head(
+    make_home, write_story, scripted, target_repo: Path
+) -> None:
+    from hero.state import load_state as load_record
+    from hero.state import save_state
+
+    moved: list[str] = []
+
+    def reviewer(n: int) -> Any:
+        return APPROVE
+
+    worker = {
+        "a": [*sub_work("add-sub"), text("Added calc.sub.")],
+        "b": [
+            call("write_file", path="b.txt", content="b\n"),
+            call("bash", command="git add -A && git commit -q -m add-b"),
+            text("Added b.txt."),
+        ],
+    }
+    inner = policy(worker, reviewer)
+    home_box: list[Path] = []
+
+    def handler(body: dict) -> Any:
+        if is_review(body) and "# Story b:" in json.dumps(body) and not moved:
+            # a ran again meanwhile (a revision, say): its final head is a newer commit
+            home = home_box[0]
+            sha = commit_on(target_repo, "hero/a", "a-later.txt", "later\n", "a: later")
+            record = load_record(home, "a")
+            assert record is not None
+            record.head_sha = sha
+            save_state(home, record)
+            moved.append(sha)
+        return inner(body)
+
+    model = scripted(handler)
+    home = make_home(model)
+    home_box.append(home)
+    assert run_hero(home, write_story(home, "a", verify=VERIFY_SUB)) == 0
+    story_b = write_story(home, "b", verify=["test -f b.txt"], depends_on=["a"])
+
+    assert run_hero(home, story_b) == 0
+
+    state = load_state(home, "b")
+    assert state["status"] == "passed"
+    assert moved and holds(target_repo, moved[0], "hero/b")
+    assert git(target_repo, "show", "hero/b:a-later.txt") == "later\n"
+    assert git(target_repo, "show", "hero/b:b.txt") == "b\n"
+    second = state["rounds"][1]
+    assert second["update"]["targets"] == ["hero/a"]
+    assert second["worker"]["stop_reason"] == "updated_to_base"
+    assert state["base_sha"] == moved[0]
