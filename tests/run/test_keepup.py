@@ -160,13 +160,19 @@ def resolve_work() -> list[Reply]:
     ]
 
 
+@pytest.mark.parametrize("mode", ["merge", "rebase"])  # rebase: resolved as a merge
 def test_a_conflict_resolved_in_one_round_passes(
-    make_home, write_story, scripted, target_repo: Path, capsys: pytest.CaptureFixture[str]
+    make_home,
+    write_story,
+    scripted,
+    target_repo: Path,
+    capsys: pytest.CaptureFixture[str],
+    mode: str,
 ) -> None:
     reviewer = main_moves_at_first_review(target_repo, lambda t: t + MUL)
     worker = {1: [*sub_work(), text("Added calc.sub.")], 2: resolve_work()}
     model = scripted(policy(worker, reviewer))
-    home = make_home(model)
+    home = make_home(model, keep_up=mode)
     story = write_story(home, verify=VERIFY_SUB)
 
     assert run_hero(home, story, "--events") == 0
@@ -313,3 +319,57 @@ def test_a_story_is_brought_up_to_date_with_its_dependencys_final_head(
     assert second["update"]["targets"] == ["hero/a"]
     assert second["worker"]["stop_reason"] == "updated_to_base"
     assert state["base_sha"] == moved[0]
+
+
+PLUS = "def plus(a, b):\n    return a + b\n"  # main renames add: merges, but breaks the story
+VERIFY_ADD = [*VERIFY_SUB, f"{VERIFY_SUB[0].split(' -m ')[0]} -c 'from calc import add'"]
+
+
+def test_a_red_check_after_the_update_is_a_round_like_any_and_the_next_round_fixes_it(
+    make_home, write_story, scripted, target_repo: Path
+) -> None:
+    reviewer = main_moves_at_first_review(target_repo, lambda t: t.replace("def add", "def plus"))
+    fixed = PLUS + "\n\nadd = plus\n\n\ndef sub(a, b):\n    return a - b\n"
+    worker = {
+        1: [*sub_work(), text("Added calc.sub.")],
+        3: [
+            call("write_file", path="calc/__init__.py", content=fixed),
+            call("bash", command="git add -A && git commit -q -m keep-add"),
+            text("Kept add as an alias."),
+        ],
+    }
+    model = scripted(policy(worker, reviewer))
+    home = make_home(model, max_retries=2)
+    story = write_story(home, verify=VERIFY_ADD)
+
+    assert run_hero(home, story) == 0
+
+    state = load_state(home)
+    first, update, third = state["rounds"]
+    assert update["update"]["mode"] == "merge"
+    assert update["verify"]["passed"] is False  # add is gone on main
+    assert update["review"]["short_circuited"] is True  # the reviewer is not asked on red
+    assert "from calc import add" in update["feedback"]  # what round 3's worker reads
+    round3 = [r.body for r in model.requests if "This is round 3 of" in json.dumps(r.body)]
+    assert round3 and "from calc import add" in json.dumps(round3[0])
+    assert "update" not in third and third["worker"]["turns"] == 3
+    assert state["status"] == "passed"
+    assert shown(target_repo, "hero/s1") == fixed
+    assert holds(target_repo, reviewer.main_sha[0])  # type: ignore[attr-defined]
+
+
+def test_a_red_check_after_the_update_with_no_rounds_left_gives_up(
+    make_home, write_story, scripted, target_repo: Path
+) -> None:
+    reviewer = main_moves_at_first_review(target_repo, lambda t: t.replace("def add", "def plus"))
+    model = scripted(policy([*sub_work(), text("Added calc.sub.")], reviewer))
+    home = make_home(model, max_retries=1)
+    story = write_story(home, verify=VERIFY_ADD)
+
+    assert run_hero(home, story) == 1
+
+    state = load_state(home)
+    assert state["status"] == "gave_up"
+    assert [r["review"]["verdict"] for r in state["rounds"]] == ["APPROVED", "CHANGES_REQUESTED"]
+    assert state["rounds"][1]["update"]["targets"] == ["main"]
+    assert (home / "inbox" / "s1.md").exists()  # not reported
