@@ -373,3 +373,24 @@ def test_a_red_check_after_the_update_with_no_rounds_left_gives_up(
     assert [r["review"]["verdict"] for r in state["rounds"]] == ["APPROVED", "CHANGES_REQUESTED"]
     assert state["rounds"][1]["update"]["targets"] == ["main"]
     assert (home / "inbox" / "s1.md").exists()  # not reported
+
+
+def test_update_rounds_are_outside_the_budget_and_left_out_of_records_without_one() -> None:
+    from hero.run.keepup import update_rounds
+    from hero.state import ReviewRecord, Round, RunState
+
+    plain = Round(round=1, review=ReviewRecord("APPROVED"))
+    checked = Round(round=2, review=ReviewRecord("APPROVED"), update={"mode": "merge"})
+    state = RunState(id="s1", rounds=[plain, checked, plain])
+    assert update_rounds(state) == 1
+    state.round_offset = 2  # a fresh budget after giving up: those before are in the offset
+    assert update_rounds(state) == 0
+
+    data = state.to_dict()
+    assert "update" not in data["rounds"][0] and data["rounds"][1]["update"] == {"mode": "merge"}
+    assert "conflict" not in data
+    state.conflict = {"target": "main", "files": ["a.py"]}
+    again = RunState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert again.conflict == state.conflict and again.rounds[1].update == {"mode": "merge"}
+    with pytest.raises(TypeError, match="update"):
+        Round.from_dict({"round": 1, "update": ["not", "an", "object"]})

@@ -45,9 +45,9 @@ CHANGE_CHARS = 12_000
 
 
 def update_rounds(state: RunState) -> int:
-    """The rounds that checked or resolved an update: they do not count against the
-    story's round budget."""
-    return sum(1 for r in state.rounds if r.update)
+    """The rounds of the current budget that checked or resolved an update: they do not
+    count against it (those before a fresh budget are in its offset already)."""
+    return sum(1 for r in state.rounds[state.round_offset :] if r.update)
 
 
 class KeepUp:

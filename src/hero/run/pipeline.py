@@ -230,9 +230,10 @@ class StoryRun:
                 return state
             env = self.workspace.prepare(state)
             _before_round_1(self, state, env, tiers)
+            passed = False  # this run's last round passed its review
             while True:
                 update: dict[str, Any] = {}  # the round after a pass: the branch updated
-                if state.rounds and state.rounds[-1].review.verdict == APPROVED:
+                if passed:
                     update = self.keep_up.next(state) or {}
                     if not update:
                         self.record.passed(state.rounds[-1].round)
@@ -245,7 +246,8 @@ class StoryRun:
                 if update.get("conflict") and (why := self.keep_up.unresolved(state, record)):
                     self.record.conflict(why)
                     return state
-                if record.review.verdict != APPROVED:
+                passed = record.review.verdict == APPROVED
+                if not passed:
                     self.record.leave_feedback(record)
             self.record.finish(Status.GAVE_UP)
             self.events.stop(
