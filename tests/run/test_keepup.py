@@ -394,3 +394,43 @@ def test_update_rounds_are_outside_the_budget_and_left_out_of_records_without_on
     assert again.conflict == state.conflict and again.rounds[1].update == {"mode": "merge"}
     with pytest.raises(TypeError, match="update"):
         Round.from_dict({"round": 1, "update": ["not", "an", "object"]})
+
+
+def test_a_tag_as_base_ref_never_moves(make_home, write_story, scripted, target_repo: Path) -> None:
+    git(target_repo, "tag", "v1")
+    reviewer = main_moves_at_first_review(target_repo, lambda t: DOC + t)
+    model = scripted(policy([*sub_work(), text("Added calc.sub.")], reviewer))
+    home = make_home(model)
+    story = write_story(home, verify=VERIFY_SUB, base_ref="v1")
+
+    assert run_hero(home, story) == 0
+
+    assert len(load_state(home)["rounds"]) == 1
+    assert shown(target_repo, "hero/s1") == SUB_IMPL
+
+
+def test_a_remote_tracking_target_is_kept_up_with_as_last_fetched(
+    make_home, write_story, scripted, target_repo: Path
+) -> None:
+    git(target_repo, "update-ref", "refs/remotes/origin/main", "main")
+
+    once: list[str] = []
+
+    def reviewer(n: int) -> Any:  # as if `git fetch` brought a commit pushed elsewhere
+        if not once:
+            git(target_repo, "branch", "-q", "elsewhere", "main")
+            sha = commit_on(target_repo, "elsewhere", "NOTES.md", "notes\n", "pushed elsewhere")
+            git(target_repo, "update-ref", "refs/remotes/origin/main", sha)
+            once.append(sha)
+        return APPROVE
+
+    model = scripted(policy([*sub_work(), text("Added calc.sub.")], reviewer))
+    home = make_home(model, target_base_ref="origin/main")
+    story = write_story(home, verify=VERIFY_SUB)
+
+    assert run_hero(home, story) == 0
+
+    state = load_state(home)
+    assert state["rounds"][1]["update"]["targets"] == ["origin/main"]
+    assert holds(target_repo, once[0])
+    assert git(target_repo, "show", "hero/s1:NOTES.md") == "notes\n"

@@ -110,7 +110,8 @@ class KeepUp:
 
     def targets(self, state: RunState) -> list[Target]:
         """What the branch must hold: its dependencies' heads (a plan's story), else the
-        tip of the branch it started from (none when ``base_ref`` is a tag or a commit)."""
+        tip of the branch it started from, local or remote-tracking (``origin/main``, as
+        the user's repository last fetched it); none when ``base_ref`` is a tag or a commit."""
         if self.start.story.depends_on:
             try:
                 return self.start.dependency_heads()
@@ -118,7 +119,9 @@ class KeepUp:
                 self.say(f"{self.key}: not brought up to date with its dependencies: {exc}")
                 return []
         name = state.base_ref
-        sha = self.repo.branch_sha(name) if name and not name.startswith("merge of ") else None
+        if not name or name.startswith("merge of "):
+            return []
+        sha = self.repo.branch_sha(name) or commit_of(self.repo.path, f"refs/remotes/{name}")
         return [(name, sha)] if sha else []
 
     # -- after the round that resolves a conflict --------------------------------------
