@@ -85,9 +85,7 @@ class KeepUp:
                 break
             in_a_row += 1
         targets = self.targets(state)
-        tip = state.rounds[-1].head_sha or state.head_sha
-        if self.repo.branch_sha(self.branch) != tip:  # an update whose round did not finish
-            self.updater.put_back(tip)  # is done again, from the tip that passed
+        tip = state.rounds[-1].head_sha or state.head_sha  # what passed, the branch's tip
         missing = self.updater.missing(tip, targets) if targets and tip else []
         if not missing:
             return None
