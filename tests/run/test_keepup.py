@@ -434,3 +434,26 @@ def test_a_remote_tracking_target_is_kept_up_with_as_last_fetched(
     assert state["rounds"][1]["update"]["targets"] == ["origin/main"]
     assert holds(target_repo, once[0])
     assert git(target_repo, "show", "hero/s1:NOTES.md") == "notes\n"
+
+
+def test_a_retry_after_a_conflict_begins_the_merge_again_for_a_new_round(
+    make_home, write_story, scripted, target_repo: Path
+) -> None:
+    from hero.cli import main
+
+    reviewer = main_moves_at_first_review(target_repo, lambda t: t + MUL)
+    worker = {1: [*sub_work(), text("Added calc.sub.")], 2: [text("No.")], 3: resolve_work()}
+    model = scripted(policy(worker, reviewer))
+    home = make_home(model)
+    story = write_story(home, verify=VERIFY_SUB)
+    assert run_hero(home, story) == 1
+    assert load_state(home)["conflict"]["files"] == ["calc/__init__.py"]
+
+    assert main(["retry", "s1", "--home", str(home)]) == 0
+    assert run_hero(home, story) == 0
+
+    state = load_state(home)
+    assert state["status"] == "passed" and "conflict" not in state
+    assert [bool(r.get("update")) for r in state["rounds"]] == [False, True, True]
+    assert state["rounds"][2]["update"]["resolved"] is True  # no worker round in between
+    assert shown(target_repo, "hero/s1") == RESOLVED

@@ -85,7 +85,7 @@ class KeepUp:
                 break
             in_a_row += 1
         targets = self.targets(state)
-        tip = state.rounds[-1].head_sha or state.head_sha  # what passed, the branch's tip
+        tip = self.repo.branch_sha(self.branch) or state.head_sha  # what passed
         missing = self.updater.missing(tip, targets) if targets and tip else []
         if not missing:
             return None
@@ -105,6 +105,18 @@ class KeepUp:
         if merged.conflict is None:
             return self._updated(state, "merge", list(merged.merged), base, tip, merged.head)
         return self._conflict(state, list(merged.merged), merged, base)
+
+    def retried(self, state: RunState) -> bool:
+        """Whether this run goes straight to the update again: the last run ended on a
+        conflict (its round did not resolve it) and the branch is still where hero put it
+        back. A branch moved since (a person's own resolution, say) is checked by a round
+        like any first."""
+        last = state.rounds[-1].update if state.rounds else {}
+        return (
+            self.mode != "off"
+            and last.get("resolved") is False
+            and self.repo.branch_sha(self.branch) == state.head_sha
+        )
 
     def targets(self, state: RunState) -> list[Target]:
         """What the branch must hold: its dependencies' heads (a plan's story), else the

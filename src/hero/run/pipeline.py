@@ -230,7 +230,7 @@ class StoryRun:
                 return state
             env = self.workspace.prepare(state)
             _before_round_1(self, state, env, tiers)
-            passed = False  # this run's last round passed its review
+            passed = self.keep_up.retried(state)  # the last round passed its review
             while True:
                 update: dict[str, Any] = {}  # the round after a pass: the branch updated
                 if passed:
