@@ -756,6 +756,7 @@ def _issue_story(world: World, home: Path) -> tuple[int, Path]:
     return n, story.path
 
 
+@pytest.mark.slow
 def test_a_conflict_with_main_not_resolved_pushes_nothing_and_says_which_files(
     world: World, scripted: Callable[..., Any], make_home: Callable[..., Path]
 ) -> None:
@@ -774,6 +775,7 @@ def test_a_conflict_with_main_not_resolved_pushes_nothing_and_says_which_files(
     assert world.labels(n) == {"hero", FAILED}
 
 
+@pytest.mark.slow
 def test_a_conflict_with_main_resolved_is_pushed_holding_mains_commit(
     world: World, scripted: Callable[..., Any], make_home: Callable[..., Path]
 ) -> None:

@@ -67,6 +67,7 @@ def events_of(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_a_target_that_moved_on_is_merged_in_then_checked_again(
     make_home, write_story, scripted, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -112,6 +113,7 @@ def test_a_target_that_moved_on_is_merged_in_then_checked_again(
         jsonschema.validate(event, schema())
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_keep_up_off_reports_the_branch_as_it_is(
     make_home, write_story, scripted, target_repo: Path
 ) -> None:
@@ -129,6 +131,7 @@ def test_keep_up_off_reports_the_branch_as_it_is(
     assert shown(target_repo, "hero/s1") == SUB_IMPL
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_rebase_mode_replays_the_story_on_the_target(
     make_home, write_story, scripted, target_repo: Path
 ) -> None:
@@ -160,6 +163,7 @@ def resolve_work() -> list[Reply]:
     ]
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 @pytest.mark.parametrize("mode", ["merge", "rebase"])  # rebase: resolved as a merge
 def test_a_conflict_resolved_in_one_round_passes(
     make_home,
@@ -199,6 +203,7 @@ def test_a_conflict_resolved_in_one_round_passes(
     assert conflict["files"] == ["calc/__init__.py"] and conflict["target"] == "main"
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_a_conflict_not_resolved_ends_clearly_with_the_branch_as_it_was(
     make_home, write_story, scripted, target_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -268,6 +273,7 @@ def commit_on(repo: Path, branch: str, path: str, content: str, message: str) ->
     return sha
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_a_story_is_brought_up_to_date_with_its_dependencys_final_head(
     make_home, write_story, scripted, target_repo: Path
 ) -> None:
@@ -325,6 +331,7 @@ PLUS = "def plus(a, b):\n    return a + b\n"  # main renames add: merges, but br
 VERIFY_ADD = [*VERIFY_SUB, f"{VERIFY_SUB[0].split(' -m ')[0]} -c 'from calc import add'"]
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_a_red_check_after_the_update_is_a_round_like_any_and_the_next_round_fixes_it(
     make_home, write_story, scripted, target_repo: Path
 ) -> None:
@@ -358,6 +365,7 @@ def test_a_red_check_after_the_update_is_a_round_like_any_and_the_next_round_fix
     assert holds(target_repo, reviewer.main_sha[0])  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_a_red_check_after_the_update_with_no_rounds_left_gives_up(
     make_home, write_story, scripted, target_repo: Path
 ) -> None:
@@ -396,6 +404,7 @@ def test_update_rounds_are_outside_the_budget_and_left_out_of_records_without_on
         Round.from_dict({"round": 1, "update": ["not", "an", "object"]})
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_a_tag_as_base_ref_never_moves(make_home, write_story, scripted, target_repo: Path) -> None:
     git(target_repo, "tag", "v1")
     reviewer = main_moves_at_first_review(target_repo, lambda t: DOC + t)
@@ -409,6 +418,7 @@ def test_a_tag_as_base_ref_never_moves(make_home, write_story, scripted, target_
     assert shown(target_repo, "hero/s1") == SUB_IMPL
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_a_remote_tracking_target_is_kept_up_with_as_last_fetched(
     make_home, write_story, scripted, target_repo: Path
 ) -> None:
@@ -436,6 +446,7 @@ def test_a_remote_tracking_target_is_kept_up_with_as_last_fetched(
     assert git(target_repo, "show", "hero/s1:NOTES.md") == "notes\n"
 
 
+@pytest.mark.slow  # end to end: runs hero for real
 def test_a_retry_after_a_conflict_begins_the_merge_again_for_a_new_round(
     make_home, write_story, scripted, target_repo: Path
 ) -> None:
