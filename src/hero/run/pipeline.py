@@ -310,7 +310,7 @@ class StoryRun:
         messages, replayed, unreplayable = (
             ([], None, "")  # a round that checks an update: no worker, no conversation
             if update and not update.get("conflict")
-            else _conversation(self, n, max_rounds, tiers, trace_path)
+            else self._conversation(n, max_rounds, tiers, trace_path)
         )
         part = replayed.parts + 1 if replayed is not None else 1
         self.events.round_start(n, max_rounds=max_rounds, part=part)
@@ -338,7 +338,7 @@ class StoryRun:
                     trace.agent_end(result.end_event())
                 self.say(f"round {n}: the worker had finished before the stop; checking its work")
             else:
-                result = self._work(messages, env, trace, guard, replayed)
+                result = _work(self, messages, env, trace, guard, replayed)
             problems = self._rescue_round(n, result, guard)
             verify, verdict = self._check(n, result, problems, tiers, env, trace, guard)
             trace.verdict(verdict.to_dict())
@@ -348,6 +348,45 @@ class StoryRun:
         record = _round_record(n, started, result, verify, verdict, self.state.head_sha, feedback)
         return replace(record, update=update)
 
+    def _conversation(
+        self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], trace_path: Path
+    ) -> tuple[list[dict[str, Any]], Replayed | None, str]:
+        """The worker's history: the round's conversation so far when an earlier run
+        stopped in its middle (see hero.agent.replay), else its first messages; and why a
+        trace that was there could not be replayed (the round then starts over)."""
+        why = ""
+        try:
+            replayed = replay_round(
+                trace_path, base_sha=self.state.base_sha, started_at=self.state.started_at
+            )
+        except Unreplayable as exc:
+            self.say(f"round {n}: starts over: its trace cannot be replayed ({exc})")
+            replayed, why = None, str(exc)
+        if replayed is not None:
+            if not replayed.done:
+                self.say(
+                    f"round {n}: resumes at turn {replayed.turns + 1}, its conversation "
+                    f"replayed from the trace ({replayed.turns} turns, "
+                    f"{replayed.tool_calls} tool calls)"
+                )
+            return replayed.messages, replayed, why
+        rounds = self.state.rounds
+        first = build_messages(
+            self.story,
+            tiers,
+            self.workspace.path,
+            round_no=n,
+            max_rounds=max_rounds,
+            feedback=rounds[-1].feedback if rounds else "",
+            home=self.home,
+            builds_on=self.start.builds_on(),
+            # once, at the round's start: every turn of the round sends these same first
+            # messages (a resumed round replays them from its trace, above)
+            memory=self._recall().section,
+            baseline=worker_note(self.state.baseline),
+        )
+        return first, None, why
+
     def _recall(self, *, facts: bool = True) -> Recalled:
         """What the repository's memory tells the story now (see hero.memory.recall);
         ``facts=False``: its recap alone."""
@@ -356,46 +395,6 @@ class StoryRun:
         return recall_for(
             self.config, self.story, estimate=estimate_text, say=self.say, facts=facts
         )
-
-    def _work(
-        self,
-        messages: list[dict[str, Any]],
-        env: dict[str, str],
-        trace: Trace,
-        guard: Guard,
-        replayed: Replayed | None,
-    ) -> AgentResult:
-        """The worker's turn, watched by ``guard``. A turn stopped midway still has the
-        user's refs put back; the rest waits for the round to go on (from its trace)."""
-        context = Context(
-            window_for(self.config, "worker"),
-            tool_schemas(),
-            head=replayed.head if replayed is not None else len(messages),
-            render_summary_prompt=condense_prompt(self.home),
-        )
-        ctx = self.workspace.tool_context(env, self.cancel)
-        try:
-            try:
-                return run_agent(
-                    self.meter.wrap(self.worker_model),
-                    messages,
-                    ctx,
-                    self.config.worker_limits,
-                    trace,
-                    context=context,
-                    resume=replayed,
-                    on_condense=lambda what: self.say(f"{self.key}: {what}"),
-                    on_turn=self._turn_done,
-                )
-            finally:
-                self.workspace.end_sandbox(ctx)
-        except BaseException:
-            try:
-                for line in self.workspace.git.after_stop(guard).problems:
-                    self.say(f"{self.key}: {line}")
-            except GitError as exc:
-                self.say(f"{self.key}: could not check the repository after the stop: {exc}")
-            raise
 
     def _turn_done(self, _result: AgentResult) -> None:
         """Between two turns: the engine's hook, the record (its round's time) saved now
@@ -497,44 +496,45 @@ class StoryRun:
             self.say(f"{self.key}: could not commit the work left: {err}")
 
 
-def _conversation(
-    run: StoryRun, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], trace_path: Path
-) -> tuple[list[dict[str, Any]], Replayed | None, str]:
-    """The worker's history: the round's conversation so far when an earlier run
-    stopped in its middle (see hero.agent.replay), else its first messages; and why a
-    trace that was there could not be replayed (the round then starts over)."""
-    why = ""
-    try:
-        replayed = replay_round(
-            trace_path, base_sha=run.state.base_sha, started_at=run.state.started_at
-        )
-    except Unreplayable as exc:
-        run.say(f"round {n}: starts over: its trace cannot be replayed ({exc})")
-        replayed, why = None, str(exc)
-    if replayed is not None:
-        if not replayed.done:
-            run.say(
-                f"round {n}: resumes at turn {replayed.turns + 1}, its conversation "
-                f"replayed from the trace ({replayed.turns} turns, "
-                f"{replayed.tool_calls} tool calls)"
-            )
-        return replayed.messages, replayed, why
-    rounds = run.state.rounds
-    first = build_messages(
-        run.story,
-        tiers,
-        run.workspace.path,
-        round_no=n,
-        max_rounds=max_rounds,
-        feedback=rounds[-1].feedback if rounds else "",
-        home=run.home,
-        builds_on=run.start.builds_on(),
-        # once, at the round's start: every turn of the round sends these same first
-        # messages (a resumed round replays them from its trace, above)
-        memory=run._recall().section,
-        baseline=worker_note(run.state.baseline),
+def _work(
+    run: StoryRun,
+    messages: list[dict[str, Any]],
+    env: dict[str, str],
+    trace: Trace,
+    guard: Guard,
+    replayed: Replayed | None,
+) -> AgentResult:
+    """The worker's turn, watched by ``guard``. A turn stopped midway still has the
+    user's refs put back; the rest waits for the round to go on (from its trace)."""
+    context = Context(
+        window_for(run.config, "worker"),
+        tool_schemas(),
+        head=replayed.head if replayed is not None else len(messages),
+        render_summary_prompt=condense_prompt(run.home),
     )
-    return first, None, why
+    ctx = run.workspace.tool_context(env, run.cancel)
+    try:
+        try:
+            return run_agent(
+                run.meter.wrap(run.worker_model),
+                messages,
+                ctx,
+                run.config.worker_limits,
+                trace,
+                context=context,
+                resume=replayed,
+                on_condense=lambda what: run.say(f"{run.key}: {what}"),
+                on_turn=run._turn_done,
+            )
+        finally:
+            run.workspace.end_sandbox(ctx)
+    except BaseException:
+        try:
+            for line in run.workspace.git.after_stop(guard).problems:
+                run.say(f"{run.key}: {line}")
+        except GitError as exc:
+            run.say(f"{run.key}: could not check the repository after the stop: {exc}")
+        raise
 
 
 def _before_round_1(
