@@ -194,6 +194,9 @@ class RunState:
     # otherwise. It tells a story that ran out of time (exit 124) from one that ran out of
     # money, without reading the error's words; the next run clears it.
     budget: str = ""
+    # Why the story ended on a conflict with its target (hero.run.keepup): {target, sha,
+    # files, detail}; {} (and left out of the file) otherwise. The next run clears it.
+    conflict: dict[str, Any] = field(default_factory=dict)
     # The project's environment this run used (hero.run.environment): {key, reused, seconds,
     # log, path}; {} (and left out of the file) for a story without setup.
     setup: dict[str, Any] = field(default_factory=dict)
@@ -201,9 +204,6 @@ class RunState:
     # log, checks: [{tier, command, passed, exit_code, timed_out, tail}]}; {} (and left out
     # of the file) before it ran, or for a story without checks.
     baseline: dict[str, Any] = field(default_factory=dict)
-    # Why the story ended on a conflict with its target (hero.run.keepup): {target, sha,
-    # files, detail}; {} (and left out of the file) otherwise. The next run clears it.
-    conflict: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
