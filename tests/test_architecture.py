@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.run.environment",
         "hero.run.baseline",
         "hero.run.housekeeping",
+        "hero.run.keepup",
     ),
     ("hero.roles.*",),  # 7  worker, verifier, reviewer, planner, learner: one job each; prompts
     # 8  plans: the manifest, the DAG, the dependency gate, finishing a plan (roles.planner

@@ -122,9 +122,16 @@ class Round:
     review: ReviewRecord = field(default_factory=ReviewRecord)
     head_sha: str = ""
     feedback: str = ""  # what the worker reads in the next round
+    # The round checked the branch brought up to date with its target (hero.run.keepup):
+    # {mode, targets, base, from, to, conflict, files, resolved}; {} (and left out of the
+    # file) for any other round.
+    update: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.update:
+            del data["update"]  # a round as before branches were kept up with their target
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> Round:
@@ -135,6 +142,8 @@ class Round:
             kwargs["review"] = ReviewRecord(**_known(ReviewRecord, kwargs["review"]))
         if not isinstance(kwargs.get("verify", {}), dict):
             raise TypeError("a round's verify record is not an object")
+        if not isinstance(kwargs.get("update", {}), dict):
+            raise TypeError("a round's update record is not an object")
         return cls(**kwargs)
 
 
@@ -185,6 +194,9 @@ class RunState:
     # otherwise. It tells a story that ran out of time (exit 124) from one that ran out of
     # money, without reading the error's words; the next run clears it.
     budget: str = ""
+    # Why the story ended on a conflict with its target (hero.run.keepup): {target, sha,
+    # files, detail}; {} (and left out of the file) otherwise. The next run clears it.
+    conflict: dict[str, Any] = field(default_factory=dict)
     # The project's environment this run used (hero.run.environment): {key, reused, seconds,
     # log, path}; {} (and left out of the file) for a story without setup.
     setup: dict[str, Any] = field(default_factory=dict)
@@ -215,7 +227,7 @@ class RunState:
             raise TypeError(f"revises: expected text, found {type(self.revises).__name__}")
         if not isinstance(self.budget, str):
             raise TypeError(f"budget: expected text, found {type(self.budget).__name__}")
-        for name in ("setup", "baseline"):
+        for name in ("setup", "baseline", "conflict"):
             if not isinstance(getattr(self, name), dict):
                 raise TypeError(f"{name}: expected an object")
         checks = self.baseline.get("checks", [])
@@ -296,6 +308,11 @@ class RunState:
         for name in ("setup", "baseline"):
             if not data[name]:
                 del data[name]  # as before project environments
+        if not self.conflict:
+            del data["conflict"]  # as before branches kept up with their target
+        for r in data["rounds"]:
+            if not r.get("update"):
+                r.pop("update", None)  # a round as before
         return data
 
     @classmethod

@@ -699,3 +699,96 @@ def test_a_remote_named_like_an_option_is_no_option(world: World, tmp_path: Path
     [(event, kw)] = world.log.at("warning")
     assert event == "report failed" and kw["story"] == f"gh-{n}"
     assert world.pulls() == [] and world.comments(n) == []
+
+
+# ------------------------------------------------------- keeping up with a main that moved on
+
+MUL = "\n\ndef mul(a, b):\n    return a * b\n"  # main's change: conflicts with the story's
+
+
+def _moving_main(world: World, resolve: bool) -> Callable[[dict[str, Any]], Any]:
+    """The story adds sub(); main adds mul() at the same place as round 1 is reviewed; round
+    2's worker resolves the conflict (``resolve``) or does nothing."""
+    moved: list[str] = []
+
+    def handler(body: dict[str, Any]) -> Any:
+        done = sum(1 for m in body["messages"] if m.get("role") == "assistant")
+        if str(body["messages"][0]["content"]).startswith("You are hero's reviewer"):
+            if not moved:
+                (world.repo / "calc" / "__init__.py").write_text(
+                    "def add(a, b):\n    return a + b\n" + MUL
+                )
+                # a mention in main's own message: main's commits are never rewritten
+                git(world.repo, "commit", "-qam", "main: add mul (thanks @octo)")
+                moved.append("yes")
+            answer = {"verdict": "APPROVED", "summary": "Fine.", "ac_check": [], "comments": []}
+            return text(json.dumps(answer))
+        if "This is round 2 of" in str(body["messages"][1]["content"]):
+            steps = [
+                call("write_file", path="calc/__init__.py", content=SUB_IMPL + MUL),
+                call("bash", command="git add -A && git commit -q --no-edit"),
+                text("Resolved."),
+            ]
+            return steps[min(done, 2)] if resolve else text("I leave it.")
+        steps = [
+            call("write_file", path="calc/__init__.py", content=SUB_IMPL),
+            call("bash", command="git add -A && git commit -q -m add-sub"),
+            text("Added calc.sub."),
+        ]
+        return steps[min(done, len(steps) - 1)]
+
+    return handler
+
+
+def _issue_story(world: World, home: Path) -> tuple[int, Path]:
+    n = new_issue(world)
+    py = shlex.quote(sys.executable)
+    story = write_story(
+        home / "inbox" / f"gh-{n}.md",
+        {
+            "id": f"gh-{n}",
+            "title": "Add sub()",
+            "verify": [f"{py} -c 'from calc import sub; assert sub(5, 3) == 2'"],
+            "source": {"repo": REPO, "issue": n, "author": "octocat"},
+        },
+        "## Goal\n\nAdd sub.\n\n## Acceptance Criteria\n\n- [ ] sub works\n",
+    )
+    return n, story.path
+
+
+@pytest.mark.slow
+def test_a_conflict_with_main_not_resolved_pushes_nothing_and_says_which_files(
+    world: World, scripted: Callable[..., Any], make_home: Callable[..., Path]
+) -> None:
+    home = make_home(scripted(_moving_main(world, resolve=False)))
+    n, story = _issue_story(world, home)
+    assert main(["run", str(story), "--home", str(home)]) == 1
+
+    world.sweep()
+
+    assert world.remote_sha(f"hero/gh-{n}") == ""  # nothing pushed
+    assert git(world.remote, "for-each-ref").strip() == ""
+    assert world.pulls() == []  # no pull request
+    [comment] = world.comments(n)
+    assert "stopped with an error" in comment and "conflict" in comment
+    assert "calc/__init__.py" in comment
+    assert world.labels(n) == {"hero", FAILED}
+
+
+@pytest.mark.slow
+def test_a_conflict_with_main_resolved_is_pushed_holding_mains_commit(
+    world: World, scripted: Callable[..., Any], make_home: Callable[..., Path]
+) -> None:
+    home = make_home(scripted(_moving_main(world, resolve=True)))
+    n, story = _issue_story(world, home)
+    assert main(["run", str(story), "--home", str(home)]) == 0
+
+    world.sweep()
+
+    head = git(world.repo, "rev-parse", f"hero/gh-{n}").strip()
+    assert world.remote_sha(f"hero/gh-{n}") == head
+    main_sha = git(world.repo, "rev-parse", "main").strip()
+    assert git(world.repo, "merge-base", main_sha, head).strip() == main_sha  # as it is
+    assert git(world.repo, "show", f"{head}:calc/__init__.py") == SUB_IMPL + MUL
+    [pull] = world.pulls()
+    assert pull["head"]["ref"] == f"hero/gh-{n}"

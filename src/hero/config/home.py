@@ -18,6 +18,7 @@ from hero.config.providers import ROLE_SETTINGS, Provider, RoleConfig
 from hero.config.schema import (
     GITHUB_API_URL,
     GITHUB_SECTION,
+    KEEP_UP_MODES,
     OVERLAP_MODES,
     PROVIDERS_DIR,
     ROLE_NAMES,
@@ -69,6 +70,25 @@ class Config:
         "Branch, tag or commit that story branches start from; null = the repository's "
         "current HEAD.",
         note="A story can override it with `base_ref:` in its frontmatter.",
+        section=TARGET_SECTION,
+    )
+    keep_up: str = knob(
+        "keep_up",
+        "merge",
+        "How a story branch is brought up to date with its target branch (or its plan "
+        "dependencies' branches) that moved on, before the story passes and reports:",
+        choices=choices_of(
+            KEEP_UP_MODES,
+            {
+                "merge": "the target merged into the story branch",
+                "rebase": "the story's commits replayed on the target (a conflict is "
+                "resolved as a merge)",
+                "off": "the branch reported as it is",
+            },
+        ),
+        note="After an update the story's verify and review run again on the result; a "
+        "conflict gets one worker round to resolve it, else the story ends in error naming "
+        "the files, with nothing pushed (docs/run.md#keeping-up-with-main).",
         section=TARGET_SECTION,
     )
     max_retries: int = knob(

@@ -45,6 +45,8 @@ NOTIFY_EVENTS = ("story_end", "breaker_open")
 SANDBOX_MODES = ("auto", "bwrap", "none")
 #: What `hero watch` does with stories whose scopes overlap (hero.story.overlap).
 OVERLAP_MODES = ("parallel", "serial")
+#: How a story branch is brought up to date with its target before it reports (hero.run.keepup).
+KEEP_UP_MODES = ("merge", "rebase", "off")
 #: Whether the sandbox's limits use the cgroup controllers hero can write (``sandbox_cgroups``).
 SANDBOX_CGROUPS = ("auto", "off")
 #: Files the worker never writes, whatever the story's scope; roles.yaml's

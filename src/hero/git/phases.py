@@ -76,7 +76,7 @@ class StoryGit:
         """After the worker's turn: commit what it left (``message``), keep the round's
         history, take off the branch the worker's own commits that add a secret, bring the
         commits into the user's repository."""
-        with self._ending():
+        with self.ending():
             notes = self.repo.end_phase()
             guard.before_rescue()
             refused = self._rescue(message, base)
@@ -88,7 +88,7 @@ class StoryGit:
     def end_checks(self, guard: Guard) -> PhaseEnd:
         """After the checks: what they did to the branch or the refs undone, the branch
         brought back. Problems are said as the checks'."""
-        with self._ending():
+        with self.ending():
             notes = self.repo.end_phase()
             guard.before_rescue()
             guard.after_rescue()
@@ -101,7 +101,7 @@ class StoryGit:
         """After a run that crashed or was stopped (nothing of it runs any more): commit
         what it left (``message``) and put the worktree back on the branch."""
         guard = Guard(self.repo.path, self.repo.path, self.branch, start)
-        with self._ending():
+        with self.ending():
             notes = self.repo.end_phase()
             guard.before_rescue()
             refused = self._rescue(message, base)
@@ -113,7 +113,7 @@ class StoryGit:
         """A worker's turn stopped midway (Ctrl-C, an error): the refs put back and the
         commits made so far brought back; the rest waits for the round to go on."""
         notes: list[str] = []
-        with self._ending():
+        with self.ending():
             guard.before_rescue()
             guard.restore_refs()
             refused = self._bring_back(guard, notes)
@@ -122,7 +122,8 @@ class StoryGit:
     # -- parts ----------------------------------------------------------------------------
 
     @contextmanager
-    def _ending(self) -> Iterator[None]:
+    def ending(self) -> Iterator[None]:
+        """The user's repository locked, hero's git in the story's repository confined."""
         with self.target.locked(), confined(self.repo.path, self.sandbox):
             yield
 

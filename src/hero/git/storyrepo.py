@@ -160,6 +160,9 @@ class StoryRepo:
         #: what hero writes in ``info/exclude``: the project environment's directories
         #: (hero.run.environment), which no commit may take; "" for none
         self.excluded = ""
+        #: commits merged into the branch from its target (hero.git.keepup): their history
+        #: is the target's, never rewritten by ``messages``
+        self.upstream: tuple[str, ...] = ()
 
     def config_text(self) -> str:
         """The repository's config as hero writes it (worked out once)."""
@@ -590,7 +593,7 @@ class StoryRepo:
         if rule is None:
             return tip
         try:
-            done = rewrite_messages(self.target.path, tip, [current], rule)
+            done = rewrite_messages(self.target.path, tip, [current, *self.upstream], rule)
         except GitError as exc:
             raise BringBackRefused(
                 f"hero must rewrite commit messages on {self.branch} ({rule.why}) and could "
@@ -612,6 +615,18 @@ class StoryRepo:
                 f"longer {tip[:12]}. Build on it as it is (`git log` shows the new messages)."
             )
         return done.tip
+
+    def replace_in_target(self, new: str, old: str) -> None:
+        """The target's branch moved from ``old`` to this repository's ``new``, which need
+        not build on it (a rebase of the branch, hero.git.keepup); each object checked.
+        Call it with the target locked, between commands."""
+        self.make_safe()
+        incoming = f"refs/hero/incoming/{self.branch}"
+        self._fetch(new, incoming)
+        try:
+            git(self.target.path, "update-ref", f"refs/heads/{self.branch}", new, old)
+        finally:
+            git(self.target.path, "update-ref", "-d", incoming, check=False)
 
     def keep_in_target(self, branch: str, as_name: str = "") -> str:
         """Bring a branch of this repository (a stray one hero made) into the target under

@@ -65,6 +65,8 @@ class EventType(StrEnum):
     CONDENSE = "condense"
     SETUP = "setup"
     BASELINE = "baseline"
+    UPDATED_TO_BASE = "updated_to_base"
+    CONFLICT = "conflict"
     VERIFY_COMMAND = "verify_command"
     VERIFY = "verify"
     VERDICT = "verdict"
@@ -83,6 +85,7 @@ class StopReason(StrEnum):
     INTERRUPTED = "interrupted"
     OUTAGE = "outage"  # paused on its model's provider, resumable
     GAVE_UP = "gave_up"  # its rounds ran out
+    CONFLICT = "conflict"  # its branch conflicts with its target, not resolved
 
 
 def now_iso() -> str:
@@ -282,6 +285,30 @@ class StoryEvents:
                 }
                 for c in record.get("checks", [])
             ],
+        )
+
+    @_quiet
+    def updated_to_base(self, record: Mapping[str, Any]) -> None:
+        """The branch was brought up to date with its target (hero.run.keepup); ``record``:
+        the update as the round's ``update`` keeps it."""
+        self.emit(
+            EventType.UPDATED_TO_BASE,
+            mode=str(record.get("mode", "")),
+            targets=[str(t) for t in record.get("targets", [])],
+            base=str(record.get("base", "")),
+            head_before=str(record.get("from", "")),
+            head_after=str(record.get("to", "")),
+        )
+
+    @_quiet
+    def conflict(self, record: Mapping[str, Any]) -> None:
+        """Bringing the branch up to date conflicts: the worker's round to resolve it
+        follows (hero.run.keepup)."""
+        self.emit(
+            EventType.CONFLICT,
+            target=str(record.get("conflict", "")),
+            commit=str(record.get("base", "")),
+            files=[str(f) for f in record.get("files", [])],
         )
 
     @_quiet

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from hero.run.cancel import StoryCancelled, cancel_at_start
 from hero.run.cancel import check as check_cancelled
 from hero.run.environment import SetupFailed
 from hero.run.events import EventSink, StopReason, StoryEvents, run_result
+from hero.run.keepup import UPDATED, KeepUp, update_rounds
 from hero.run.record import RunRecord, finish_done_move
 from hero.run.revision import landed, revision_of, run_limits, run_locks
 from hero.run.start import RunStart, write_error_log
@@ -173,6 +174,8 @@ class StoryRun:
             self.say,
             hooks.on_save,
         )
+        #: the branch brought up to date with its target before the story passes
+        self.keep_up = KeepUp(config, self.workspace, self.start, self.events, self.say)
 
     @property
     def state(self) -> RunState:
@@ -237,14 +240,25 @@ class StoryRun:
                 return state
             env = self.workspace.prepare(state)
             _before_round_1(self, state, env, tiers)
-            while len(state.rounds) < max_rounds:
-                record = self._round(len(state.rounds) + 1, max_rounds, tiers, env)
+            passed = self.keep_up.retried(state)  # the last round passed its review
+            while True:
+                update: dict[str, Any] = {}  # the round after a pass: the branch updated
+                if passed:
+                    update = self.keep_up.next(state) or {}
+                    if not update:
+                        self.record.passed(state.rounds[-1].round)
+                        return state
+                elif len(state.rounds) >= max_rounds + update_rounds(state):
+                    break  # rounds that check an update are not counted (hero.run.keepup)
+                record = self._round(len(state.rounds) + 1, max_rounds, tiers, env, update)
                 state.rounds.append(record)
                 self.events.round_end(asdict(record))
-                if record.review.verdict == APPROVED:
-                    self.record.passed(record.round)
+                if update.get("conflict") and (why := self.keep_up.unresolved(state, record)):
+                    self.record.conflict(why)
                     return state
-                self.record.leave_feedback(record)
+                passed = record.review.verdict == APPROVED
+                if not passed:
+                    self.record.leave_feedback(record)
             self.record.finish(Status.GAVE_UP)
             self.events.stop(
                 StopReason.GAVE_UP,
@@ -290,7 +304,12 @@ class StoryRun:
     # -- one round: work -> rescue -> check (verify, review) -> record --------------------
 
     def _round(
-        self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], env: dict[str, str]
+        self,
+        n: int,
+        max_rounds: int,
+        tiers: tuple[VerifyTier, ...],
+        env: dict[str, str],
+        update: dict[str, Any],
     ) -> Round:
         started = time.time()
         self.meter.start_round(n, started)
@@ -298,7 +317,11 @@ class StoryRun:
         self.state.current_round = n
         self.record.phase("worker", f"round {n}/{max_rounds}: worker", self.cancel)
         trace_path = self.run_dir / f"round-{n}.jsonl"
-        messages, replayed, unreplayable = self._conversation(n, max_rounds, tiers, trace_path)
+        messages, replayed, unreplayable = (
+            ([], None, "")  # a round that checks an update: no worker, no conversation
+            if update and not update.get("conflict")
+            else self._conversation(n, max_rounds, tiers, trace_path)
+        )
         part = replayed.parts + 1 if replayed is not None else 1
         self.events.round_start(n, max_rounds=max_rounds, part=part)
         tap = self.events.tap if self.events else None
@@ -316,21 +339,24 @@ class StoryRun:
             if replayed is not None and not replayed.done and self.hooks.on_resume is not None:
                 # before the guard: its start is the tip
                 replayed.worktree = self.hooks.on_resume(self, n)
-            guard = self.workspace.git.watch(self.state.built_on)
-            if replayed is not None and replayed.done:
+            guard = self.workspace.git.watch(self.state.head_sha if update else self.state.built_on)
+            if update and not update.get("conflict"):  # the update to check: no worker
+                result = AgentResult(stop_reason=UPDATED)
+            elif replayed is not None and replayed.done:
                 result = AgentResult.from_replay(replayed)
                 if replayed.ended is None:
                     trace.agent_end(result.end_event())
                 self.say(f"round {n}: the worker had finished before the stop; checking its work")
             else:
-                result = self._work(messages, env, trace, guard, replayed)
+                result = _work(self, messages, env, trace, guard, replayed)
             problems = self._rescue_round(n, result, guard)
             verify, verdict = self._check(n, result, problems, tiers, env, trace, guard)
             trace.verdict(verdict.to_dict())
         self.say(f"round {n}: {verdict.verdict}: {verdict.summary}")
         self.state.head_sha = self.repo.branch_sha(self.branch) or self.state.head_sha
         feedback = self.redactor.redact(_feedback_text(verdict, verify))
-        return _round_record(n, started, result, verify, verdict, self.state.head_sha, feedback)
+        record = _round_record(n, started, result, verify, verdict, self.state.head_sha, feedback)
+        return replace(record, update=update)
 
     def _conversation(
         self, n: int, max_rounds: int, tiers: tuple[VerifyTier, ...], trace_path: Path
@@ -380,46 +406,6 @@ class StoryRun:
         return recall_for(
             self.config, self.story, estimate=estimate_text, say=self.say, facts=facts
         )
-
-    def _work(
-        self,
-        messages: list[dict[str, Any]],
-        env: dict[str, str],
-        trace: Trace,
-        guard: Guard,
-        replayed: Replayed | None,
-    ) -> AgentResult:
-        """The worker's turn, watched by ``guard``. A turn stopped midway still has the
-        user's refs put back; the rest waits for the round to go on (from its trace)."""
-        context = Context(
-            window_for(self.config, "worker"),
-            tool_schemas(),
-            head=replayed.head if replayed is not None else len(messages),
-            render_summary_prompt=condense_prompt(self.home),
-        )
-        ctx = self.workspace.tool_context(env, self.cancel)
-        try:
-            try:
-                return run_agent(
-                    self.meter.wrap(self.worker_model),
-                    messages,
-                    ctx,
-                    self.config.worker_limits,
-                    trace,
-                    context=context,
-                    resume=replayed,
-                    on_condense=lambda what: self.say(f"{self.key}: {what}"),
-                    on_turn=self._turn_done,
-                )
-            finally:
-                self.workspace.end_sandbox(ctx)
-        except BaseException:
-            try:
-                for line in self.workspace.git.after_stop(guard).problems:
-                    self.say(f"{self.key}: {line}")
-            except GitError as exc:
-                self.say(f"{self.key}: could not check the repository after the stop: {exc}")
-            raise
 
     def _turn_done(self, _result: AgentResult) -> None:
         """Between two turns: the engine's hook, the record (its round's time) saved now
@@ -519,6 +505,47 @@ class StoryRun:
             self.workspace.keep_leftovers(self.state, why)
         except GitError as err:  # the next run keeps what is left, as after any stop
             self.say(f"{self.key}: could not commit the work left: {err}")
+
+
+def _work(
+    run: StoryRun,
+    messages: list[dict[str, Any]],
+    env: dict[str, str],
+    trace: Trace,
+    guard: Guard,
+    replayed: Replayed | None,
+) -> AgentResult:
+    """The worker's turn, watched by ``guard``. A turn stopped midway still has the
+    user's refs put back; the rest waits for the round to go on (from its trace)."""
+    context = Context(
+        window_for(run.config, "worker"),
+        tool_schemas(),
+        head=replayed.head if replayed is not None else len(messages),
+        render_summary_prompt=condense_prompt(run.home),
+    )
+    ctx = run.workspace.tool_context(env, run.cancel)
+    try:
+        try:
+            return run_agent(
+                run.meter.wrap(run.worker_model),
+                messages,
+                ctx,
+                run.config.worker_limits,
+                trace,
+                context=context,
+                resume=replayed,
+                on_condense=lambda what: run.say(f"{run.key}: {what}"),
+                on_turn=run._turn_done,
+            )
+        finally:
+            run.workspace.end_sandbox(ctx)
+    except BaseException:
+        try:
+            for line in run.workspace.git.after_stop(guard).problems:
+                run.say(f"{run.key}: {line}")
+        except GitError as exc:
+            run.say(f"{run.key}: could not check the repository after the stop: {exc}")
+        raise
 
 
 def _before_round_1(

@@ -154,6 +154,16 @@ class RunRecord:
         self.events.error(message)
         self.say(f"{self.key}: error: {message}")
 
+    def conflict(self, detail: str) -> None:
+        """Its branch conflicts with its target and the round to resolve it did not
+        (hero.run.keepup): the story ends in ``error``, its record's ``conflict`` naming the
+        files, and nothing of it is reported."""
+        self.finish(Status.ERROR)
+        self.state.error = detail
+        self.events.stop(StopReason.CONFLICT, detail, setting="keep_up")
+        self.say(f"{self.key}: {detail}")
+        self.save()
+
     def interrupted(self) -> None:
         """Stopped (Ctrl-C, a daemon's stop): the next run resumes the round."""
         state = self.state

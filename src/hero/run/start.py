@@ -89,6 +89,7 @@ class RunStart:
         state.title = story.title
         state.story_path = str(story.path)
         state.error = ""
+        state.conflict = {}  # an end on a conflict is over once the story runs again
         state.finished_at = None
         state.runs += 1
         return state
