@@ -792,3 +792,33 @@ def test_a_conflict_with_main_resolved_is_pushed_holding_mains_commit(
     assert git(world.repo, "show", f"{head}:calc/__init__.py") == SUB_IMPL + MUL
     [pull] = world.pulls()
     assert pull["head"]["ref"] == f"hero/gh-{n}"
+
+
+def test_each_sweep_fetches_a_remote_base_so_stories_keep_up_with_the_remote(
+    world: World, tmp_path: Path
+) -> None:
+    from hero.github.watch import Watcher
+
+    git(world.repo, "push", "-q", str(world.remote), "HEAD:refs/heads/main")
+    git(world.repo, "fetch", "-q", "origin")
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", "-b", "main", str(world.remote), str(other))
+    (other / "upstream.txt").write_text("pushed by someone else\n")
+    git(other, "add", "upstream.txt")
+    git(other, "-c", "user.name=p", "-c", "user.email=p@x", "commit", "-qm", "upstream")
+    git(other, "push", "-q", str(world.remote), "HEAD:main")
+    moved = git(other, "rev-parse", "HEAD").strip()
+    assert git(world.repo, "rev-parse", "origin/main").strip() != moved
+
+    config = Config(
+        home=world.home, target_repo=world.repo, target_base_ref="origin/main", secrets=(TOKEN,)
+    )
+    Watcher(world.home, world.settings, config, world.log).sweep(world.gh)
+    assert git(world.repo, "rev-parse", "origin/main").strip() == moved
+
+    # a base that is no branch of the remote: logged, the sweep goes on
+    config = Config(
+        home=world.home, target_repo=world.repo, target_base_ref="origin/gone", secrets=(TOKEN,)
+    )
+    Watcher(world.home, world.settings, config, world.log).sweep(world.gh)
+    assert any(e.get("event") == "base not fetched" for e in world.log.events)

@@ -834,6 +834,17 @@ def _git_answer(cwd: Path, *args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr.strip()
 
 
+def fetch_branch(repo: Path, remote: str, branch: str, *, timeout_s: float = 300) -> None:
+    """Fetch ``branch`` of ``remote`` into ``refs/remotes/<remote>/<branch>`` of ``repo``
+    (forced, as a fetch moves a remote-tracking branch). GitError for a name that is no
+    branch name (an option, ``..``, a refspec) and for a fetch that fails or times out."""
+    if not branch or branch.startswith("-") or not remote or remote.startswith("-"):
+        raise GitError(f"{remote}/{branch}: not a remote branch hero fetches")
+    git(repo, "check-ref-format", f"refs/heads/{branch}")  # GitError for a name git refuses
+    spec = f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}"
+    git(repo, "fetch", "--quiet", "--no-tags", "--", remote, spec, timeout_s=timeout_s)
+
+
 def push_env(repo: Path, remote: str) -> dict[str, str]:
     """What lets hero's own push through the refusal every git hero starts carries.
 

@@ -131,6 +131,7 @@ class Watcher:
 
         ok = True
         written: list[Path] = []
+        self._fetch_base()
         try:
             issues = gh.open_issues(self.settings.label)
             written = intake_sweep(self.home, gh, self.settings, self.config, self.log, issues)
@@ -154,6 +155,21 @@ class Watcher:
         if ok and self.config.housekeeping.after_pr_merged and not self.settings.dry_run:
             self._merged(gh)
         return ok
+
+    def _fetch_base(self) -> None:
+        """Fetch the branch stories start from when it is the remote's (``target_base_ref:
+        origin/main``): new stories start from, and passing ones keep up with (hero.run.keepup),
+        the remote's branch as of this sweep, not as the repository last fetched it. A failed
+        fetch is logged; the sweep goes on with what was fetched before."""
+        from hero.git.ops import GitError, fetch_branch
+
+        base, remote = self.config.target_base_ref or "", self.settings.remote
+        if self.settings.dry_run or not base.startswith(f"{remote}/"):
+            return
+        try:
+            fetch_branch(self.config.target_repo, remote, base[len(remote) + 1 :])
+        except GitError as exc:
+            self.log.warning("base not fetched", ref=base, error=self.scrub(exc))
 
     def _followups(self, gh: GitHub, room: int | None) -> None:
         """The follow-up sweep; ``room``: the new stories it may write (max_per_sweep)."""
