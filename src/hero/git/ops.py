@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -104,14 +105,24 @@ _GIT_INHERITS = frozenset(
     }
 )
 _GIT_INHERITS_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_TRACE")
-#: Added to runner's non-interactive settings: output in one language, the one hero parses.
-_GIT_SETTINGS = {"LC_ALL": "C"}
+#: Added to runner's non-interactive settings: output in one language, the one hero parses;
+#: no replace ref and no graft: what a worker writes under ``refs/replace/`` or into
+#: ``info/grafts`` never changes which commit, tree or parent hero's git sees (a replace ref
+#: could otherwise hide a commit's change from the scope check and the reviewer's diff).
+_GIT_SETTINGS = {"LC_ALL": "C", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": "/dev/null"}
 #: Before every git command hero runs itself: no hook and no filesystem monitor runs, whatever
 #: the worker wrote into the repository's hooks or config (a ``-c`` on the command line wins
 #: over every config file). The settings that name a program git cannot do without here
 #: (filter, diff and merge drivers, signing...) are kept as the user set them; what a worker
 #: or a check changes of them is undone before hero's next git runs (see ``ProgramWatch``).
-NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+NO_PROGRAMS = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.useReplaceRefs=false",
+)
 
 
 #: The most of a git command's output hero holds (each of stdout and stderr): whatever a
@@ -173,8 +184,10 @@ def git(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_output: int = GIT_OUTPUT_MAX_BYTES,
     cut_ok: bool = False,
+    input: bytes | None = None,
 ) -> str:
-    """Run ``git ARGS`` in ``cwd`` and return its stdout.
+    """Run ``git ARGS`` in ``cwd`` and return its stdout (``input``: what it reads on its
+    standard input, through a temporary file).
 
     Raises GitError when git cannot be started, when it runs longer than ``timeout_s`` (it
     and its children are ended), with ``check`` when it exits non-zero, and when its output
@@ -186,13 +199,18 @@ def git(
     if box is not None and _within(Path(os.path.realpath(cwd)), box[0]):
         argv = box[1](argv, Path(cwd))
     try:
-        result = run_process(
-            argv,
-            cwd,
-            timeout_s=timeout_s,
-            env=git_env(env),
-            max_output=max_output,
-        )
+        with tempfile.TemporaryFile() as fed:
+            if input is not None:
+                fed.write(input)
+                fed.seek(0)
+            result = run_process(
+                argv,
+                cwd,
+                timeout_s=timeout_s,
+                env=git_env(env),
+                max_output=max_output,
+                stdin=fed if input is not None else None,
+            )
     except OSError as exc:
         raise GitError(f"{command} (in {cwd}) could not start: {exc.strerror or exc}") from None
     if result.timed_out:
