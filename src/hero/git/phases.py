@@ -66,7 +66,7 @@ class StoryGit:
 
     def watch(self, start: str) -> Guard:
         """The guard of a phase that must build on ``start``, watching from now."""
-        guard = Guard(self.repo.path, self.repo.path, self.branch, start)
+        guard = Guard(self.repo.path, self.repo.path, self.branch, start, own=True)
         guard.watch()
         return guard
 
@@ -100,7 +100,7 @@ class StoryGit:
     def keep_leftovers(self, start: str, message: str, base: str) -> PhaseEnd:
         """After a run that crashed or was stopped (nothing of it runs any more): commit
         what it left (``message``) and put the worktree back on the branch."""
-        guard = Guard(self.repo.path, self.repo.path, self.branch, start)
+        guard = Guard(self.repo.path, self.repo.path, self.branch, start, own=True)
         with self._ending():
             notes = self.repo.end_phase()
             guard.before_rescue()
