@@ -217,8 +217,9 @@ class Guard:
     """One story's watch over the repository during one phase (the worker's turn, the
     checks). Call ``watch`` before the phase; afterwards ``before_rescue``, the rescue commit,
     then ``after_rescue``. What the phase did wrong gathers in ``problems`` (the round fails
-    with them); what hero merely tidied up in ``notes``. Hold the repository's lock
-    (``TargetRepo.locked``) around the calls that change refs."""
+    with them); what hero merely tidied up in ``notes``. ``own``: ``repo`` is a story's
+    own repository (nothing of the worker running), whose worker-made refs may be dropped
+    without git (``hero.git.refs.drop_fast``); the user's repository never needs it."""
 
     def __init__(
         self, repo: Path, worktree: Path, branch: str, start: str, *, own: bool = False

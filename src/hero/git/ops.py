@@ -245,7 +245,8 @@ class TargetRepo:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._depth = 0  # how deep the thread that holds the lock has taken it
         self._identity: dict[str, str] | None = None
         self._lock_path: Path | None = None
         self._common: Path | None = None
@@ -259,14 +260,26 @@ class TargetRepo:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
+        """The repository-wide lock every story of every hero process on this repository
+        shares: held only while the user's refs or worktree list change (milliseconds, not a
+        phase's end). Re-entrant within a thread: a holder may call what takes it again."""
         with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
             if self._lock_path is None:
                 self._lock_path = self.common_dir() / "hero.lock"
             with open(self._lock_path, "a") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
+                self._depth = 1
                 try:
                     yield
                 finally:
+                    self._depth = 0
                     fcntl.flock(fh, fcntl.LOCK_UN)
 
     @contextmanager

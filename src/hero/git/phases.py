@@ -1,8 +1,9 @@
 """hero's git at the end of each of a story's phases: one method per phase.
 
 A phase is the worker's turn or the checks. Before it, ``watch`` records what the phase may
-not change (``hero.git.guard.Guard``). After it, with the user's repository locked and hero's
-own git in the story's sandbox (``hero.git.ops.confined``), one method does the whole end:
+not change (``hero.git.guard.Guard``). After it, with hero's own git in the story's sandbox
+(``hero.git.ops.confined``), one method does the whole end (the user's repository locked
+only for the moment its refs move, never while the story's own repository is cleaned):
 in-progress git state removed, the worktree back on the story branch, what the worker left
 uncommitted committed (unless it holds conflicts or a secret; build output left out, see
 ``hero.git.output``), history kept, the user's
@@ -123,7 +124,10 @@ class StoryGit:
 
     @contextmanager
     def _ending(self) -> Iterator[None]:
-        with self.target.locked(), confined(self.repo.path, self.sandbox):
+        """hero's git in the story's repository runs in its sandbox. The user's repository
+        is not locked here: only the moments its refs move are (``StoryRepo.bring_back``,
+        ``keep_in_target``), so a worker that made 50,000 refs delays no other story."""
+        with confined(self.repo.path, self.sandbox):
             yield
 
     def _end(self, guard: Guard, refused: list[str], notes: list[str]) -> PhaseEnd:
