@@ -7,13 +7,18 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 from conftest import GIT_ENV, git
 
 from hero.git.guard import Guard, snapshot
+from hero.git.ops import TargetRepo
+from hero.git.phases import PhaseEnd, StoryGit
 from hero.git.refs import LISTED, Change, drop_fast, read_refs, update_refs
+from hero.git.storyrepo import StoryRepo
+from hero.redact import Redactor
 
 STRAY = re.compile(r"hero/s1-stray-\d{8}-\d{6}(-\d+)?")
 
@@ -253,3 +258,48 @@ def test_a_broken_loose_ref_over_the_users_is_reported_or_put_back(story: tuple[
     fixed = refs.get("refs/heads/feature")
     text = "\n".join(guard.problems)
     assert (fixed is not None and fixed.oid == base) or "refs/heads/feature" in text
+
+
+# ------------------------------------------------------------------------------ the lock
+
+
+def test_the_phase_end_cleans_the_story_repository_without_the_users_lock(
+    target_repo: Path, tmp_path: Path
+) -> None:
+    """Another hero process holds the user's repository's lock all along: the story's own
+    repository is cleaned meanwhile (3,000 refs of the worker's gone), and only moving the
+    user's branch waits for the lock."""
+    base = sha(target_repo, "HEAD")
+    git(target_repo, "branch", "hero/s1", base)
+    target = TargetRepo(target_repo)
+    story = StoryRepo(target, tmp_path / "worktrees" / "s1", "hero/s1")
+    assert story.lay_out(base) == []
+    phases = StoryGit(target, story, secrets=Redactor([]))
+    guard = phases.watch(base)
+    work = commit(story.path, "work.txt")
+    feed(story.path, [f"create refs/w/{i} {work}" for i in range(3000)])
+
+    ended: list[PhaseEnd] = []
+    other = TargetRepo(target_repo)  # another process's view: its own flock
+    with other.locked():
+        runner = threading.Thread(target=lambda: ended.append(phases.end_work(guard, "m", base)))
+        runner.start()
+        for _ in range(1200):  # the cleaning goes on while the lock is held
+            if not read_refs(story.path, "refs/w"):
+                break
+            runner.join(0.1)
+        assert not read_refs(story.path, "refs/w")
+        assert runner.is_alive() and sha(target_repo, "hero/s1") == base  # waits to move it
+    runner.join(300)
+    (end,) = ended
+    assert end.head == work == sha(target_repo, "hero/s1")
+    assert any("3000 refs" in p for p in end.problems)
+    assert not read_refs(target_repo, "refs/hero")  # no incoming ref left behind
+
+
+def test_the_users_lock_is_reentrant_within_a_thread(target_repo: Path) -> None:
+    target = TargetRepo(target_repo)
+    with target.locked(), target.locked():
+        pass
+    with target.locked():  # taken and given back whole
+        pass
