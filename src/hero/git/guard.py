@@ -391,7 +391,7 @@ class Guard:
             for ref in done:
                 self.problems.append(self._said(ref, now, kept, kind))
             return
-        branches = sorted({kept[now[r]] for r in done if kept.get(now.get(r, ""))})
+        branches = sorted({b for b in map(kept.get, {now.get(r, "") for r in done}) if b})
         what = "were created; hero removed them" if kind == "created" else "were moved or "
         if kind != "created":
             what += "deleted; hero put them back"

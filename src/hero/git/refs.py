@@ -207,10 +207,11 @@ def _unlink_under(gitdir: Path, root: str, paths: list[list[str]]) -> None:
             if _descend(fds, base, part, unlink_link=False) is None:
                 return
             base += (part,)
+        missing: set[tuple[str, ...]] = set()
         for parts in paths:
             here = base
             for part in parts[:-1]:
-                if _descend(fds, here, part) is None:
+                if _descend(fds, here, part, missing=missing) is None:
                     break
                 here += (part,)
             else:
@@ -227,24 +228,33 @@ def _unlink_under(gitdir: Path, root: str, paths: list[list[str]]) -> None:
 
 def _unlink_leaf(parent: int, name: str) -> None:
     try:
-        if not stat.S_ISDIR(os.lstat(name, dir_fd=parent).st_mode):
-            os.unlink(name, dir_fd=parent)  # a link is removed, not followed
-    except FileNotFoundError:
-        pass
+        os.unlink(name, dir_fd=parent)  # a link is removed, not followed
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        pass  # none, or a directory of refs (git sees no ref there)
 
 
 def _descend(
-    fds: dict[tuple[str, ...], int], here: tuple[str, ...], part: str, *, unlink_link: bool = True
+    fds: dict[tuple[str, ...], int],
+    here: tuple[str, ...],
+    part: str,
+    *,
+    unlink_link: bool = True,
+    missing: set[tuple[str, ...]] | None = None,
 ) -> int | None:
-    """The directory ``here/part`` (opened once, cached); None if it is missing, a file or a
-    link (which is unlinked, never followed, when ``unlink_link``)."""
+    """The directory ``here/part`` (opened once, cached; one found missing is remembered in
+    ``missing``); None if it is missing, a file or a link (which is unlinked, never
+    followed, when ``unlink_link``)."""
     key = (*here, part)
     if key in fds:
         return fds[key]
+    if missing is not None and key in missing:
+        return None
     parent = fds[here]
     try:
         fd = _open_dir(parent, part)
     except OSError as exc:
+        if missing is not None:
+            missing.add(key)
         if unlink_link and exc.errno in (errno.ELOOP, errno.ENOTDIR):
             try:
                 if stat.S_ISLNK(os.lstat(part, dir_fd=parent).st_mode):
