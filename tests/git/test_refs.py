@@ -161,6 +161,36 @@ def test_a_symlinked_loose_ref_is_removed_not_followed(
     assert "refs/heads/feature" in read_refs(repo)
 
 
+def test_many_refs_are_dropped_by_making_the_refs_directory_anew(
+    story: tuple[Path, str], tmp_path: Path
+) -> None:
+    """More refs to drop than to keep: ``refs`` and ``logs/refs`` are made anew with the
+    kept loose files moved over; the old ones, links and all, are deleted aside."""
+    repo, base = story
+    gitdir = repo / ".git"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text(f"{base}\n")
+    git(repo, "pack-refs", "--all")  # feature, v1, v2 packed
+    git(repo, "branch", "loose-user", base)  # and one loose, with a reflog
+    keep = read_refs(repo)
+    feed(repo, [f"create refs/heads/w/{i} {base}" for i in range(300)])
+    os.symlink(outside, gitdir / "refs" / "heads" / "w" / "out")
+    os.symlink(outside / "victim", gitdir / "refs" / "tags" / "victim")
+    drop_fast(gitdir, [*(f"refs/heads/w/{i}" for i in range(300)), "refs/tags/victim"], keep)
+    assert read_refs(repo) == keep
+    assert (gitdir / "logs" / "refs" / "heads" / "loose-user").is_file()
+    assert not (gitdir / "logs" / "refs" / "heads" / "w").exists()
+    assert (outside / "victim").read_text() == f"{base}\n"
+    for _ in range(600):  # deleted in the background
+        if not [e for e in os.listdir(gitdir) if e.startswith("hero-dropped-")]:
+            break
+        threading.Event().wait(0.1)
+    assert not [e for e in os.listdir(gitdir) if e.startswith("hero-dropped-")]
+    assert (outside / "victim").exists()
+    git(repo, "fsck", "--no-progress")
+
+
 def test_a_refs_directory_that_is_a_link_is_left_alone(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     (outside / "heads").mkdir(parents=True)

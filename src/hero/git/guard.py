@@ -355,8 +355,8 @@ class Guard:
         going = set(created) | set(restore)
         staying = [r.oid for n, r in everything.items() if n not in going and not r.symref]
         staying += [self.before[r] for r in restore]
+        refused = self._remove(created, everything)  # first: the fast way keeps no new ref
         kept = self.strays.keep_many([now[r] for r in created + restore if r in now], staying)
-        refused = self._remove(created)
         outcome = update_refs(self.repo, [Change(r, self.before[r]) for r in restore])
         refused.update(outcome.refused)
         self._report(created, [r for r in created if r not in refused], now, kept, "created")
@@ -370,15 +370,23 @@ class Guard:
                 f"{self.branch} only, and do not create, move or delete any other ref."
             )
 
-    def _remove(self, created: list[str]) -> dict[str, str]:
-        """Delete the refs the worker made; those git refused, and why."""
+    def _remove(self, created: list[str], everything: dict[str, Ref]) -> dict[str, str]:
+        """Delete the refs the worker made (``everything``: all refs, read before); those
+        git refused, and why. A ref that should have stayed and did not (the fast way moves
+        the loose ones it keeps) is set again as it was."""
         if not created:
             return {}
         left = created
         if self.own and len(created) >= FAST_DROP_MIN and (self.repo / ".git").is_dir():
-            drop_fast(self.repo / ".git", created)
+            going = set(created)
+            staying = [n for n in everything if n not in going]
+            drop_fast(self.repo / ".git", created, keep=staying)
             there = read_refs(self.repo)
             left = [r for r in created if r in there]
+            lost = [n for n in staying if there.get(n) != everything[n]]
+            back = update_refs(self.repo, [Change(n, everything[n].value) for n in lost])
+            if back.refused:
+                self.problems += back.problems()
         return update_refs(self.repo, [Change(r) for r in left]).refused
 
     def _report(

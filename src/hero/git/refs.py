@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
+import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,19 +174,115 @@ def _name_ok(name: str) -> bool:
 # -- the fast way, in a story's own repository ----------------------------------------------
 
 
-def drop_fast(gitdir: Path, names: Iterable[str]) -> None:
+def drop_fast(gitdir: Path, names: Iterable[str], keep: Iterable[str] | None = None) -> None:
     """Remove the refs ``names`` of the repository whose git directory is ``gitdir`` (a
     story's own, with nothing of the worker running) without git: their loose files and
     reflogs, and their lines of ``packed-refs``. Nothing is followed: a link where a ref,
     a reflog or a directory of them should be is removed itself, and a ``.git/refs`` that is
-    no directory is left alone. The caller reads the refs again to see what is left (and
-    leaves that to ``update_refs``)."""
+    no directory is left alone.
+
+    ``keep``: every other ref of the repository. When they are fewer than ``names``, the
+    ``refs`` and ``logs/refs`` directories are made anew instead, holding the loose files
+    of ``keep`` moved over (one rename each), and the old ones are renamed aside and deleted
+    in the background: unlinking tens of thousands of files one by one takes seconds to
+    minutes on a busy disk. The caller reads the refs again to see what is left or lost
+    (and leaves that to ``update_refs``)."""
     wanted = sorted({n for n in names if _name_ok(n)})
     if not wanted or os.path.isdir(gitdir / "reftable"):
         return
+    _sweep(gitdir)
+    kept = None if keep is None else sorted({n for n in keep if _name_ok(n)} - set(wanted))
     for root in ("refs", "logs/refs"):
-        _unlink_under(gitdir, root, [n.split("/")[1:] for n in wanted])
+        if kept is not None and len(kept) < len(wanted):
+            _rebuild(gitdir, root, [n.split("/")[1:] for n in kept])
+        else:
+            _unlink_under(gitdir, root, [n.split("/")[1:] for n in wanted])
     _drop_packed(gitdir, set(wanted))
+
+
+#: The name of a directory of refs renamed aside, in the git directory, until it is deleted.
+_ASIDE = "hero-dropped-"
+
+
+def _sweep(gitdir: Path) -> None:
+    """Delete, in the background, what earlier drops renamed aside (links not followed)."""
+    try:
+        aside = [gitdir / e for e in os.listdir(gitdir) if e.startswith(_ASIDE)]
+    except OSError:
+        return
+    for path in aside:
+        if os.path.isdir(path) and not os.path.islink(path):
+            threading.Thread(
+                target=shutil.rmtree, args=(path,), kwargs={"ignore_errors": True}, daemon=True
+            ).start()
+
+
+def _rebuild(gitdir: Path, root: str, keep: list[list[str]]) -> None:
+    """``root`` made anew with only the loose files of ``keep`` (moved, never followed); the
+    old one renamed aside and deleted in the background. Left alone if ``root`` is no
+    directory (a link is never renamed or followed)."""
+    try:
+        top = _open_dir(None, str(gitdir))
+    except OSError:
+        return
+    *parents, leaf = root.split("/")
+    fds: list[int] = [top]
+    try:
+        parent = top
+        for part in parents:
+            parent = _open_dir(parent, part)
+            fds.append(parent)
+        old = _open_dir(parent, leaf)  # fails on a link or a file: left alone
+        os.close(old)
+        aside = f"{_ASIDE}{leaf}-{os.getpid()}-{time.monotonic_ns()}"
+        os.rename(leaf, aside, src_dir_fd=parent, dst_dir_fd=top)
+        os.mkdir(leaf, dir_fd=parent)
+        new = _open_dir(parent, leaf)
+        fds.append(new)
+        if root == "refs":  # git's own layout
+            for sub in ("heads", "tags"):
+                os.mkdir(sub, dir_fd=new)
+        _move_kept(_open_dir(top, aside), new, keep)
+    except OSError:
+        return
+    finally:
+        for fd in fds:
+            os.close(fd)
+    _sweep(gitdir)
+
+
+def _move_kept(old: int, new: int, keep: list[list[str]]) -> None:
+    """Each of ``keep`` that is a regular file under ``old`` renamed to the same place
+    under ``new`` (directories made as needed); nothing followed. Closes ``old``."""
+    olds: dict[tuple[str, ...], int] = {(): old}
+    news: dict[tuple[str, ...], int] = {(): new}
+    try:
+        for parts in keep:
+            here: tuple[str, ...] = ()
+            for part in parts[:-1]:
+                if _descend(olds, here, part, unlink_link=False) is None:
+                    break
+                if (*here, part) not in news:
+                    try:
+                        os.mkdir(part, dir_fd=news[here])
+                    except FileExistsError:
+                        pass
+                    news[(*here, part)] = _open_dir(news[here], part)
+                here += (part,)
+            else:
+                try:
+                    if stat.S_ISREG(os.lstat(parts[-1], dir_fd=olds[here]).st_mode):
+                        os.rename(
+                            parts[-1], parts[-1], src_dir_fd=olds[here], dst_dir_fd=news[here]
+                        )
+                except OSError:
+                    pass  # not loose (packed only), or in the way: the caller checks
+    finally:
+        for fd in olds.values():
+            os.close(fd)
+        for key, fd in news.items():
+            if key:
+                os.close(fd)
 
 
 def _open_dir(at: int | None, name: str) -> int:
