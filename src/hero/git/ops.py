@@ -8,7 +8,8 @@ it did not create. ``clear_stale_locks`` removes the lock files a git killed wit
 
 Every git call goes through ``git()``: the ``git`` program run by ``hero.runner`` (not a
 library such as GitPython, which is not meant for long-running processes), with a timeout,
-no hook and no filesystem monitor (``NO_PROGRAMS``), git's own diff (no external diff or
+no hook and no filesystem monitor (``NO_PROGRAMS``), no replace ref and no graft (what a
+worker writes there never changes the commits hero's git sees), git's own diff (no external diff or
 textconv program), a cap on what it prints, and an environment without secrets. A worker
 never reaches the user's repository's config or hooks (each story works in a repository of
 its own, ``hero.git.storyrepo``); hero's git that walks a story's repository at a phase's
