@@ -212,9 +212,14 @@ def _sweep(gitdir: Path) -> None:
         return
     for path in aside:
         if os.path.isdir(path) and not os.path.islink(path):
-            threading.Thread(
-                target=shutil.rmtree, args=(path,), kwargs={"ignore_errors": True}, daemon=True
-            ).start()
+            _delete_aside(path)
+
+
+def _delete_aside(path: Path) -> None:
+    """``path`` deleted in a thread of its own (``shutil.rmtree`` follows no link)."""
+    threading.Thread(
+        target=shutil.rmtree, args=(path,), kwargs={"ignore_errors": True}, daemon=True
+    ).start()
 
 
 def _rebuild(gitdir: Path, root: str, keep: list[list[str]]) -> None:
@@ -236,7 +241,11 @@ def _rebuild(gitdir: Path, root: str, keep: list[list[str]]) -> None:
         os.close(old)
         aside = f"{_ASIDE}{leaf}-{os.getpid()}-{time.monotonic_ns()}"
         os.rename(leaf, aside, src_dir_fd=parent, dst_dir_fd=top)
-        os.mkdir(leaf, dir_fd=parent)
+        try:
+            os.mkdir(leaf, dir_fd=parent)
+        except OSError:  # never leave the repository without its refs
+            os.rename(aside, leaf, src_dir_fd=top, dst_dir_fd=parent)
+            raise
         new = _open_dir(parent, leaf)
         fds.append(new)
         if root == "refs":  # git's own layout
@@ -248,7 +257,7 @@ def _rebuild(gitdir: Path, root: str, keep: list[list[str]]) -> None:
     finally:
         for fd in fds:
             os.close(fd)
-    _sweep(gitdir)
+    _delete_aside(gitdir / aside)
 
 
 def _move_kept(old: int, new: int, keep: list[list[str]]) -> None:
