@@ -170,6 +170,47 @@ def test_worker_moving_the_users_refs_is_undone(
         assert subject in git(target_repo, "log", "--format=%s", stray).split()
 
 
+def test_thousands_of_refs_and_a_replace_ref_are_undone_in_bulk(
+    scripted, make_home, write_story, target_repo: Path
+) -> None:
+    """The worker makes 3,000 tags in one command, at a commit of its own off the story
+    branch, and a replace ref that shows that commit in place of the branch's tip: the round
+    ends (failed, said once for them all), hero saw the real tip, the refs are gone from
+    both repositories, the commit is kept on a stray branch, the user's refs are as they
+    were and round 2 passes."""
+    git(target_repo, "tag", "-a", "v1", "-m", "release 1")
+    refs_before = user_refs(target_repo)
+    flood = (
+        "git checkout -q --detach && echo x > x.txt && git add x.txt && git commit -qm "
+        "stray-work && S=$(git rev-parse HEAD) && git checkout -q hero/s1 && "
+        'for i in $(seq 1 3000); do echo "create refs/tags/w$i $S"; done | '
+        "git update-ref --stdin && git replace HEAD $S && git for-each-ref | wc -l"
+    )
+    worker = {
+        1: [*sub_work(), call("bash", command=flood), text("Done.")],
+        2: [call("bash", command="git tag | wc -l"), text("Done.")],
+    }
+    model = scripted(policy(worker))
+    home = make_home(model)
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+
+    assert run_hero(home, story) == 0
+    state = load_state(home)
+    assert state["status"] == "passed"
+    r1 = state["rounds"][0]["review"]
+    assert r1["short_circuited"] is True and "3001 refs" in r1["summary"]  # and the replace ref
+    assert "refs/replace/" in r1["summary"] and "and 2981 more" in r1["summary"]
+    assert len(r1["summary"]) < 8000
+    assert user_refs(target_repo) == refs_before
+    for repo in (target_repo, worktree_of(home)):
+        assert not git(repo, "for-each-ref", "refs/tags/w*", "refs/replace/")
+    assert git(target_repo, "show", "hero/s1:calc/__init__.py") == SUB_IMPL
+    assert "x.txt" not in git(target_repo, "ls-tree", "--name-only", "hero/s1")
+    (stray,) = strays(target_repo)
+    assert stray in r1["summary"]
+    assert "stray-work" in git(target_repo, "log", "--format=%s", stray).split()
+
+
 def test_checks_moving_the_users_refs_are_undone(
     scripted, make_home, write_story, target_repo: Path, tmp_path: Path
 ) -> None:

@@ -60,6 +60,7 @@ from hero.engine.wip import WipKeeper
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, branch_tip, commit_of, git, push_env
+from hero.git.refs import Change, read_refs, update_refs
 from hero.git.storyrepo import StoryRepo
 from hero.llm.models import story_config
 from hero.redact import Redactor
@@ -482,8 +483,7 @@ class _Run:
                 # the ref guard of the stories running here leaves alone (a fetch or a push
                 # for one story must not look like another story's worker moving refs)
                 git(path, "config", "--replace-all", "remote.origin.fetch", REMOTE_REFSPEC)
-                for ref in git(path, "for-each-ref", "--format=%(refname)", "refs/remotes").split():
-                    git(path, "update-ref", "--no-deref", "-d", ref, check=False)
+                update_refs(path, [Change(ref) for ref in read_refs(path, "refs/remotes")])
             git(path, "fetch", "--quiet", "--prune", "origin", timeout_s=600)
         return TargetRepo(path)
 

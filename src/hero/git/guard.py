@@ -33,6 +33,7 @@ from pathlib import Path
 from hero.git.ops import (
     DEFAULT_IDENTITY,
     WORKTREE_TIMEOUT_S,
+    GitError,
     branch_tip,
     commit_of,
     current_branch,
@@ -41,6 +42,17 @@ from hero.git.ops import (
     head_sha,
 )
 from hero.git.output import untracked
+from hero.git.refs import (
+    FAST_DROP_MIN,
+    LISTED,
+    Change,
+    Outcome,
+    Ref,
+    capped,
+    drop_fast,
+    read_refs,
+    update_refs,
+)
 from hero.redact import Redactor
 from hero.runner import PUSH_REFUSED_URL
 
@@ -48,6 +60,8 @@ from hero.runner import PUSH_REFUSED_URL
 OWNED_PREFIXES = ("refs/heads/hero/", "refs/hero/")
 #: Refs the worker may use as it likes.
 WORKER_REFS = frozenset({"refs/stash"})
+#: Up to this many commits taken off refs get a stray branch each; more share one.
+STRAY_BRANCHES = 8
 #: Files above this size are not searched for conflict markers.
 MARKER_SCAN_MAX_BYTES = 1 << 20
 #: A conflict's opening or closing line (``=======`` alone is a heading underline in many files).
@@ -65,13 +79,11 @@ def is_protected(refname: str) -> bool:
 
 def snapshot(repo: Path) -> Refs:
     """Every protected ref of ``repo`` (one ``for-each-ref``)."""
-    out = git(repo, "for-each-ref", "--format=%(objectname) %(symref) %(refname)")
-    refs: Refs = {}
-    for line in out.splitlines():
-        sha, symref, name = line.split(" ", 2)
-        if is_protected(name):
-            refs[name] = f"{_SYMREF}{symref}" if symref else sha
-    return refs
+    return protected(read_refs(repo))
+
+
+def protected(refs: dict[str, Ref]) -> Refs:
+    return {name: ref.value for name, ref in refs.items() if is_protected(name)}
 
 
 def is_ancestor(repo: Path, older: str, newer: str) -> bool:
@@ -104,6 +116,9 @@ class Strays:
         for name in self.made:
             if is_ancestor(self.repo, sha, f"refs/heads/{name}"):
                 return name
+        return self._branch_at(sha)
+
+    def _branch_at(self, sha: str) -> str:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         name, n = f"{self.branch}-stray-{stamp}", 1
         while branch_tip(self.repo, name):
@@ -112,6 +127,71 @@ class Strays:
         git(self.repo, "update-ref", f"refs/heads/{name}", sha, "")
         self.made.append(name)
         return name
+
+    def keep_many(self, values: Sequence[str], kept: Sequence[str]) -> dict[str, str]:
+        """``keep`` for many refs' values at once (shas; ``kept``: the commits of the refs
+        that stay, whose history needs no stray branch): value -> the branch that holds it
+        ("" if none needs to). A few git calls whatever the number: the values peeled to
+        commits in one ``cat-file``, the commits only they reach found in one ``rev-list``;
+        up to ``STRAY_BRANCHES`` such commits get a branch each (as ``keep``), more get one
+        branch together, at a commit that has them all as parents."""
+        distinct = sorted({v for v in values if v and not v.startswith(_SYMREF)})
+        if not distinct:
+            return {}
+        peeled = _commits_of(self.repo, distinct)
+        tips = sorted({c for c in peeled.values() if c})
+        lost = _only_reached(self.repo, tips, [f"refs/heads/{self.branch}", *kept, *self.made])
+        tips = [c for c in tips if c in lost]
+        if not tips:
+            return dict.fromkeys(distinct, "")
+        if len(tips) <= STRAY_BRANCHES:
+            where = {c: self.keep(c) for c in tips}
+        else:
+            where = dict.fromkeys(tips, self._branch_at(_merge_of(self.repo, tips)))
+        return {v: where.get(peeled.get(v, ""), "") for v in distinct}
+
+
+def _commits_of(repo: Path, values: Sequence[str]) -> dict[str, str]:
+    """value -> the commit it peels to ("" for none), in one ``git cat-file``."""
+    feed = "".join(f"{v}^{{commit}}\n" for v in values).encode("ascii")
+    out = git(repo, "cat-file", "--batch-check=%(objectname) %(objecttype)", input=feed)
+    found: dict[str, str] = {}
+    for value, line in zip(values, out.splitlines(), strict=False):
+        sha, _, kind = line.partition(" ")
+        found[value] = sha if kind == "commit" else ""
+    return found
+
+
+def _only_reached(repo: Path, tips: Sequence[str], kept: Sequence[str]) -> set[str]:
+    """The commits of ``tips`` that none of ``kept`` (refs or shas) reaches, in one
+    ``git rev-list``; all of ``tips`` when git cannot tell (nothing is lost by keeping
+    more)."""
+    if not tips:
+        return set()
+    feed = "".join(
+        [*(f"{t}\n" for t in tips), *(f"^{k}\n" for k in kept if not k.startswith(_SYMREF))]
+    ).encode("utf-8", "surrogateescape")
+    try:
+        out = git(repo, "rev-list", "--ignore-missing", "--stdin", input=feed)
+    except GitError:
+        return set(tips)
+    reached = set(out.split())
+    return {t for t in tips if t in reached}
+
+
+def _merge_of(repo: Path, parents: Sequence[str]) -> str:
+    """A new commit with ``parents`` as its parents and an empty tree: one branch at it
+    keeps them all."""
+    tree = git(repo, "mktree", input=b"").strip()
+    stamp = f"{int(time.time())} +0000"
+    who = f"{DEFAULT_IDENTITY['GIT_COMMITTER_NAME']} <{DEFAULT_IDENTITY['GIT_COMMITTER_EMAIL']}>"
+    body = (
+        f"tree {tree}\n"
+        + "".join(f"parent {p}\n" for p in parents)
+        + f"author {who} {stamp}\ncommitter {who} {stamp}\n\n"
+        + f"hero: {len(parents)} commits of refs the worker made, kept\n"
+    )
+    return git(repo, "hash-object", "-t", "commit", "-w", "--stdin", input=body.encode()).strip()
 
 
 def recover_branch(repo: Path, worktree: Path, branch: str, recorded: str) -> str:
@@ -137,11 +217,15 @@ class Guard:
     """One story's watch over the repository during one phase (the worker's turn, the
     checks). Call ``watch`` before the phase; afterwards ``before_rescue``, the rescue commit,
     then ``after_rescue``. What the phase did wrong gathers in ``problems`` (the round fails
-    with them); what hero merely tidied up in ``notes``. Hold the repository's lock
-    (``TargetRepo.locked``) around the calls that change refs."""
+    with them); what hero merely tidied up in ``notes``. ``own``: ``repo`` is a story's
+    own repository (nothing of the worker running), whose worker-made refs may be dropped
+    without git (``hero.git.refs.drop_fast``); the user's repository never needs it."""
 
-    def __init__(self, repo: Path, worktree: Path, branch: str, start: str) -> None:
+    def __init__(
+        self, repo: Path, worktree: Path, branch: str, start: str, *, own: bool = False
+    ) -> None:
         self.repo = repo
+        self.own = own  # a story's own repository: the worker's refs may be dropped fast
         self.worktree = worktree
         self.branch = branch
         self.start = start  # the head (a full sha) the phase must build on
@@ -250,42 +334,97 @@ class Guard:
         """Put back every protected ref that moved or vanished since ``watch`` and remove
         every one that appeared, keeping the commits they pointed at on a stray branch. A
         moved branch that a checkout of the user's own shows (its index matches the new
-        commit, not the old) is taken as the user's commit and left alone."""
-        now = snapshot(self.repo)
+        commit, not the old) is taken as the user's commit and left alone. In bulk, whatever
+        the number of refs: one read, one transaction for the removals (in the story's own
+        repository, the worker's refs dropped without git when there are many), one for the
+        refs put back (``hero.git.refs``)."""
+        everything = read_refs(self.repo)
+        now = protected(everything)
         if now == self.before:
             return
         created = sorted(set(now) - set(self.before))
         changed = sorted(r for r, v in self.before.items() if now.get(r) != v)
-        put_back = 0
-        for ref in created:  # first, so that a deleted ref's name is free again
-            kept = "" if now[ref].startswith(_SYMREF) else self.strays.keep(now[ref])
-            git(self.repo, "update-ref", "--no-deref", "-d", ref)
-            self.problems.append(
-                f"{short(ref)} ({ref}) was created; hero removed it"
-                + (f" and kept its commits on the branch {kept}" if kept else "")
-            )
         checkouts = _checkouts(self.repo, self.worktree) if changed else {}
+        restore: list[str] = []
         for ref in changed:
-            old, new = self.before[ref], now.get(ref)
-            if new and _committed_by_user(checkouts.get(ref, ()), old, new):
+            new = now.get(ref)
+            if new and _committed_by_user(checkouts.get(ref, ()), self.before[ref], new):
                 self.notes.append(f"{short(ref)} moved in a checkout of yours; left as it is")
-                continue
-            kept = self.strays.keep(new) if new and not new.startswith(_SYMREF) else ""
-            if old.startswith(_SYMREF):
-                git(self.repo, "symbolic-ref", ref, old[len(_SYMREF) :])
             else:
-                git(self.repo, "update-ref", "--no-deref", ref, old)
-            put_back += 1
-            what = "deleted" if new is None else f"moved from {_label(old)} to {_label(new)}"
-            self.problems.append(
-                f"{short(ref)} ({ref}) was {what}; hero put it back"
-                + (f" and kept the commits it had moved to on the branch {kept}" if kept else "")
-            )
-        if created or put_back:
+                restore.append(ref)
+        going = set(created) | set(restore)
+        staying = [r.oid for n, r in everything.items() if n not in going and not r.symref]
+        staying += [self.before[r] for r in restore]
+        refused = self._remove(created, everything)  # first: the fast way keeps no new ref
+        kept = self.strays.keep_many([now[r] for r in created + restore if r in now], staying)
+        outcome = update_refs(self.repo, [Change(r, self.before[r]) for r in restore])
+        refused.update(outcome.refused)
+        self._report(created, [r for r in created if r not in refused], now, kept, "created")
+        moved = [r for r in restore if r not in refused]
+        self._report(restore, moved, now, kept, "changed")
+        if refused:
+            self.problems += Outcome(refused=refused).problems()
+        if created or restore:
             self.problems.append(
                 f"Branches, tags and other refs outside hero/ belong to the user: work on "
                 f"{self.branch} only, and do not create, move or delete any other ref."
             )
+
+    def _remove(self, created: list[str], everything: dict[str, Ref]) -> dict[str, str]:
+        """Delete the refs the worker made (``everything``: all refs, read before); those
+        git refused, and why. A ref that should have stayed and did not (the fast way moves
+        the loose ones it keeps) is set again as it was."""
+        if not created:
+            return {}
+        left = created
+        if self.own and len(created) >= FAST_DROP_MIN and (self.repo / ".git").is_dir():
+            going = set(created)
+            staying = [n for n in everything if n not in going]
+            drop_fast(self.repo / ".git", created, keep=staying)
+            there = read_refs(self.repo)
+            left = [r for r in created if r in there]
+            lost = [n for n in staying if there.get(n) != everything[n]]
+            back = update_refs(self.repo, [Change(n, everything[n].value) for n in lost])
+            if back.refused:
+                self.problems += back.problems()
+        return update_refs(self.repo, [Change(r) for r in left]).refused
+
+    def _report(
+        self, refs: list[str], done: list[str], now: Refs, kept: dict[str, str], kind: str
+    ) -> None:
+        """One problem per ref when they are few, else one for them all (names capped)."""
+        if not done:
+            return
+        if len(refs) <= LISTED:
+            for ref in done:
+                self.problems.append(self._said(ref, now, kept, kind))
+            return
+        branches = sorted({b for b in map(kept.get, {now.get(r, "") for r in done}) if b})
+        what = "were created; hero removed them" if kind == "created" else "were moved or "
+        if kind != "created":
+            what += "deleted; hero put them back"
+        self.problems.append(
+            capped([short(r) for r in done], "refs")
+            + f" {what}"
+            + (
+                f" and kept their commits on the branch(es) {', '.join(branches)}"
+                if branches
+                else ""
+            )
+        )
+
+    def _said(self, ref: str, now: Refs, kept: dict[str, str], kind: str) -> str:
+        new = now.get(ref)
+        branch = kept.get(new or "", "")
+        if kind == "created":
+            return f"{short(ref)} ({ref}) was created; hero removed it" + (
+                f" and kept its commits on the branch {branch}" if branch else ""
+            )
+        old = self.before[ref]
+        what = "deleted" if new is None else f"moved from {_label(old)} to {_label(new)}"
+        return f"{short(ref)} ({ref}) was {what}; hero put it back" + (
+            f" and kept the commits it had moved to on the branch {branch}" if branch else ""
+        )
 
 
 def _label(value: str) -> str:

@@ -20,7 +20,8 @@ the story's repository runs where its commands run (``StoryGit.ending``).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +67,7 @@ class Updater:
         new, merged = tip, []
         conflict: Target | None = None
         files: tuple[str, ...] = ()
-        with self.story_git.ending():
+        with self._ending():
             for label, sha in targets:
                 try:
                     new = merge_heads(
@@ -88,7 +89,7 @@ class Updater:
         flattened); the branch in both repositories moved to the result, which is returned.
         "" when a commit conflicts: the rebase is undone and nothing moved."""
         identity = self.target.identity_env()
-        with self.story_git.ending():
+        with self._ending():
             self.repo.make_safe()
             git(
                 self.repo.path,
@@ -116,7 +117,7 @@ class Updater:
     def start_merge(self, label: str, sha: str) -> list[str]:
         """Begin merging ``sha`` in the story's worktree and stop at its conflicts, for the
         worker to resolve; returns the conflicted files as git lists them."""
-        with self.story_git.ending():
+        with self._ending():
             self.repo.make_safe()
             git(self.repo.path, "merge", "--abort", check=False)  # one a stop left
             git(
@@ -151,7 +152,7 @@ class Updater:
     def put_back(self, tip: str) -> None:
         """End a merge left in progress and put the branch, in both repositories, back at
         ``tip`` (the worktree too)."""
-        with self.story_git.ending():
+        with self._ending():
             self.repo.make_safe()
             git(self.repo.path, "merge", "--abort", check=False)
             git(self.repo.path, "reset", "--hard", "-q", tip, timeout_s=WORKTREE_TIMEOUT_S)
@@ -159,6 +160,14 @@ class Updater:
             current = self.target.branch_sha(self.branch) or ""
             if current != tip:
                 git(self.target.path, "update-ref", f"refs/heads/{self.branch}", tip, current)
+
+    @contextmanager
+    def _ending(self) -> Iterator[None]:
+        """The user's repository locked (the update moves its branch; short: a merge without
+        a worktree, or a rebase of the story's own commits), hero's git in the story's
+        repository where its commands run (``StoryGit.ending``, which locks nothing)."""
+        with self.target.locked(), self.story_git.ending():
+            yield
 
     def _forward(self, tip: str, new: str) -> None:
         """The branch from ``tip`` forward to ``new`` (a commit the user's repository

@@ -8,7 +8,8 @@ it did not create. ``clear_stale_locks`` removes the lock files a git killed wit
 
 Every git call goes through ``git()``: the ``git`` program run by ``hero.runner`` (not a
 library such as GitPython, which is not meant for long-running processes), with a timeout,
-no hook and no filesystem monitor (``NO_PROGRAMS``), git's own diff (no external diff or
+no hook and no filesystem monitor (``NO_PROGRAMS``), no replace ref and no graft (what a
+worker writes there never changes the commits hero's git sees), git's own diff (no external diff or
 textconv program), a cap on what it prints, and an environment without secrets. A worker
 never reaches the user's repository's config or hooks (each story works in a repository of
 its own, ``hero.git.storyrepo``); hero's git that walks a story's repository at a phase's
@@ -23,6 +24,7 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -104,14 +106,24 @@ _GIT_INHERITS = frozenset(
     }
 )
 _GIT_INHERITS_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_TRACE")
-#: Added to runner's non-interactive settings: output in one language, the one hero parses.
-_GIT_SETTINGS = {"LC_ALL": "C"}
+#: Added to runner's non-interactive settings: output in one language, the one hero parses;
+#: no replace ref and no graft: what a worker writes under ``refs/replace/`` or into
+#: ``info/grafts`` never changes which commit, tree or parent hero's git sees (a replace ref
+#: could otherwise hide a commit's change from the scope check and the reviewer's diff).
+_GIT_SETTINGS = {"LC_ALL": "C", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": "/dev/null"}
 #: Before every git command hero runs itself: no hook and no filesystem monitor runs, whatever
 #: the worker wrote into the repository's hooks or config (a ``-c`` on the command line wins
 #: over every config file). The settings that name a program git cannot do without here
 #: (filter, diff and merge drivers, signing...) are kept as the user set them; what a worker
 #: or a check changes of them is undone before hero's next git runs (see ``ProgramWatch``).
-NO_PROGRAMS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
+NO_PROGRAMS = (
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.useReplaceRefs=false",
+)
 
 
 #: The most of a git command's output hero holds (each of stdout and stderr): whatever a
@@ -173,8 +185,10 @@ def git(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_output: int = GIT_OUTPUT_MAX_BYTES,
     cut_ok: bool = False,
+    input: bytes | None = None,
 ) -> str:
-    """Run ``git ARGS`` in ``cwd`` and return its stdout.
+    """Run ``git ARGS`` in ``cwd`` and return its stdout (``input``: what it reads on its
+    standard input, through a temporary file).
 
     Raises GitError when git cannot be started, when it runs longer than ``timeout_s`` (it
     and its children are ended), with ``check`` when it exits non-zero, and when its output
@@ -186,13 +200,18 @@ def git(
     if box is not None and _within(Path(os.path.realpath(cwd)), box[0]):
         argv = box[1](argv, Path(cwd))
     try:
-        result = run_process(
-            argv,
-            cwd,
-            timeout_s=timeout_s,
-            env=git_env(env),
-            max_output=max_output,
-        )
+        with tempfile.TemporaryFile() as fed:
+            if input is not None:
+                fed.write(input)
+                fed.seek(0)
+            result = run_process(
+                argv,
+                cwd,
+                timeout_s=timeout_s,
+                env=git_env(env),
+                max_output=max_output,
+                stdin=fed if input is not None else None,
+            )
     except OSError as exc:
         raise GitError(f"{command} (in {cwd}) could not start: {exc.strerror or exc}") from None
     if result.timed_out:
@@ -227,7 +246,8 @@ class TargetRepo:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._depth = 0  # how deep the thread that holds the lock has taken it
         self._identity: dict[str, str] | None = None
         self._lock_path: Path | None = None
         self._common: Path | None = None
@@ -241,14 +261,26 @@ class TargetRepo:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
+        """The repository-wide lock every story of every hero process on this repository
+        shares: held only while the user's refs or worktree list change (milliseconds, not a
+        phase's end). Re-entrant within a thread: a holder may call what takes it again."""
         with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
             if self._lock_path is None:
                 self._lock_path = self.common_dir() / "hero.lock"
             with open(self._lock_path, "a") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
+                self._depth = 1
                 try:
                     yield
                 finally:
+                    self._depth = 0
                     fcntl.flock(fh, fcntl.LOCK_UN)
 
     @contextmanager

@@ -1,8 +1,9 @@
 """hero's git at the end of each of a story's phases: one method per phase.
 
 A phase is the worker's turn or the checks. Before it, ``watch`` records what the phase may
-not change (``hero.git.guard.Guard``). After it, with the user's repository locked and hero's
-own git in the story's sandbox (``hero.git.ops.confined``), one method does the whole end:
+not change (``hero.git.guard.Guard``). After it, with hero's own git in the story's sandbox
+(``hero.git.ops.confined``), one method does the whole end (the user's repository locked
+only for the moment its refs move, never while the story's own repository is cleaned):
 in-progress git state removed, the worktree back on the story branch, what the worker left
 uncommitted committed (unless it holds conflicts or a secret; build output left out, see
 ``hero.git.output``), history kept, the user's
@@ -66,7 +67,7 @@ class StoryGit:
 
     def watch(self, start: str) -> Guard:
         """The guard of a phase that must build on ``start``, watching from now."""
-        guard = Guard(self.repo.path, self.repo.path, self.branch, start)
+        guard = Guard(self.repo.path, self.repo.path, self.branch, start, own=True)
         guard.watch()
         return guard
 
@@ -100,7 +101,7 @@ class StoryGit:
     def keep_leftovers(self, start: str, message: str, base: str) -> PhaseEnd:
         """After a run that crashed or was stopped (nothing of it runs any more): commit
         what it left (``message``) and put the worktree back on the branch."""
-        guard = Guard(self.repo.path, self.repo.path, self.branch, start)
+        guard = Guard(self.repo.path, self.repo.path, self.branch, start, own=True)
         with self.ending():
             notes = self.repo.end_phase()
             guard.before_rescue()
@@ -123,8 +124,10 @@ class StoryGit:
 
     @contextmanager
     def ending(self) -> Iterator[None]:
-        """The user's repository locked, hero's git in the story's repository confined."""
-        with self.target.locked(), confined(self.repo.path, self.sandbox):
+        """hero's git in the story's repository runs in its sandbox. The user's repository
+        is not locked here: only the moments its refs move are (``StoryRepo.bring_back``,
+        ``keep_in_target``), so a worker that made 50,000 refs delays no other story."""
+        with confined(self.repo.path, self.sandbox):
             yield
 
     def _end(self, guard: Guard, refused: list[str], notes: list[str]) -> PhaseEnd:

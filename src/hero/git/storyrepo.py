@@ -559,8 +559,8 @@ class StoryRepo:
         ``MessageRule``, the commits not brought back before are rewritten by it (in the
         target, which then holds their objects; the story branch here moves to the same new
         commits, whose trees are the ones checked out); what was rewritten is added to
-        ``notes``. Returns the target branch's tip. Call it with the target locked, between
-        commands."""
+        ``notes``. Returns the target branch's tip. Call it between commands; the target's lock
+        is held only while its refs move."""
         self.make_safe()
         tip = self.tip()
         if not tip:
@@ -568,8 +568,9 @@ class StoryRepo:
         current = self.target.branch_sha(self.branch) or ""
         if tip == current:
             return current
-        incoming = f"refs/hero/incoming/{self.branch}"
-        self._fetch(tip, incoming)
+        incoming = self._incoming
+        self._fetch(tip)
+        moves = [f"delete {incoming}"]
         try:
             if current and not is_ancestor(self.target.path, current, tip):
                 raise BringBackRefused(
@@ -581,9 +582,13 @@ class StoryRepo:
             if new != tip:  # here first: if moving the target's branch fails, the next call
                 # finds the same new commits here, on what it brought back, and moves it then
                 git(self.path, "update-ref", f"refs/heads/{self.branch}", new, tip)
-            git(self.target.path, "update-ref", f"refs/heads/{self.branch}", new, current)
+            target_ref = f"refs/heads/{self.branch}"
+            moves.insert(
+                0,
+                f"update {target_ref} {new} {current}" if current else f"create {target_ref} {new}",
+            )
         finally:
-            git(self.target.path, "update-ref", "-d", incoming, check=False)
+            self._move_in_target(moves)
         return new
 
     def _rewrite(self, tip: str, current: str, notes: list[str] | None) -> str:
@@ -619,14 +624,16 @@ class StoryRepo:
     def replace_in_target(self, new: str, old: str) -> None:
         """The target's branch moved from ``old`` to this repository's ``new``, which need
         not build on it (a rebase of the branch, hero.git.keepup); each object checked.
-        Call it with the target locked, between commands."""
+        Between commands; the target's lock is taken for the moment its refs move."""
         self.make_safe()
-        incoming = f"refs/hero/incoming/{self.branch}"
-        self._fetch(new, incoming)
+        self._fetch(new)
         try:
-            git(self.target.path, "update-ref", f"refs/heads/{self.branch}", new, old)
-        finally:
-            git(self.target.path, "update-ref", "-d", incoming, check=False)
+            self._move_in_target(
+                [f"update refs/heads/{self.branch} {new} {old}", f"delete {self._incoming}"]
+            )
+        except GitError:
+            self._move_in_target([f"delete {self._incoming}"])
+            raise
 
     def keep_in_target(self, branch: str, as_name: str = "") -> str:
         """Bring a branch of this repository (a stray one hero made) into the target under
@@ -635,20 +642,32 @@ class StoryRepo:
         sha = branch_tip(self.path, branch)
         if not sha:
             return ""
-        self.make_safe()
-        self._fetch(sha, f"refs/heads/{as_name or branch}")
+        self.keep_commit(sha, f"refs/heads/{as_name or branch}")
         return sha
 
     def keep_commit(self, sha: str, ref: str) -> None:
-        """A commit of this repository (a work-in-progress snapshot, see hero.git.wip) into
-        the target's ``ref``, each object checked. Call it with the target locked, between
-        commands."""
+        """A commit of this repository (a stray branch's, a work-in-progress snapshot, see
+        hero.git.wip) into the target's ``ref``, each object checked."""
         self.make_safe()
-        self._fetch(sha, ref)
+        self._fetch(sha)
+        self._move_in_target([f"update {ref} {sha}", f"delete {self._incoming}"])
 
-    def _fetch(self, sha: str, ref: str) -> None:
-        """hero's own fetch of ``sha`` from this repository into the target's ``ref``, each
-        object checked; a refused fetch leaves no temporary pack behind in the target."""
+    @property
+    def _incoming(self) -> str:
+        """The target's ref (hero's, this story's alone) that a fetch from here writes."""
+        return f"refs/hero/incoming/{self.branch}"
+
+    def _move_in_target(self, moves: Sequence[str]) -> None:
+        """The target's refs changed in one transaction (``update-ref --stdin`` lines),
+        holding the repository-wide lock for that moment alone. GitError if git refuses."""
+        feed = "".join(f"{m}\n" for m in moves).encode("utf-8")
+        with self.target.locked():
+            git(self.target.path, "update-ref", "--stdin", input=feed)
+
+    def _fetch(self, sha: str) -> None:
+        """hero's own fetch of ``sha`` from this repository into the target (its objects,
+        each checked, and this story's ``_incoming`` ref; no lock: no ref of the user's or
+        of another story changes); a refused fetch leaves no temporary pack behind."""
         pack_dir = self.target.common_dir() / "objects" / "pack"
         before = set(os.listdir(pack_dir)) if pack_dir.is_dir() else set()
         try:
@@ -662,7 +681,7 @@ class StoryRepo:
                 "--no-recurse-submodules",
                 "--no-auto-gc",
                 str(self.gitdir),
-                f"+{sha}:{ref}",
+                f"+{sha}:{self._incoming}",
                 timeout_s=WORKTREE_TIMEOUT_S,
             )
         except GitError:

@@ -352,8 +352,7 @@ class Workspace:
                 return Snapshot(tip, tree, "")
             check_secrets(self.path, tip, tree, self.base_sha, self.redactor)
             sha = commit_snapshot(self.path, tree, tip, self.repo.identity_env())
-        with self.repo.locked():
-            self.story_repo.keep_commit(sha, ref)
+        self.story_repo.keep_commit(sha, ref)  # the lock held while the ref moves alone
         return Snapshot(tip, tree, sha)
 
     def restore(self, sha: str) -> None:
