@@ -641,3 +641,87 @@ def test_the_followup_settings_are_read_and_checked(tmp_path: Path, target_repo:
     roles.write_text(f"target_repo: {target_repo}\n{block}  followup_permission: owner\n")
     with pytest.raises(ConfigError, match="followup_permission"):
         load_config(home, roles=())
+
+
+def _review_with_comment(world: World) -> tuple[int, int]:
+    n, pull, _ = passed_pull(world)
+    world.fake.add_review(
+        REPO,
+        pull,
+        body="",
+        author="alice",
+        comments=[{"path": FILE, "line": 1, "body": "Add a docstring to add()."}],
+    )
+    return n, pull
+
+
+def test_a_crash_between_the_record_and_the_story_file_is_repaired_once(world: World) -> None:
+    n, pull = _review_with_comment(world)
+
+    def crash(*_args: Any, **_kwargs: Any) -> Path:
+        raise KeyboardInterrupt  # hero killed after the record, before the story file
+
+    with pytest.raises(KeyboardInterrupt):
+        with client(world.fake.api_url) as gh:
+            followup_sweep(world.home, gh, world.settings, world.config, world.log, write=crash)
+    assert world.followups() == []
+    record = json.loads((world.home / RECORD_FILE).read_text())
+    assert record["pulls"][str(pull)]["active"]["pending"]  # what to write is kept
+
+    world.follow()  # the next sweep, as a new process: writes it, under the recorded id
+    world.follow()
+    [path] = world.followups()
+    assert path.stem == f"gh-{n}-rev-1"
+    assert "Add a docstring to add()." in path.read_text()
+    record = json.loads((world.home / RECORD_FILE).read_text())
+    assert "pending" not in record["pulls"][str(pull)]["active"]
+
+
+def test_a_crash_after_the_story_file_was_written_does_not_write_it_twice(world: World) -> None:
+    from hero.github.followups import write_followup_story
+
+    n, pull = _review_with_comment(world)
+
+    def write_then_crash(*args: Any, **kwargs: Any) -> Path:
+        write_followup_story(*args, **kwargs)
+        raise KeyboardInterrupt  # killed before the record says it was written
+
+    with pytest.raises(KeyboardInterrupt):
+        with client(world.fake.api_url) as gh:
+            followup_sweep(
+                world.home, gh, world.settings, world.config, world.log, write=write_then_crash
+            )
+    [path] = world.followups()
+
+    world.follow()
+    world.follow()
+    assert world.followups() == [path]  # the one written before the crash, not a second
+    record = json.loads((world.home / RECORD_FILE).read_text())
+    active = record["pulls"][str(pull)]["active"]
+    assert "pending" not in active and active["story"] == f"gh-{n}-rev-1"
+
+
+def test_an_id_taken_by_another_writer_meanwhile_moves_the_followup_to_the_next(
+    world: World,
+) -> None:
+    from hero.story.followup import write_followup
+
+    n, pull = _review_with_comment(world)
+
+    def crash(*_args: Any, **_kwargs: Any) -> Path:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with client(world.fake.api_url) as gh:
+            followup_sweep(world.home, gh, world.settings, world.config, world.log, write=crash)
+    # a person's `hero revise --queue` takes the id the record holds before the next sweep
+    theirs = write_followup(world.home, f"gh-{n}", ["Rename calc."])
+    assert theirs.stem == f"gh-{n}-rev-1"
+
+    world.follow()
+    ours = world.home / "inbox" / f"gh-{n}-rev-2.md"
+    assert sorted(world.followups()) == [theirs, ours]
+    assert "Add a docstring to add()." in ours.read_text()
+    assert "Add a docstring" not in theirs.read_text()
+    record = json.loads((world.home / RECORD_FILE).read_text())
+    assert record["pulls"][str(pull)]["active"]["story"] == f"gh-{n}-rev-2"

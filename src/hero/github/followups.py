@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hero.config.home import Config
 from hero.config.sections import GitHubSettings
@@ -59,7 +59,7 @@ from hero.names import StoryRef
 from hero.redact import Redactor
 from hero.state import RunState, StateError, Status, load_state
 from hero.story.feedback import contain_sections
-from hero.story.followup import Finding, write_followup
+from hero.story.followup import Finding, FollowupTaken, next_revision_id, write_followup
 from hero.yamlio import ValueProblem, read_file
 
 #: The record of follow-ups (relative to the home).
@@ -74,6 +74,8 @@ MAX_COMMENT_CHARS = 4_000
 MAX_CHECK_OUTPUT_CHARS = 3_000
 #: The most commits and files a reply names.
 MAX_NAMED = 20
+#: Ids tried for one follow-up when other writers keep taking the next free one.
+MAX_ID_TRIES = 20
 #: Roles on a repository, least first.
 ROLES = ("none", "read", "triage", "write", "maintain", "admin")
 #: Check-run conclusions that count as passing.
@@ -84,8 +86,14 @@ MARKER = "<!-- hero:followup"
 #: Statuses of a follow-up story that has not ended.
 _UNDER_WAY = frozenset({Status.QUEUED, Status.RUNNING, Status.INTERRUPTED})
 
+
 #: What writes a follow-up story: ``(home, of_id, findings, source) -> path``.
-Writer = Callable[[Path, str, list[Finding], dict[str, Any]], Path]
+class Writer(Protocol):
+    """What writes a follow-up story: :func:`write_followup_story`'s signature."""
+
+    def __call__(
+        self, home: Path, of_id: str, findings: list[Finding], source: dict[str, Any], story_id: str
+    ) -> Path: ...
 
 
 class FollowupsBusy(UsageError):
@@ -562,30 +570,74 @@ def _start(
         pull.ci_followups += 1
     else:
         pull.comment_followups += 1
-    pull.active = {"story": "", "kind": kind, "threads": threads, "summary": summary}
-    sweep.record.save()  # first: a crash from here loses this follow-up, never doubles it
-    source = {"repo": sweep.settings.repo, "issue": pull.issue}
+    source: dict[str, Any] = {"repo": sweep.settings.repo, "issue": pull.issue}
     if pull.url:
         source["url"] = pull.url
-    path = sweep.write(sweep.home, pull.story, findings, source)
-    meta = _frontmatter(path) or {}
-    pull.active.update(story=str(meta.get("id") or path.stem), path=str(path))
+    story = next_revision_id(sweep.home, pull.story)
+    pull.active = {
+        "story": story,
+        "path": str(sweep.home / "inbox" / f"{story}.md"),
+        "kind": kind,
+        "threads": threads,
+        "summary": summary,
+        # what to write: kept until it is written, so a crash between this save and the
+        # file is repaired by the next sweep (_write_pending), never lost nor doubled
+        "pending": {
+            "findings": [[f.text, f.file, f.line] for f in findings],
+            "source": source,
+        },
+    }
     sweep.record.save()
-    sweep.log.info(
-        "follow-up written",
-        pull=pull.number,
-        story=pull.active["story"],
-        kind=kind,
-        findings=len(findings),
-    )
+    _write_pending(sweep, pull)
+
+
+def _write_pending(sweep: _Sweep, pull: _Pull) -> None:
+    """Write the follow-up recorded as ``pending`` under its recorded id (once: a file of
+    that id written before a crash, with this pull request as its source, is the one)."""
+    active = pull.active
+    assert active is not None
+    pending = active["pending"]
+    findings = [Finding(str(t), str(f or ""), ln) for t, f, ln in pending["findings"]]
+    source = dict(pending["source"])
+    for _ in range(MAX_ID_TRIES):
+        story = str(active["story"])
+        try:
+            path = sweep.write(sweep.home, pull.story, findings, source, story_id=story)
+        except FollowupTaken:
+            if _ours(Path(str(active["path"])), pull.story, source):
+                path = Path(str(active["path"]))  # written before a crash: not again
+            else:  # another writer (a `hero revise`) took the id meanwhile: the next one
+                story = next_revision_id(sweep.home, pull.story)
+                active.update(story=story, path=str(sweep.home / "inbox" / f"{story}.md"))
+                sweep.record.save()
+                continue
+        active.pop("pending", None)
+        active.update(story=story, path=str(path))
+        sweep.record.save()
+        sweep.log.info(
+            "follow-up written",
+            pull=pull.number,
+            story=story,
+            kind=active.get("kind"),
+            findings=len(findings),
+        )
+        return
+    raise ValueError(f"follow-up of {pull.story}: no free id after {MAX_ID_TRIES} tries")
+
+
+def _ours(path: Path, of_id: str, source: dict[str, Any]) -> bool:
+    """Whether the story file at ``path`` is the follow-up this sweep recorded: it revises
+    ``of_id`` and its source is this pull request's."""
+    meta = _frontmatter(path) if path.is_file() else None
+    return meta is not None and meta.get("revises") == of_id and meta.get("source") == source
 
 
 def write_followup_story(
-    home: Path, of_id: str, findings: list[Finding], source: dict[str, Any]
+    home: Path, of_id: str, findings: list[Finding], source: dict[str, Any], story_id: str
 ) -> Path:
     """The default writer: :func:`hero.story.followup.write_followup` (its rounds and
-    budget as the home's follow-up settings say)."""
-    return write_followup(home, of_id, findings, source=source)
+    budget as the home's follow-up settings say), under the id the record holds."""
+    return write_followup(home, of_id, findings, source=source, story_id=story_id)
 
 
 # ----------------------------------------------------------------------------- finishing
@@ -595,6 +647,12 @@ def _finish(sweep: _Sweep, pull: _Pull) -> bool:
     """Answer for the follow-up under way once it ended; whether it has."""
     active = pull.active
     assert active is not None
+    if active.get("pending"):  # recorded, then a crash before its file was written
+        if sweep.dry_run:
+            sweep.log.info("would write follow-up", pull=pull.number, story=active.get("story"))
+        else:
+            _write_pending(sweep, pull)
+        return False
     story = str(active.get("story") or "")
     state = load_state(sweep.home, story) if story else None
     written = Path(str(active.get("path") or ""))

@@ -50,6 +50,11 @@ class FollowupError(UsageError):
     """A follow-up that cannot be written as asked (a bad id, no findings); nothing written."""
 
 
+class FollowupTaken(FollowupError):
+    """The id asked for (``story_id``) is held already: by a story file in inbox/ or done/,
+    or by a run record; nothing written."""
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing to address: its text and, when it is about a place, the file and line."""
@@ -77,6 +82,7 @@ def write_followup(
     source: Mapping[str, Any] | None = None,
     max_rounds: int | None = None,
     title: str = "",
+    story_id: str | None = None,
 ) -> Path:
     """Write a follow-up of the story ``of_id`` into ``home``'s inbox and return its path.
 
@@ -92,6 +98,10 @@ def write_followup(
     that no file in ``inbox/`` or ``done/`` and no run record holds. The file is written
     atomically and never over another (hero.story.format.write_story): two writers at once
     get two ids. FollowupError for a bad ``of_id``, ``max_rounds`` or ``source``.
+
+    ``story_id``: this id and no other (one :func:`next_revision_id` gave, recorded by the
+    caller before writing, so that a crash between the two can be told from a story never
+    written); FollowupTaken when it is held already.
     """
     from hero.story.format import write_story
     from hero.story.record import StoryError
@@ -114,12 +124,20 @@ def write_followup(
     home = Path(home)
     inbox = home / "inbox"
     inbox.mkdir(parents=True, exist_ok=True)
-    for n in range(1, MAX_REVISIONS + 1):
-        story_id = revision_id(of_id, n)
-        if _taken(home, story_id):
+    if story_id is not None:
+        problem = story_id_problem(story_id) if isinstance(story_id, str) else "not a string"
+        if problem is not None:
+            raise FollowupError(f"follow-up of {of_id}: story_id {story_id!r}: {problem}")
+        ids = [story_id]
+    else:
+        ids = [revision_id(of_id, n) for n in range(1, MAX_REVISIONS + 1)]
+    for candidate in ids:
+        if _taken(home, candidate):
+            if story_id is not None:
+                raise FollowupTaken(f"follow-up of {of_id}: {candidate} is taken")
             continue
         metadata: dict[str, Any] = {
-            "id": story_id,
+            "id": candidate,
             "title": title.strip() or _title(of_id, items[0]),
             "revises": of_id,
         }
@@ -127,14 +145,30 @@ def write_followup(
             metadata["max_retries"] = max_rounds
         if source is not None:
             metadata["source"] = dict(source)
-        path = inbox / f"{story_id}.md"
+        path = inbox / f"{candidate}.md"
         try:
             write_story(path, metadata, body, exist_ok=False)
         except FileExistsError:
+            if story_id is not None:
+                raise FollowupTaken(f"follow-up of {of_id}: {candidate} is taken") from None
             continue  # another writer took this id meanwhile
         except StoryError as exc:
             raise FollowupError(f"follow-up of {of_id}: {exc.field}: {exc.message}") from None
         return path
+    raise FollowupError(
+        f"follow-up of {of_id}: ids {revision_id(of_id, 1)} to "
+        f"{revision_id(of_id, MAX_REVISIONS)} are all taken"
+    )
+
+
+def next_revision_id(home: Path | str, of_id: str) -> str:
+    """The id :func:`write_followup` would give a follow-up of ``of_id`` now: the first
+    ``<of_id>-rev-<n>`` no story file or run record holds (another writer may take it
+    before it is written: ``write_followup(..., story_id=...)`` then says FollowupTaken)."""
+    for n in range(1, MAX_REVISIONS + 1):
+        candidate = revision_id(of_id, n)
+        if not _taken(Path(home), candidate):
+            return candidate
     raise FollowupError(
         f"follow-up of {of_id}: ids {revision_id(of_id, 1)} to "
         f"{revision_id(of_id, MAX_REVISIONS)} are all taken"
