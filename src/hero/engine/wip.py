@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from hero.engine.store import Store
 from hero.engine.trust import Untrusted
-from hero.git.ops import GitError, commit_of, git, is_oid, push_env
+from hero.git.ops import GitError, commit_of, git, is_oid
+from hero.git.remote import push_env
 from hero.git.wip import Snapshot, WipRefused
 from hero.redact import Redactor
 

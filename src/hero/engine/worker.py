@@ -59,8 +59,9 @@ from hero.engine.trust import (
 from hero.engine.wip import WipKeeper
 from hero.errors import Interrupted
 from hero.fsio import atomic_write
-from hero.git.ops import GitError, TargetRepo, branch_tip, commit_of, git, push_env
+from hero.git.ops import GitError, TargetRepo, branch_tip, commit_of, git
 from hero.git.refs import Change, read_refs, update_refs
+from hero.git.remote import push_env
 from hero.git.storyrepo import StoryRepo
 from hero.llm.models import story_config
 from hero.redact import Redactor

@@ -56,7 +56,8 @@ from typing import Any
 from hero.config.home import Config
 from hero.config.sections import GitHubSettings
 from hero.fsio import atomic_write
-from hero.git.ops import GitError, commit_of, git, push_env
+from hero.git.ops import GitError, commit_of, git
+from hero.git.remote import push_env
 from hero.git.rewrite import new_commits
 from hero.github.api import GitHub, GitHubError
 from hero.github.cancel import issue_gone

@@ -161,7 +161,8 @@ class Watcher:
         origin/main``): new stories start from, and passing ones keep up with (hero.run.keepup),
         the remote's branch as of this sweep, not as the repository last fetched it. A failed
         fetch is logged; the sweep goes on with what was fetched before."""
-        from hero.git.ops import GitError, fetch_branch
+        from hero.git.ops import GitError
+        from hero.git.remote import fetch_branch
 
         base, remote = self.config.target_base_ref or "", self.settings.remote
         if self.settings.dry_run or not base.startswith(f"{remote}/"):
