@@ -482,6 +482,16 @@ class Dispatcher:
             self._said[entry.path] = waits
             return False
         decision = rule.gate(entry.story)
+        deps = {StoryRef(entry.story.ref.plan, d) for d in entry.story.depends_on}
+        finishing = [s.ref.key for s in running if s.ref in deps]
+        if decision.gate == Gate.READY and finishing:
+            # passed, but its run has not ended yet (its file to done/, its memory, its
+            # "finished"): the daemon wakes again as it ends
+            reason = f"{', '.join(finishing)} passed and is finishing its run"
+            if self._said.get(entry.path) != reason:
+                self.log.info("waiting", story=entry.story.ref.key, reason=reason)
+            self._said[entry.path] = reason
+            return False
         if decision.gate == Gate.READY:
             self._said.pop(entry.path, None)
             return True
