@@ -48,6 +48,18 @@ def add_parser(subparsers: Subparsers) -> None:
     make.add_argument(
         "-o", "--output", metavar="TASKS.jsonl", help="where to write the tasks (default: stdout)"
     )
+    make.add_argument(
+        "--test-cmd",
+        metavar="CMD",
+        help="the pytest command that runs the tests (default: python -m pytest; hero adds "
+        "-rA -p no:cacheprovider and reads the test ids from its summary)",
+    )
+    make.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="the time limit of one test run, in seconds (default: 900)",
+    )
     make.set_defaults(handler=_make)
 
     run = sub.add_parser(

@@ -1,0 +1,378 @@
+"""`hero bench make`: tasks in SWE-bench's format from the target repository's own history.
+
+Usage::
+
+    hero bench make [--last N | --range A..B] [--test-cmd CMD] [--timeout S] [-o TASKS.jsonl]
+
+- The repository is the home's ``target_repo``; its first-parent history is read: the last
+  ``N`` commits up to HEAD (``--last``, 50 by default) or the commits of ``A..B``
+  (``--range``). Merges and the root commit are skipped.
+- **A candidate** is a commit that changes both code and tests. A *test file* is a path under
+  a ``tests/`` or ``test/`` directory, or named ``test_*.py``, ``*_test.py``, ``*.test.*`` or
+  ``*_spec.*``; a *code file* is any other file with a source extension (``.py``, ``.js``,
+  ``.go``, ``.rs``, ...). A commit that changes only docs, only code or only tests is no
+  candidate.
+- For each candidate: ``base_commit`` (and ``environment_setup_commit``) is its first parent;
+  ``patch`` is the diff of its non-test files (the reference fix, never shown to a worker);
+  ``test_patch`` the diff of its test files (the hidden tests); ``problem_statement`` its
+  commit message; ``created_at`` its commit date (ISO 8601); ``instance_id``
+  ``<OWNER__NAME>-<short sha>``, where ``repo`` is the ``github.repo`` setting, else the
+  repository directory's name.
+- **FAIL_TO_PASS and PASS_TO_PASS** come from running the tests, each twice: at the base with
+  the test patch applied ("before") and at the commit ("after"). They run in a scratch clone
+  of the repository (its objects shared, the repository itself untouched) with the test
+  command (``--test-cmd``, default ``python -m pytest``; hero adds ``-rA -p
+  no:cacheprovider`` and reads the test ids from pytest's summary), in the project's
+  environment: the home's ``setup`` commands run once in the scratch clone (as without a
+  sandbox, docs/environment.md) and its tools come first on PATH. ``FAIL_TO_PASS``: the tests
+  that failed, errored or did not run before and pass after; ``PASS_TO_PASS``: those that
+  pass both times.
+- **Dropped**, each with one line ``dropped <sha> <reason>`` on stderr:
+  ``no test fails before the fix`` (FAIL_TO_PASS empty); ``flaky: <test ids>`` (the two runs
+  of one side disagree on these); ``the test patch does not apply at its base``; ``the tests
+  timed out``.
+- The tasks are written as JSON lines (``-o FILE``, written atomically; else stdout), and a
+  summary ``N candidates, K tasks, D dropped`` goes to stderr.
+
+Errors (exit 2): a target repository that is not a git repository, a range git cannot read
+(``A..B`` with an unknown side), or a window with no commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from hero.errors import UsageError
+from hero.evals.tasks import Task, task_lines, write_tasks
+from hero.git.ops import GitError, git
+
+#: The window when neither --last nor --range is given.
+DEFAULT_LAST = 50
+#: The test command when --test-cmd is not given (a pytest command: hero adds its options).
+DEFAULT_TEST_COMMAND = "python -m pytest"
+#: What hero adds to the test command: every test's outcome in the summary, no cache left.
+PYTEST_OPTIONS = "-rA -p no:cacheprovider"
+#: The time limit of one test run, in seconds, when --timeout is not given.
+DEFAULT_TIMEOUT_S = 900.0
+#: The extensions of source files: a commit must change one of these outside the tests.
+CODE_SUFFIXES = frozenset(
+    ".py .pyx .pyi .js .jsx .mjs .cjs .ts .tsx .go .rs .java .kt .kts .scala .c .h .cc .cpp "
+    ".cxx .hpp .hh .cs .rb .php .swift .m .mm .ex .exs .erl .hs .ml .lua .pl .pm .r .jl .dart "
+    ".clj .sh .sql .vue .svelte".split()
+)
+#: The statuses of pytest's short summary, as hero reads them.
+_STATUS = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(.+?)\s*$")
+#: A test id at the start of a summary line: ``path::name`` and its ``[parameters]``.
+_TEST_ID = re.compile(r"^(\S+?(?:\[.*?\])?)(?= - |$)")
+_PASSING = frozenset({"PASSED", "XFAIL", "XPASS"})
+
+
+class MakeError(UsageError):
+    """`hero bench make` cannot read what it was given: names the repository or the range."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A first-parent commit that changes both code and tests."""
+
+    sha: str
+    base: str
+    created_at: str
+    message: str
+    code_files: tuple[str, ...]
+    test_files: tuple[str, ...]
+    other_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    sha: str
+    reason: str
+
+
+# ----------------------------------------------------------------------------- file kinds
+
+
+def is_test_path(path: str) -> bool:
+    """Whether a repository path is a test file (see the module docstring)."""
+    pure = PurePosixPath(path)
+    if any(part in ("tests", "test") for part in pure.parts[:-1]):
+        return True
+    name = pure.name
+    return (
+        (name.startswith("test_") and name.endswith(".py"))
+        or name.endswith("_test.py")
+        or ".test." in name
+        or re.search(r"_spec\.[^.]+$", name) is not None
+    )
+
+
+def is_code_path(path: str) -> bool:
+    """Whether a repository path is a source file outside the tests."""
+    return not is_test_path(path) and PurePosixPath(path).suffix.lower() in CODE_SUFFIXES
+
+
+# ----------------------------------------------------------------------------- history
+
+
+def first_parent_commits(repo: Path, *, last: int | None, span: str | None) -> list[str]:
+    """The first-parent commits of the window, oldest first; MakeError for a bad or empty one."""
+    if span is not None:
+        left, dots, right = span.partition("..")
+        if not dots or right.startswith(".") or not left or not right:
+            raise MakeError(f"--range {span!r}: expected A..B (two commits, e.g. v1.0..main)")
+        for side in (left, right):
+            if git(repo, "rev-parse", "--verify", "-q", f"{side}^{{commit}}", check=False) == "":
+                raise MakeError(f"--range {span!r}: {side!r} is no commit of {repo}")
+        shas = git(repo, "rev-list", "--first-parent", "--reverse", f"{left}..{right}").split()
+        if not shas:
+            raise MakeError(f"--range {span!r}: no commits in {repo} (is A after B?)")
+        return shas
+    count = DEFAULT_LAST if last is None else last
+    if count < 1:
+        raise MakeError(f"--last {count}: expected a number of commits, 1 or more")
+    if git(repo, "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False) == "":
+        raise MakeError(f"{repo}: the repository has no commit yet")
+    return git(repo, "rev-list", "--first-parent", "--reverse", "-n", str(count), "HEAD").split()
+
+
+def candidate_of(repo: Path, sha: str) -> Candidate | None:
+    """The commit as a candidate, or None (a merge, the root, or not code and tests both)."""
+    fields = git(repo, "show", "-s", "--format=%P%x00%cI%x00%B", sha).split("\x00", 2)
+    parents = fields[0].split()
+    if len(parents) != 1:
+        return None
+    changed = [p for p in git(repo, *_DIFF, "--name-only", "-z", parents[0], sha).split("\0") if p]
+    tests = tuple(p for p in changed if is_test_path(p))
+    code = tuple(p for p in changed if is_code_path(p))
+    if not tests or not code:
+        return None
+    others = tuple(p for p in changed if not is_test_path(p) and not is_code_path(p))
+    return Candidate(sha, parents[0], fields[1].strip(), fields[2].strip(), code, tests, others)
+
+
+_DIFF = ("diff", "--no-color", "--no-ext-diff", "--no-renames", "--no-textconv")
+
+
+def diff_of(repo: Path, base: str, sha: str, paths: Iterable[str]) -> str:
+    """The diff of ``paths`` from ``base`` to ``sha`` (binary files too)."""
+    specs = [f":(literal){p}" for p in paths]
+    return git(repo, *_DIFF, "--binary", "--full-index", base, sha, "--", *specs)
+
+
+# ----------------------------------------------------------------------------- the tests
+
+
+def parse_pytest(output: str) -> dict[str, str]:
+    """Each test id of pytest's ``-rA`` summary and its status (PASSED, FAILED, ERROR, ...)."""
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        matched = _STATUS.match(line)
+        if matched is None:
+            continue
+        status, rest = matched.groups()
+        if status == "SKIPPED":
+            continue  # "[1] file:line: reason": no test id
+        test_id = _TEST_ID.match(rest)  # "id - message": the id, brackets and all
+        found[test_id.group(1) if test_id else rest] = status
+    return found
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What two runs of one side said: each test's status, or the ids the runs disagree on."""
+
+    statuses: Mapping[str, str]
+    disagree: tuple[str, ...] = ()
+    timed_out: bool = False
+
+
+class Bench:
+    """A scratch clone of the repository in which candidates' tests run."""
+
+    def __init__(
+        self,
+        repo: Path,
+        clone: Path,
+        test_command: str,
+        timeout_s: float,
+        env: dict[str, str],
+    ) -> None:
+        self.repo = repo
+        self.clone = clone
+        self.command = f"{test_command} {PYTEST_OPTIONS}"
+        self.timeout_s = timeout_s
+        self.env = env
+        self.kept: tuple[str, ...] = ()  # the environment's directories, kept by `git clean`
+        git(repo.parent, "clone", "-q", "--shared", "--no-checkout", str(repo), str(clone))
+
+    def checkout(self, sha: str) -> None:
+        git(self.clone, "checkout", "-q", "--detach", "-f", sha)
+        excludes = [f"--exclude=/{d}/" for d in self.kept]
+        git(self.clone, "clean", "-q", "-ffdx", *excludes)
+
+    def apply(self, patch: str) -> bool:
+        if not patch:
+            return True
+        return _applies(self.clone, patch)
+
+    def twice(self) -> Outcome:
+        from hero.runner import run_command
+
+        runs = []
+        for _ in range(2):
+            result = run_command(self.command, self.clone, timeout_s=self.timeout_s, env=self.env)
+            if result.timed_out:
+                return Outcome({}, timed_out=True)
+            runs.append(parse_pytest(result.output))
+        first, second = runs
+        disagree = sorted(t for t in first.keys() | second.keys() if first.get(t) != second.get(t))
+        return Outcome(first, tuple(disagree))
+
+
+def _applies(clone: Path, patch: str) -> bool:
+    try:
+        git(clone, "apply", "--binary", "--whitespace=nowarn", "-", input=patch.encode())
+    except GitError:
+        return False
+    return True
+
+
+def judge(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """FAIL_TO_PASS (failed, errored or absent before, passing after) and PASS_TO_PASS."""
+    fail_to_pass = sorted(
+        t for t, s in after.items() if s in _PASSING and before.get(t) not in _PASSING
+    )
+    pass_to_pass = sorted(
+        t for t, s in after.items() if s in _PASSING and before.get(t) in _PASSING
+    )
+    return fail_to_pass, pass_to_pass
+
+
+def make_task(bench: Bench, candidate: Candidate, repo_name: str) -> Task | Dropped:
+    """The candidate's task, or why it is dropped."""
+    repo = bench.repo
+    patch = diff_of(
+        repo, candidate.base, candidate.sha, (*candidate.code_files, *candidate.other_files)
+    )
+    test_patch = diff_of(repo, candidate.base, candidate.sha, candidate.test_files)
+    bench.checkout(candidate.base)
+    if not bench.apply(test_patch):
+        return Dropped(candidate.sha, "the test patch does not apply at its base")
+    before = bench.twice()
+    bench.checkout(candidate.sha)
+    after = bench.twice()
+    if before.timed_out or after.timed_out:
+        return Dropped(candidate.sha, f"the tests timed out (over {bench.timeout_s:g} s)")
+    flaky = sorted({*before.disagree, *after.disagree})
+    if flaky:
+        return Dropped(candidate.sha, f"flaky: {' '.join(flaky)}")
+    fail_to_pass, pass_to_pass = judge(before.statuses, after.statuses)
+    if not fail_to_pass:
+        return Dropped(candidate.sha, "no test fails before the fix")
+    return Task(
+        instance_id=f"{repo_name.replace('/', '__')}-{candidate.sha[:10]}",
+        repo=repo_name,
+        base_commit=candidate.base,
+        patch=patch,
+        test_patch=test_patch,
+        problem_statement=candidate.message or f"commit {candidate.sha}",
+        created_at=candidate.created_at,
+        FAIL_TO_PASS=fail_to_pass,
+        PASS_TO_PASS=pass_to_pass,
+        environment_setup_commit=candidate.base,
+    )
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def main(args: argparse.Namespace) -> int:
+    from hero.commands import home
+    from hero.config.loader import load_config
+    from hero.runner import child_env
+
+    config = load_config(home(args), roles=())
+    repo = Path(config.target_repo)
+    top = git(repo, "rev-parse", "--show-toplevel", check=False).strip() if repo.is_dir() else ""
+    if not top:
+        raise MakeError(f"target_repo {repo}: not a git repository")
+    repo = Path(top)
+    timeout_s = float(getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S)
+    test_command = getattr(args, "test_cmd", None) or DEFAULT_TEST_COMMAND
+    shas = first_parent_commits(repo, last=args.last, span=args.range)
+    candidates = [c for c in (candidate_of(repo, sha) for sha in shas) if c is not None]
+    repo_name = config.github.repo if config.github is not None else repo.name
+    env = child_env(
+        allow=config.safety.pass_env,
+        drop_names=config.key_env_names,
+        secret_values=config.secrets,
+    )
+    tasks: list[Task] = []
+    dropped = 0
+    scratch = Path(tempfile.mkdtemp(prefix="hero-bench-make-"))
+    try:
+        if candidates:
+            bench = Bench(repo, scratch / "repo", test_command, timeout_s, env)
+            if config.project.setup:
+                _set_up(config, bench, candidates[0].base)
+            for candidate in candidates:
+                made = make_task(bench, candidate, repo_name)
+                if isinstance(made, Dropped):
+                    dropped += 1
+                    print(f"dropped {made.sha[:10]} {made.reason}", file=sys.stderr, flush=True)
+                else:
+                    tasks.append(made)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if args.output:
+        write_tasks(args.output, tasks)
+    else:
+        sys.stdout.writelines(task_lines(tasks))
+        sys.stdout.flush()
+    print(
+        f"{len(candidates)} candidates, {len(tasks)} tasks, {dropped} dropped",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0
+
+
+def _set_up(config: object, bench: Bench, base: str) -> None:
+    """The home's ``setup`` commands, once, in the scratch clone at ``base`` (as without a
+    sandbox); what they made is kept across checkouts and their tools go first on PATH."""
+    from hero.config.home import Config
+    from hero.git.ops import TargetRepo
+    from hero.redact import Redactor
+    from hero.run.environment import Setup
+
+    assert isinstance(config, Config)
+    unsandboxed = dataclasses.replace(
+        config, safety=dataclasses.replace(config.safety, sandbox="none")
+    )
+    log = config.home / "runs" / "bench-make" / "setup.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    bench.checkout(base)
+    setup = Setup(
+        unsandboxed,
+        TargetRepo(bench.repo),
+        base,
+        tuple(config.project.setup),
+        bench.env,
+        log,
+        Redactor(config.secrets),
+    )
+    environment, _ = setup.ensure(bench.clone)
+    bench.kept = tuple(environment.excluded)
+    if environment.bins:
+        bench.env["PATH"] = ":".join([*environment.bins, bench.env.get("PATH", "")])
+    if environment.venv:
+        bench.env["VIRTUAL_ENV"] = environment.venv
