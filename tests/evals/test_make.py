@@ -12,7 +12,7 @@ import pytest
 from conftest import git
 
 from hero.cli import main
-from hero.evals.make import is_code_path, is_test_path, judge, parse_pytest
+from hero.evals.make import is_code_path, is_test_path, issue_numbers, judge, parse_pytest
 from hero.evals.tasks import read_tasks
 
 FIXES = 10
@@ -140,6 +140,59 @@ def test_make_finds_the_ten_fixes_and_drops_the_flaky_one(
     assert "3 candidates, 1 tasks, 2 dropped" in captured.err
 
 
+@pytest.mark.slow
+def test_make_in_the_project_environment_with_linked_issues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The home's setup runs once, in the scratch clone, and what it made (a virtualenv whose
+    python is the one with pytest) serves the default test command at every checkout; a
+    commit's ``Fixes #N`` brings the issue's text from the github settings' API."""
+    from fakegithub import FakeGitHub
+
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    _commit(repo, "initial", {"calc.py": "def double(x):\n    return x + x + 1\n"})
+    fix = _commit(
+        repo,
+        "double is wrong\n\nFixes #1",
+        {
+            "calc.py": "def double(x):\n    return x + x\n",
+            "tests/test_calc.py": "from calc import double\n\n\ndef test_double():\n"
+            "    assert double(2) == 4\n",
+        },
+    )
+    runs, used = tmp_path / "setup-runs", tmp_path / "venv-used"
+    setup = (
+        f"mkdir -p .venv/bin && touch .venv/pyvenv.cfg && echo ran >> {runs} && "
+        f"printf '#!/bin/sh\\necho used >> {used}\\nexec {sys.executable} \"$@\"\\n' "
+        "> .venv/bin/python && "
+        "chmod +x .venv/bin/python"
+    )
+    with FakeGitHub() as fake:
+        fake.add_issue("acme/app", title="double(2) is 5", body="It should be 4.")
+        home = _home(tmp_path, repo)
+        with (home / "config" / "roles.yaml").open("a") as roles:
+            roles.write(
+                f"setup:\n  - {json.dumps(setup)}\n"
+                f"github:\n  repo: acme/app\n  label: hero\n  api_url: {fake.api_url}\n"
+            )
+        out = tmp_path / "tasks.jsonl"
+        code = main(["bench", "make", "--home", str(home), "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    (task,) = read_tasks(out)
+    assert task.instance_id == f"acme__app-{fix[:10]}" and task.repo == "acme/app"
+    assert task.FAIL_TO_PASS == ["tests/test_calc.py::test_double"]
+    assert (
+        task.problem_statement
+        == "double is wrong\n\nFixes #1\n\n#1: double(2) is 5\n\nIt should be 4."
+    )
+    assert runs.read_text() == "ran\n"
+    assert used.read_text() == "used\n" * 4  # both sides, twice: kept across the checkouts
+    assert "1 candidates, 1 tasks, 0 dropped" in err
+
+
 def test_a_window_of_no_candidates_writes_no_task(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -204,6 +257,12 @@ def test_test_and_code_files() -> None:
         assert is_code_path(path), path
     for path in ("README.md", "docs/x.rst", "pyproject.toml", "tests/test_a.py"):
         assert not is_code_path(path), path
+
+
+def test_issue_numbers() -> None:
+    message = "Fixes #12, see #3 and #12 again; not acme/app#4 nor &#38; nor #0\n\nAlso #5 #6"
+    assert issue_numbers(message) == [12, 3, 5]
+    assert issue_numbers("no issue") == []
 
 
 def test_pytest_summary_and_judgement() -> None:

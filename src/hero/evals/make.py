@@ -292,6 +292,69 @@ def make_task(bench: Bench, candidate: Candidate, repo_name: str) -> Task | Drop
     )
 
 
+# ----------------------------------------------------------------------------- linked issues
+
+#: ``#N`` in a commit message (not ``owner/name#N``, not ``&#N;``): an issue of the repository.
+_ISSUE_REF = re.compile(r"(?<![\w/&])#(\d{1,9})\b")
+#: The issues read for one commit, at most.
+MAX_LINKED_ISSUES = 3
+
+
+def issue_numbers(message: str) -> list[int]:
+    """The issues a commit message names (``#N``, ``Fixes #N``), first ones first, once each."""
+    numbers = dict.fromkeys(int(n) for n in _ISSUE_REF.findall(message) if int(n) > 0)
+    return list(numbers)[:MAX_LINKED_ISSUES]
+
+
+class LinkedIssues:
+    """The text of the issues commit messages name, read through the github settings' API;
+    after one failure no more is asked (one note on stderr), and a task keeps its message."""
+
+    def __init__(self, api_url: str, token: str | None, repo: str) -> None:
+        self._args = (api_url, token, repo)
+        self._client: object | None = None
+        self._texts: dict[int, str] = {}
+        self._failed = False
+
+    def statement(self, message: str) -> str:
+        texts = [t for t in (self._text(n) for n in issue_numbers(message)) if t]
+        return "\n\n".join([message, *texts])
+
+    def _text(self, number: int) -> str:
+        from hero.errors import HeroError
+        from hero.github.api import GitHub, Retry
+
+        if self._failed:
+            return ""
+        if number not in self._texts:
+            try:
+                if self._client is None:
+                    api_url, token, repo = self._args
+                    self._client = GitHub(
+                        api_url,
+                        token,
+                        repo,
+                        retry=Retry(max_attempts=1, max_waits=0),
+                        timeout_s=10.0,
+                    )
+                assert isinstance(self._client, GitHub)
+                issue = self._client.issue(number)
+            except (HeroError, ValueError, OSError) as exc:
+                self._failed = True
+                print(f"linked issues left out: {exc}", file=sys.stderr, flush=True)
+                return ""
+            title = str(issue.get("title") or "").strip()
+            body = str(issue.get("body") or "").strip()
+            self._texts[number] = f"#{number}: {title}\n\n{body}".strip()
+        return self._texts[number]
+
+    def close(self) -> None:
+        from hero.github.api import GitHub
+
+        if isinstance(self._client, GitHub):
+            self._client.close()
+
+
 # ----------------------------------------------------------------------------- the command
 
 
@@ -333,6 +396,15 @@ def main(args: argparse.Namespace) -> int:
                     tasks.append(made)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if config.github is not None and tasks:
+        linked = LinkedIssues(config.github_api_url, config.github_token, config.github.repo)
+        try:
+            tasks = [
+                dataclasses.replace(t, problem_statement=linked.statement(t.problem_statement))
+                for t in tasks
+            ]
+        finally:
+            linked.close()
     if args.output:
         write_tasks(args.output, tasks)
     else:
