@@ -14,9 +14,29 @@ from conftest import git
 from hero.cli import main
 from hero.evals.make import is_code_path, is_test_path, issue_numbers, judge, parse_pytest
 from hero.evals.tasks import read_tasks
+from hero.sandbox.bwrap import sandbox_python
 
 FIXES = 10
 TEST_CMD = f"{sys.executable} -m pytest"
+#: A project's own test runner that prints pytest's ``-rA`` summary lines (stdlib only).
+RUNTESTS = """import importlib.util, pathlib, sys
+sys.path.insert(0, ".")
+for path in sorted(pathlib.Path("tests").glob("test_*.py")):
+    rel = path.as_posix()
+    try:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        print(f"ERROR {rel} - {exc!r}")
+        continue
+    for name in sorted(n for n in vars(module) if n.startswith("test_")):
+        try:
+            getattr(module, name)()
+            print(f"PASSED {rel}::{name}")
+        except Exception as exc:
+            print(f"FAILED {rel}::{name} - {exc!r}")
+"""
 
 
 def _home(tmp_path: Path, repo: Path) -> Path:
@@ -38,7 +58,8 @@ def _commit(repo: Path, message: str, files: dict[str, str]) -> str:
 def _history(tmp_path: Path) -> tuple[Path, dict[str, int], str, str]:
     """A repository whose history holds ten fixes of planted bugs with their tests, commits of
     only docs, only code and only tests, a refactor whose new test passes before it, and a
-    flaky one (its test passes on odd runs, counted in a file outside the repository).
+    flaky one (its test passes on odd runs, counted in an untracked file of the checkout,
+    which a sandbox lets it write).
     Returns the repository, each fix's sha and bug number, the refactor's and the flaky sha."""
     repo = tmp_path / "proj"
     repo.mkdir()
@@ -78,14 +99,13 @@ def _history(tmp_path: Path) -> tuple[Path, dict[str, int], str, str]:
             "    assert VALUE == 1\n",
         },
     )
-    counter = tmp_path / "flaky-counter"
     flaky = _commit(
         repo,
         "a fix whose test is flaky",
         {
             "pkg/extra.py": "VALUE = 1\nNAME = 'y'\n",
             "tests/test_flaky.py": "from pathlib import Path\n\n\ndef test_flaky():\n"
-            f"    counter = Path({str(counter)!r})\n"
+            "    counter = Path(__file__).parent.parent / '.flaky-counter'\n"
             "    n = int(counter.read_text()) + 1 if counter.exists() else 1\n"
             "    counter.write_text(str(n))\n"
             "    assert n % 2 == 1\n",
@@ -141,18 +161,30 @@ def test_make_finds_the_ten_fixes_and_drops_the_flaky_one(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["none", "auto"])
 def test_make_in_the_project_environment_with_linked_issues(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sandbox: str
 ) -> None:
-    """The home's setup runs once, in the scratch clone, and what it made (a virtualenv whose
-    python is the one with pytest) serves the default test command at every checkout; a
-    commit's ``Fixes #N`` brings the issue's text from the github settings' API."""
+    """The home's setup runs once, and what it made (a virtualenv whose python sets a
+    variable a test checks) serves the test command at every checkout, with a sandbox or
+    without; a commit's ``Fixes #N`` brings the issue's text from the github settings' API.
+    The project's tests run by a runner of its own that prints pytest's ``-rA`` summary (a
+    sandbox with a project environment shows no pytest of hero's)."""
     from fakegithub import FakeGitHub
 
     repo = tmp_path / "proj"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
-    _commit(repo, "initial", {"calc.py": "def double(x):\n    return x + x + 1\n"})
+    _commit(
+        repo,
+        "initial",
+        {
+            "calc.py": "def double(x):\n    return x + x + 1\n",
+            "runtests.py": RUNTESTS,
+            "tests/test_env.py": "import os\n\n\ndef test_env():\n"
+            "    assert os.environ.get('CALC_ENV') == 'made'\n",
+        },
+    )
     fix = _commit(
         repo,
         "double is wrong\n\nFixes #1",
@@ -162,34 +194,47 @@ def test_make_in_the_project_environment_with_linked_issues(
             "    assert double(2) == 4\n",
         },
     )
-    runs, used = tmp_path / "setup-runs", tmp_path / "venv-used"
+    runs = tmp_path / "setup-runs"  # seen without a sandbox only
     setup = (
-        f"mkdir -p .venv/bin && touch .venv/pyvenv.cfg && echo ran >> {runs} && "
-        f"printf '#!/bin/sh\\necho used >> {used}\\nexec {sys.executable} \"$@\"\\n' "
-        "> .venv/bin/python && "
-        "chmod +x .venv/bin/python"
+        f"mkdir -p .venv/bin && touch .venv/pyvenv.cfg && (echo ran >> {runs} || true) && "
+        f"printf '#!/bin/sh\\nexport CALC_ENV=made\\nexec {sandbox_python()} \"$@\"\\n' "
+        "> .venv/bin/python && chmod +x .venv/bin/python"
     )
     with FakeGitHub() as fake:
         fake.add_issue("acme/app", title="double(2) is 5", body="It should be 4.")
         home = _home(tmp_path, repo)
         with (home / "config" / "roles.yaml").open("a") as roles:
             roles.write(
-                f"setup:\n  - {json.dumps(setup)}\n"
+                f"sandbox: {sandbox}\nsetup:\n  - {json.dumps(setup)}\n"
                 f"github:\n  repo: acme/app\n  label: hero\n  api_url: {fake.api_url}\n"
             )
         out = tmp_path / "tasks.jsonl"
-        code = main(["bench", "make", "--home", str(home), "-o", str(out)])
+        code = main(
+            [
+                "bench",
+                "make",
+                "--home",
+                str(home),
+                "--test-cmd",
+                "python runtests.py",
+                "-o",
+                str(out),
+            ]
+        )
     err = capsys.readouterr().err
     assert code == 0, err
-    (task,) = read_tasks(out)
+    tasks = read_tasks(out)
+    assert len(tasks) == 1, err
+    task = tasks[0]
     assert task.instance_id == f"acme__app-{fix[:10]}" and task.repo == "acme/app"
     assert task.FAIL_TO_PASS == ["tests/test_calc.py::test_double"]
+    assert task.PASS_TO_PASS == ["tests/test_env.py::test_env"]  # at both checkouts, twice
     assert (
         task.problem_statement
         == "double is wrong\n\nFixes #1\n\n#1: double(2) is 5\n\nIt should be 4."
     )
-    assert runs.read_text() == "ran\n"
-    assert used.read_text() == "used\n" * 4  # both sides, twice: kept across the checkouts
+    if sandbox == "none":
+        assert runs.read_text() == "ran\n"
     assert "1 candidates, 1 tasks, 0 dropped" in err
 
 

@@ -58,7 +58,7 @@ def add_parser(subparsers: Subparsers) -> None:
         "--timeout",
         type=float,
         metavar="S",
-        help="the time limit of one test run, in seconds (default: 900)",
+        help="the time limit of one test run, in seconds (default: verify_timeout_ms)",
     )
     make.set_defaults(handler=_make)
 

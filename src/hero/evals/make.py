@@ -49,10 +49,14 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
 from hero.errors import UsageError
 from hero.evals.tasks import Task, task_lines, write_tasks
 from hero.git.ops import GitError, git
+
+if TYPE_CHECKING:
+    from hero.config.home import Config
 
 #: The window when neither --last nor --range is given.
 DEFAULT_LAST = 50
@@ -60,8 +64,6 @@ DEFAULT_LAST = 50
 DEFAULT_TEST_COMMAND = "python -m pytest"
 #: What hero adds to the test command: every test's outcome in the summary, no cache left.
 PYTEST_OPTIONS = "-rA -p no:cacheprovider"
-#: The time limit of one test run, in seconds, when --timeout is not given.
-DEFAULT_TIMEOUT_S = 900.0
 #: The extensions of source files: a commit must change one of these outside the tests.
 CODE_SUFFIXES = frozenset(
     ".py .pyx .pyi .js .jsx .mjs .cjs .ts .tsx .go .rs .java .kt .kts .scala .c .h .cc .cpp "
@@ -212,6 +214,7 @@ class Bench:
         self.timeout_s = timeout_s
         self.env = env
         self.kept: tuple[str, ...] = ()  # the environment's directories, kept by `git clean`
+        self.box: Any = None  # the sandbox the tests run in (None: none)
         git(repo.parent, "clone", "-q", "--shared", "--no-checkout", str(repo), str(clone))
 
     def checkout(self, sha: str) -> None:
@@ -229,7 +232,9 @@ class Bench:
 
         runs = []
         for _ in range(2):
-            result = run_command(self.command, self.clone, timeout_s=self.timeout_s, env=self.env)
+            result = run_command(
+                self.command, self.clone, timeout_s=self.timeout_s, env=self.env, sandbox=self.box
+            )
             if result.timed_out:
                 return Outcome({}, timed_out=True)
             runs.append(parse_pytest(result.output))
@@ -369,7 +374,9 @@ def main(args: argparse.Namespace) -> int:
     if not top:
         raise MakeError(f"target_repo {repo}: not a git repository")
     repo = Path(top)
-    timeout_s = float(getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S)
+    timeout_s = float(getattr(args, "timeout", None) or config.verify_timeout_ms / 1000)
+    if timeout_s <= 0:
+        raise MakeError(f"--timeout {timeout_s:g}: expected seconds, more than 0")
     test_command = getattr(args, "test_cmd", None) or DEFAULT_TEST_COMMAND
     shas = first_parent_commits(repo, last=args.last, span=args.range)
     candidates = [c for c in (candidate_of(repo, sha) for sha in shas) if c is not None]
@@ -385,10 +392,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         if candidates:
             bench = Bench(repo, scratch / "repo", test_command, timeout_s, env)
-            if config.project.setup:
-                _set_up(config, bench, candidates[0].base)
+            _prepare(config, bench, candidates[0].base)
             for candidate in candidates:
-                made = make_task(bench, candidate, repo_name)
+                try:
+                    made = make_task(bench, candidate, repo_name)
+                except GitError as exc:  # a diff too large to read, a checkout that fails
+                    made = Dropped(candidate.sha, f"git: {' '.join(str(exc).split())}")
                 if isinstance(made, Dropped):
                     dropped += 1
                     print(f"dropped {made.sha[:10]} {made.reason}", file=sys.stderr, flush=True)
@@ -418,33 +427,49 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _set_up(config: object, bench: Bench, base: str) -> None:
-    """The home's ``setup`` commands, once, in the scratch clone at ``base`` (as without a
-    sandbox); what they made is kept across checkouts and their tools go first on PATH."""
-    from hero.config.home import Config
+def _prepare(config: Config, bench: Bench, base: str) -> None:
+    """The project's environment (the home's ``setup``, found or made once, at the first
+    candidate's base) and the sandbox the tests run in, as ``hero doctor`` checks a project:
+    the home's ``sandbox`` setting, the clone writable, the repository's objects read-only,
+    the hero home and the repository hidden."""
     from hero.git.ops import TargetRepo
     from hero.redact import Redactor
     from hero.run.environment import Setup
+    from hero.sandbox.bwrap import resolve
 
-    assert isinstance(config, Config)
-    unsandboxed = dataclasses.replace(
-        config, safety=dataclasses.replace(config.safety, sandbox="none")
-    )
-    log = config.home / "runs" / "bench-make" / "setup.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     bench.checkout(base)
-    setup = Setup(
-        unsandboxed,
-        TargetRepo(bench.repo),
-        base,
-        tuple(config.project.setup),
-        bench.env,
-        log,
-        Redactor(config.secrets),
+    target = TargetRepo(bench.repo)
+    environment = None
+    if config.project.setup:
+        log = config.home / "runs" / "bench-make" / "setup.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        setup = Setup(
+            config,
+            target,
+            base,
+            tuple(config.project.setup),
+            bench.env,
+            log,
+            Redactor(config.secrets),
+        )
+        environment, _ = setup.ensure(bench.clone)
+        bench.kept = tuple(environment.dirs or environment.made_in_place)
+        if environment.path is None and environment.bins:
+            bench.env["PATH"] = ":".join([*environment.bins, bench.env.get("PATH", "")])
+            if environment.venv:
+                bench.env["VIRTUAL_ENV"] = environment.venv
+    safety = config.safety
+    bench.box = resolve(
+        safety.sandbox,
+        worktree=bench.clone,
+        objects=target.common_dir() / "objects",
+        hide=(config.home, bench.repo),
+        limits=safety.limits,
+        network=safety.verify_network,
+        toolchains=safety.toolchain_dirs,
+        cgroups=safety.sandbox_cgroups != "off",
+        project=environment.mounts(bench.clone)
+        if environment is not None and environment.path is not None
+        else None,
+        warn=lambda message: print(message, file=sys.stderr, flush=True),
     )
-    environment, _ = setup.ensure(bench.clone)
-    bench.kept = tuple(environment.excluded)
-    if environment.bins:
-        bench.env["PATH"] = ":".join([*environment.bins, bench.env.get("PATH", "")])
-    if environment.venv:
-        bench.env["VIRTUAL_ENV"] = environment.venv
