@@ -4,38 +4,43 @@ Usage::
 
     hero bench make [--last N | --range A..B] [--test-cmd CMD] [--timeout S] [-o TASKS.jsonl]
 
-- The repository is the home's ``target_repo``; its first-parent history is read: the last
-  ``N`` commits up to HEAD (``--last``, 50 by default) or the commits of ``A..B``
-  (``--range``). Merges and the root commit are skipped.
+- **Which commits.** The home's ``target_repo``, its first-parent history: the last ``N``
+  commits up to HEAD (``--last N``, 50 by default) or the commits of ``A..B`` (``--range``).
+  Merges and the root commit are skipped.
 - **A candidate** is a commit that changes both code and tests. A *test file* is a path under
   a ``tests/`` or ``test/`` directory, or named ``test_*.py``, ``*_test.py``, ``*.test.*`` or
   ``*_spec.*``; a *code file* is any other file with a source extension (``.py``, ``.js``,
-  ``.go``, ``.rs``, ...). A commit that changes only docs, only code or only tests is no
-  candidate.
-- For each candidate: ``base_commit`` (and ``environment_setup_commit``) is its first parent;
-  ``patch`` is the diff of its non-test files (the reference fix, never shown to a worker);
-  ``test_patch`` the diff of its test files (the hidden tests); ``problem_statement`` its
-  commit message; ``created_at`` its commit date (ISO 8601); ``instance_id``
-  ``<OWNER__NAME>-<short sha>``, where ``repo`` is the ``github.repo`` setting, else the
-  repository directory's name.
-- **FAIL_TO_PASS and PASS_TO_PASS** come from running the tests, each twice: at the base with
-  the test patch applied ("before") and at the commit ("after"). They run in a scratch clone
-  of the repository (its objects shared, the repository itself untouched) with the test
-  command (``--test-cmd``, default ``python -m pytest``; hero adds ``-rA -p
-  no:cacheprovider`` and reads the test ids from pytest's summary), in the project's
-  environment: the home's ``setup`` commands run once in the scratch clone (as without a
-  sandbox, docs/environment.md) and its tools come first on PATH. ``FAIL_TO_PASS``: the tests
-  that failed, errored or did not run before and pass after; ``PASS_TO_PASS``: those that
-  pass both times.
+  ``.ts``, ``.go``, ``.rs``, ``.java``, ``.c``, ...). A commit that changes only docs, only
+  code or only tests is no candidate.
+- **The task.** ``base_commit`` (and ``environment_setup_commit``) is the commit's first
+  parent; ``patch`` is the diff of its non-test files (the reference fix: docs and settings
+  it changed too); ``test_patch`` the diff of its test files (the hidden tests);
+  ``problem_statement`` its commit message, followed by the title and text of the issues it
+  names (``#N``, ``Fixes #N``; at most three) when the home has a ``github:`` block whose API
+  answers (else the message alone, with one note on stderr); ``created_at`` its commit date
+  (ISO 8601); ``repo`` the ``github.repo`` setting, else the repository directory's name;
+  ``instance_id`` ``<repo with / as __>-<10-digit sha>``; ``version`` empty.
+- **FAIL_TO_PASS and PASS_TO_PASS** come from running the tests twice on each side: at the
+  base with the test patch applied ("before") and at the commit ("after"). They run in a
+  scratch clone in a temporary directory (it borrows the repository's objects; the
+  repository, its refs and worktrees are not touched), with the test command: ``--test-cmd``,
+  default ``python -m pytest``, to which hero adds ``-rA -p no:cacheprovider`` and whose
+  summary lines (``PASSED id``, ``FAILED id - ...``, ``ERROR id``) give the test ids. A
+  command that is not pytest must print those lines. The tests run as ``hero doctor`` runs a
+  project's checks: in the home's sandbox (``sandbox``, the network as ``verify_network``
+  says), in the project's environment (the home's ``setup``, found or made once, at the
+  first candidate's base; docs/environment.md), each run limited to ``--timeout`` seconds
+  (default: ``verify_timeout_ms``). ``FAIL_TO_PASS``: the tests that failed, errored or did
+  not run before and pass after; ``PASS_TO_PASS``: those that pass on both sides.
 - **Dropped**, each with one line ``dropped <sha> <reason>`` on stderr:
   ``no test fails before the fix`` (FAIL_TO_PASS empty); ``flaky: <test ids>`` (the two runs
-  of one side disagree on these); ``the test patch does not apply at its base``; ``the tests
-  timed out``.
-- The tasks are written as JSON lines (``-o FILE``, written atomically; else stdout), and a
-  summary ``N candidates, K tasks, D dropped`` goes to stderr.
+  of one side disagree on them); ``the test patch does not apply at its base``; ``the tests
+  timed out``; ``git: ...`` (a diff or checkout git could not make).
+- **Output.** The tasks as JSON lines (``-o FILE``, written atomically; else stdout), then
+  ``N candidates, K tasks, D dropped`` on stderr.
 
-Errors (exit 2): a target repository that is not a git repository, a range git cannot read
-(``A..B`` with an unknown side), or a window with no commit.
+Errors (exit 2): a ``target_repo`` that is not a git repository, a range that is not
+``A..B``, names no commit, or holds no commit, ``--last`` under 1.
 """
 
 from __future__ import annotations
