@@ -312,7 +312,8 @@ def test_issue_numbers() -> None:
 
 def test_pytest_summary_and_judgement() -> None:
     output = (
-        "....\n=========================== short test summary info ============================\n"
+        "....\n---- Captured stdout call ----\nPASSED printed/by::a_test\n"
+        "=========================== short test summary info ============================\n"
         "PASSED tests/test_a.py::test_ok\n"
         "PASSED tests/test_a.py::test_p[a - b]\n"
         "FAILED tests/test_a.py::test_bad - AssertionError: assert 1 == 2\n"

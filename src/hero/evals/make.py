@@ -77,6 +77,8 @@ CODE_SUFFIXES = frozenset(
 )
 #: The statuses of pytest's short summary, as hero reads them.
 _STATUS = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(.+?)\s*$")
+#: pytest's header of its short summary, after which the outcomes are.
+_SUMMARY = re.compile(r"^=+ short test summary info =+$")
 #: A test id at the start of a summary line: ``path::name`` and its ``[parameters]``.
 _TEST_ID = re.compile(r"^(\S+?(?:\[.*?\])?)(?= - |$)")
 _PASSING = frozenset({"PASSED", "XFAIL", "XPASS"})
@@ -181,7 +183,11 @@ def diff_of(repo: Path, base: str, sha: str, paths: Iterable[str]) -> str:
 def parse_pytest(output: str) -> dict[str, str]:
     """Each test id of pytest's ``-rA`` summary and its status (PASSED, FAILED, ERROR, ...)."""
     found: dict[str, str] = {}
-    for line in output.splitlines():
+    lines = output.splitlines()
+    summary = [i for i, line in enumerate(lines) if _SUMMARY.match(line)]
+    if summary:  # what tests printed comes before it (-rA shows it): not read as outcomes
+        lines = lines[summary[-1] + 1 :]
+    for line in lines:
         matched = _STATUS.match(line)
         if matched is None:
             continue
