@@ -375,11 +375,10 @@ class LinkedIssues:
 
 
 def main(args: argparse.Namespace) -> int:
-    from hero.commands import home
-    from hero.config.loader import load_config
+    from hero.config.loader import load_config, resolve_home
     from hero.runner import child_env
 
-    config = load_config(home(args), roles=())
+    config = load_config(resolve_home(getattr(args, "home", None)), roles=())
     repo = Path(config.target_repo)
     top = git(repo, "rev-parse", "--show-toplevel", check=False).strip() if repo.is_dir() else ""
     if not top:
