@@ -255,6 +255,29 @@ def test_a_window_of_no_candidates_writes_no_task(
     assert "0 candidates, 0 tasks, 0 dropped" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_a_test_command_that_gives_no_outcome_drops_the_candidate_saying_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    _commit(repo, "initial", {"a.py": "A = 1\n"})
+    fix = _commit(repo, "fix", {"a.py": "A = 2\n", "tests/test_a.py": "def test_a():\n    pass\n"})
+    home = _home(tmp_path, repo)
+    (home / "config" / "roles.yaml").write_text(
+        (home / "config" / "roles.yaml").read_text() + "sandbox: none\n"
+    )
+    code = main(["bench", "make", "--home", str(home), "--test-cmd", "echo no tests:"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert (
+        f"dropped {fix[:10]} no test outcome at the commit from `echo no tests: -rA -p "
+        "no:cacheprovider` (exit 0: no tests: -rA -p no:cacheprovider)"
+    ) in err
+    assert "1 candidates, 0 tasks, 1 dropped" in err
+
+
 @pytest.mark.parametrize(
     ("window", "said"),
     [

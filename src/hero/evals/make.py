@@ -33,7 +33,9 @@ Usage::
   (default: ``verify_timeout_ms``). ``FAIL_TO_PASS``: the tests that failed, errored or did
   not run before and pass after; ``PASS_TO_PASS``: those that pass on both sides.
 - **Dropped**, each with one line ``dropped <sha> <reason>`` on stderr:
-  ``no test fails before the fix`` (FAIL_TO_PASS empty); ``flaky: <test ids>`` (the two runs
+  ``no test fails before the fix`` (FAIL_TO_PASS empty); ``no test outcome at the commit
+  from `CMD` (exit N: ...)`` (the test command printed no summary line: not pytest, not
+  found, or it failed before collecting); ``flaky: <test ids>`` (the two runs
   of one side disagree on them); ``the test patch does not apply at its base``; ``the tests
   timed out``; ``git: ...`` (a diff or checkout git could not make).
 - **Output.** The tasks as JSON lines (``-o FILE``, written atomically; else stdout), then
@@ -206,6 +208,8 @@ class Outcome:
     statuses: Mapping[str, str]
     disagree: tuple[str, ...] = ()
     timed_out: bool = False
+    said: str = ""
+    """How the last run ended: its exit code and its output's last words."""
 
 
 class Bench:
@@ -242,6 +246,7 @@ class Bench:
         from hero.runner import run_command
 
         runs = []
+        said = ""
         for _ in range(2):
             result = run_command(
                 self.command, self.clone, timeout_s=self.timeout_s, env=self.env, sandbox=self.box
@@ -249,9 +254,11 @@ class Bench:
             if result.timed_out:
                 return Outcome({}, timed_out=True)
             runs.append(parse_pytest(result.output))
+            tail = " ".join(result.output.split()[-30:])
+            said = f"exit {result.exit_code}" + (f": {tail}" if tail else "")
         first, second = runs
         disagree = sorted(t for t in first.keys() | second.keys() if first.get(t) != second.get(t))
-        return Outcome(first, tuple(disagree))
+        return Outcome(first, tuple(disagree), said=said)
 
 
 def _applies(clone: Path, patch: str) -> bool:
@@ -288,6 +295,10 @@ def make_task(bench: Bench, candidate: Candidate, repo_name: str) -> Task | Drop
     after = bench.twice()
     if before.timed_out or after.timed_out:
         return Dropped(candidate.sha, f"the tests timed out (over {bench.timeout_s:g} s)")
+    if not after.statuses:
+        return Dropped(
+            candidate.sha, f"no test outcome at the commit from `{bench.command}` ({after.said})"
+        )
     flaky = sorted({*before.disagree, *after.disagree})
     if flaky:
         return Dropped(candidate.sha, f"flaky: {' '.join(flaky)}")
