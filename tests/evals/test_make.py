@@ -284,6 +284,8 @@ def test_a_test_command_that_gives_no_outcome_drops_the_candidate_saying_so(
         (["--range", "main..nowhere"], "'nowhere' is no commit of"),
         (["--range", "main"], "expected A..B"),
         (["--range", "main..main"], "no commits in"),
+        (["--range=--all..main"], "'--all' is no commit name"),
+        (["--range", "main...HEAD"], "expected A..B"),
         (["--last", "0"], "--last 0: expected a number of commits"),
     ],
 )

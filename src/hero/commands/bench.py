@@ -43,7 +43,9 @@ def add_parser(subparsers: Subparsers) -> None:
         "runs, is dropped with its reason.",
     )
     window = make.add_mutually_exclusive_group()
-    window.add_argument("--last", type=int, metavar="N", help="the last N first-parent commits")
+    window.add_argument(
+        "--last", type=int, metavar="N", help="the last N first-parent commits (default: 50)"
+    )
     window.add_argument("--range", metavar="A..B", help="the first-parent commits in A..B")
     make.add_argument(
         "-o", "--output", metavar="TASKS.jsonl", help="where to write the tasks (default: stdout)"

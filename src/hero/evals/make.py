@@ -141,6 +141,8 @@ def first_parent_commits(repo: Path, *, last: int | None, span: str | None) -> l
         if not dots or right.startswith(".") or not left or not right:
             raise MakeError(f"--range {span!r}: expected A..B (two commits, e.g. v1.0..main)")
         for side in (left, right):
+            if side.startswith("-"):
+                raise MakeError(f"--range {span!r}: {side!r} is no commit name")
             if git(repo, "rev-parse", "--verify", "-q", f"{side}^{{commit}}", check=False) == "":
                 raise MakeError(f"--range {span!r}: {side!r} is no commit of {repo}")
         shas = git(repo, "rev-list", "--first-parent", "--reverse", f"{left}..{right}").split()
