@@ -36,8 +36,9 @@ Usage::
   ``no test fails before the fix`` (FAIL_TO_PASS empty); ``no test outcome at the commit
   from ...`` (the test command printed no summary line: not pytest, not found, or it
   failed before collecting; the line names the command, its exit code and last words);
-  ``flaky: <test ids>`` (the two runs of one side disagree on them); ``the test patch does not apply at its base``; ``the tests
-  timed out``; ``git: ...`` (a diff or checkout git could not make).
+  ``flaky: <test ids>`` (the two runs of one side disagree on them); ``the test patch
+  does not apply at its base``; ``the tests timed out``; ``git: ...`` (a diff or checkout
+  git could not make).
 - **Output.** The tasks as JSON lines (``-o FILE``, written atomically; else stdout), then
   ``N candidates, K tasks, D dropped`` on stderr.
 
