@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.config.settings_doc",
         "hero.plans.drafting",
         "hero.doctor.*",
+        "hero.evals.*",  # `hero bench`: tasks from history, runs under configurations, reports
     ),
     # 4  what `hero status` / `hero logs` show, `hero export`'s JSONL, `hero report`'s Markdown;
     #    `hero serve`'s pages, API and metrics (read-only, like them)

@@ -21,7 +21,7 @@ from hero.errors import EXIT_OK, EXIT_USAGE, HeroError, Interrupted
 #: The commands, each a module of hero.commands, in the order ``hero --help`` lists them.
 COMMANDS = (
     "run init new demo doctor status logs export report memory watch serve plan run_plan "
-    "retry revise clean github worker"
+    "retry revise clean github bench worker"
 ).split()
 
 
