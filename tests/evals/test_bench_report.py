@@ -265,3 +265,21 @@ def test_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     bad.write_text(json.dumps({"resolved_ids": "x"}), encoding="utf-8")
     assert main(["bench", "report", str(empty), "--swebench", str(bad)]) == 2
     assert f"{bad}: resolved_ids: expected a list" in capsys.readouterr().err
+
+
+def test_what_a_worker_writes_under_the_run_folder_is_not_taken_for_a_swebench_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hero bench run --out DIR` keeps the task-runs' repositories under DIR/work/: a worker
+    that writes a report.json (or a harness report) there adds no configuration."""
+    out = tmp_path / "out"
+    write(out, "A", {t: False for t in TASKS[:2]})
+    forged = {TASKS[0]: {"resolved": True}}
+    for where in ("work/A/s1/repo", f"work/A/s1/repo/x/y/{TASKS[0]}", f"homes/A/{TASKS[0]}"):
+        (out / where).mkdir(parents=True, exist_ok=True)
+        (out / where / "report.json").write_text(json.dumps(forged), encoding="utf-8")
+        (out / where / "m.r.json").write_text(json.dumps(SWEBENCH_HARNESS), encoding="utf-8")
+    (out / "elsewhere").mkdir()  # a folder not named as the instance its report holds
+    (out / "elsewhere" / "report.json").write_text(json.dumps(forged), encoding="utf-8")
+    data = report_json(out, capsys)
+    assert [c["name"] for c in data["configurations"]] == ["A"]

@@ -16,6 +16,9 @@ SWE-bench's harness writes a run's report as ``<model>.<run_id>.json`` (``resolv
 instance (``{instance_id: {"resolved": bool, ...}}``, under
 ``logs/run_evaluation/<run_id>/<model>/<instance_id>/``). Both become configurations named
 ``swebench:<model>.<run_id>`` with one run per task and unknown cost, time, tokens and rounds.
+Found in DIR: its top-level ``*.json`` files, and ``report.json`` files below it in a folder
+named as their one instance (not under ``homes/`` and ``work/``, `hero bench run`'s own,
+where workers write); given with ``--swebench``: any file of either shape.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +42,8 @@ from hero.evals.stats import ALPHA, mcnemar_exact, wilson
 TEXT_NAMES = 10
 #: A SWE-bench JSON file larger than this is not read (it is read whole).
 MAX_JSON_BYTES = 256 * 1024 * 1024
+#: Folders of a `hero bench run` output that are hero's own (the worker writes in work/).
+HERO_FOLDERS = ("homes", "work")
 #: The harness report's id lists that hold a task's outcome, and the status each gives.
 SWEBENCH_LISTS = (
     ("resolved_ids", "resolved"),
@@ -229,7 +235,9 @@ def read_swebench(path: Path, strict: bool) -> tuple[str, list[Result]] | None:
     if isinstance(data, dict) and "resolved_ids" in data:
         return _swebench_name(path, harness=True), _harness_results(path, data)
     if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
-        if all("resolved" in v for v in data.values()):
+        # found, not given: only the harness's layout, <instance_id>/report.json of that one
+        laid_out = strict or (path.name == "report.json" and list(data) == [path.parent.name])
+        if laid_out and all("resolved" in v for v in data.values()):
             return _swebench_name(path, harness=False), _instance_results(path, data)
     if strict:
         raise ReportError(
@@ -275,9 +283,22 @@ def _swebench_name(path: Path, harness: bool) -> str:
 
 
 def _swebench_candidates(folder: Path) -> list[Path]:
-    """The JSON files at the folder's top, and per-instance ``report.json`` files below it."""
-    top = [p for p in sorted(folder.glob("*.json")) if p.is_file()]
-    below = [p for p in sorted(folder.rglob("report.json")) if p.is_file() and p not in top]
+    """The JSON files at the folder's top, and per-instance ``report.json`` files below it.
+
+    Not below ``homes/`` and ``work/`` at the top (`hero bench run`'s own: the task-runs'
+    repositories, which a worker writes) nor in any ``.git``; and a per-instance report only
+    where the harness puts it, in a folder named as its one instance (checked on reading)."""
+    top = [p for p in sorted(folder.glob("*.json")) if p.is_file() and not p.is_symlink()]
+    below: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        here = Path(root)
+        dirs[:] = sorted(
+            d for d in dirs if d != ".git" and not (here == folder and d in HERO_FOLDERS)
+        )
+        if here != folder and "report.json" in files:
+            path = here / "report.json"
+            if path.is_file() and not path.is_symlink():
+                below.append(path)
     return top + below
 
 
