@@ -283,3 +283,22 @@ def test_what_a_worker_writes_under_the_run_folder_is_not_taken_for_a_swebench_r
     (out / "elsewhere" / "report.json").write_text(json.dumps(forged), encoding="utf-8")
     data = report_json(out, capsys)
     assert [c["name"] for c in data["configurations"]] == ["A"]
+
+
+def test_numbers_that_are_no_numbers_and_control_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    write(out, "A", {"task-\x1b[2J-1": True})
+    write(out, "B", {"task-\x1b[2J-1": False})
+    assert main(["bench", "report", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "task-\\x1b[2J-1" in shown
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    line = {"instance_id": "t1", "run": 1, "resolved": True, "cost_usd": float("nan")}
+    results_path(bad, "A").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    assert main(["bench", "report", str(bad)]) == 2
+    assert "t1 run 1: cost_usd: expected a number of at least 0; found nan" in (
+        capsys.readouterr().err
+    )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import math
 import os
 import sys
 from collections.abc import Iterable
@@ -193,7 +194,14 @@ def load(folder: Path, swebench: Iterable[Path] = ()) -> list[Configuration]:
     for path in sorted(folder.glob("results-*.jsonl")):
         name = path.name[len("results-") : -len(".jsonl")]
         results = _last_of_each(read_results(path))
-        configurations.append(Configuration(name, "hero", (str(path),), results))
+        for r in results:
+            for key, value in (("cost_usd", r.cost_usd), ("wall_s", r.wall_s)):
+                if not math.isfinite(value) or value < 0:
+                    raise ReportError(
+                        f"{path}: {r.instance_id} run {r.run}: {key}: expected a number of "
+                        f"at least 0; found {value!r}"
+                    )
+        configurations.append(Configuration(_printable(name), "hero", (str(path),), results))
 
     found: dict[str, list[tuple[Path, list[Result]]]] = {}
     for path in _swebench_candidates(folder):
@@ -207,7 +215,7 @@ def load(folder: Path, swebench: Iterable[Path] = ()) -> list[Configuration]:
     for name in sorted(found):
         files = tuple(dict.fromkeys(str(p) for p, _ in found[name]))
         merged = _last_of_each(r for _, results in found[name] for r in results)
-        configurations.append(Configuration(name, "swebench", files, merged))
+        configurations.append(Configuration(_printable(name), "swebench", files, merged))
 
     if not configurations:
         raise ReportError(
@@ -478,9 +486,15 @@ def _notes(report: Report) -> list[str]:
 def _names(names: tuple[str, ...]) -> str:
     if not names:
         return "-"
-    shown = ", ".join(names[:TEXT_NAMES])
+    shown = ", ".join(_printable(n) for n in names[:TEXT_NAMES])
     more = len(names) - TEXT_NAMES
     return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _printable(name: str) -> str:
+    """A name from a results file as text for a terminal: no control characters (an
+    instance id could hold escape sequences)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
 def _percent(value: float) -> str:
