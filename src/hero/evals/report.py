@@ -534,8 +534,8 @@ def render_html(report: Report) -> str:
     pairs = "".join(
         "<tr>"
         f"<td>{e(c.a)}</td><td>{e(c.b)}</td><td>{c.tasks}</td><td>{c.both}</td>"
-        f"<td>{c.neither}</td><td>{len(c.a_only)}: {e(_all(c.a_only))}</td>"
-        f"<td>{len(c.b_only)}: {e(_all(c.b_only))}</td><td>{c.p_value:.4g}</td>"
+        f'<td>{c.neither}</td><td class="names">{len(c.a_only)}: {e(_all(c.a_only))}</td>'
+        f'<td class="names">{len(c.b_only)}: {e(_all(c.b_only))}</td><td>{c.p_value:.4g}</td>'
         f"<td>{'yes' if c.significant else 'no'}</td></tr>"
         for c in report.comparisons
     )
@@ -554,7 +554,9 @@ def render_html(report: Report) -> str:
         f"<title>hero bench report: {e(report.folder)}</title><style>"
         "body{font-family:sans-serif;margin:2em;color:#222}"
         "table{border-collapse:collapse;margin:1em 0}"
-        "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right;vertical-align:top}"
+        "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right;vertical-align:top;"
+        "white-space:nowrap}"
+        ".names{white-space:normal;text-align:left;min-width:16em;max-width:32em}"
         "td:first-child,th:first-child{text-align:left}"
         "</style></head><body>"
         f"<h1>hero bench report</h1><p>{e(report.folder)}</p>"
