@@ -5,8 +5,9 @@ history, in SWE-bench's format (docs/bench.md).
   change both code and tests (hero.evals.make);
 - ``run TASKS.jsonl -c NAME=OVERRIDES.yaml [-c ...] [--runs N] [--out DIR]``: each task as a
   story under each configuration, judged with its hidden tests (hero.evals.runner);
-- ``report DIR [--json] [--html FILE]``: resolve rates with 95% intervals, cost and time, a
-  paired comparison (hero.evals.report).
+- ``report DIR [--json] [--html FILE] [--swebench FILE ...]``: resolve rates with 95%
+  intervals, cost and time, a paired comparison, beside SWE-bench harness reports
+  (hero.evals.report).
 
 Exit codes: 0 done; 1 a run with tasks that could not be judged; 2 a usage or
 configuration error (a bad tasks file, an unknown setting in an overrides file); 130
@@ -96,6 +97,13 @@ def add_parser(subparsers: Subparsers) -> None:
     report.add_argument("out", metavar="DIR", help="a `hero bench run` output folder")
     report.add_argument("--json", action="store_true", help="print the report as JSON")
     report.add_argument("--html", metavar="FILE", help="also write a static HTML page with a chart")
+    report.add_argument(
+        "--swebench",
+        action="append",
+        metavar="FILE",
+        help="a SWE-bench harness report (<model>.<run_id>.json) or per-instance report.json "
+        "to set beside hero's results (repeatable; those in DIR are found by themselves)",
+    )
     report.set_defaults(handler=_report)
 
 
