@@ -134,9 +134,16 @@ def main(args: argparse.Namespace) -> int:
         for item in todo:
             bench.run_one(*item)
     else:
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="bench") as pool:
+        pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="bench")
+        try:
             for future in [pool.submit(bench.run_one, *item) for item in todo]:
                 future.result()
+        except BaseException:
+            # Ctrl-C (or a bug): the task-runs not started yet are dropped; those under way
+            # end as their stories do, and the next run starts them afresh
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     errors = 0
     for c in configs:
         errors += sum(1 for r in _read(results_path(out, c.name)) if r.get("status") == JUDGE_ERROR)
@@ -356,7 +363,7 @@ class Bench:
         status, error, rounds, tokens, cost = "error", "", 0, 0, 0.0
         try:
             make_source(self.user_repo, task.base_commit, source)
-        except GitError as exc:
+        except (GitError, OSError) as exc:
             error = f"the base commit {task.base_commit} cannot be had from {self.user_repo}: {exc}"
             return self._end(
                 c, task, run, story_id, started, JUDGE_ERROR, error, 0, 0, 0.0, "", False, {}
@@ -410,7 +417,7 @@ class Bench:
                 test_command=self.test_command,
                 timeout_s=self.judge_timeout_s,
             )
-        except (JudgeError, GitError) as exc:
+        except (JudgeError, GitError, OSError) as exc:
             return self._end(
                 c,
                 task,
@@ -418,7 +425,7 @@ class Bench:
                 story_id,
                 started,
                 JUDGE_ERROR,
-                str(exc),
+                f"judging: {exc}",
                 rounds,
                 tokens,
                 cost,
