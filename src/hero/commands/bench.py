@@ -87,6 +87,19 @@ def add_parser(subparsers: Subparsers) -> None:
     run.add_argument("--runs", type=int, default=1, metavar="N", help="runs of each task (1)")
     run.add_argument("--out", metavar="DIR", default="bench-out", help="output folder")
     run.add_argument("--events", action="store_true", help="JSON events on stdout")
+    run.add_argument(
+        "--test-command",
+        metavar="CMD",
+        default="python -m pytest",
+        help="what runs the hidden tests, given their node ids (default: python -m pytest)",
+    )
+    run.add_argument(
+        "--judge-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="time limit of the hidden tests' run, in seconds (600)",
+    )
     run.set_defaults(handler=_run)
 
     report = sub.add_parser(
