@@ -122,7 +122,7 @@ def test_make_finds_the_ten_fixes_and_drops_the_flaky_one(
     home = _home(tmp_path, repo)
     out = tmp_path / "tasks.jsonl"
     before = git(repo, "for-each-ref")
-    code = main(["bench", "make", "--home", str(home), "--test-cmd", TEST_CMD, "-o", str(out)])
+    code = main(["bench", "make", "--home", str(home), "--test-command", TEST_CMD, "-o", str(out)])
     err = capsys.readouterr().err
     assert code == 0, err
     tasks = read_tasks(out)
@@ -152,7 +152,7 @@ def test_make_finds_the_ten_fixes_and_drops_the_flaky_one(
     assert "worktree" not in git(repo, "worktree", "list", "--porcelain").split()[2:]
 
     # a window of the last three commits: the flaky one, the refactor and the last fix
-    code = main(["bench", "make", "--home", str(home), "--test-cmd", TEST_CMD, "--last", "3"])
+    code = main(["bench", "make", "--home", str(home), "--test-command", TEST_CMD, "--last", "3"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     lines = [json.loads(line) for line in captured.out.splitlines()]
@@ -215,7 +215,7 @@ def test_make_in_the_project_environment_with_linked_issues(
                 "make",
                 "--home",
                 str(home),
-                "--test-cmd",
+                "--test-command",
                 "python runtests.py",
                 "-o",
                 str(out),
@@ -268,7 +268,7 @@ def test_a_test_command_that_gives_no_outcome_drops_the_candidate_saying_so(
     (home / "config" / "roles.yaml").write_text(
         (home / "config" / "roles.yaml").read_text() + "sandbox: none\n"
     )
-    code = main(["bench", "make", "--home", str(home), "--test-cmd", "echo no tests:"])
+    code = main(["bench", "make", "--home", str(home), "--test-command", "echo no tests:"])
     err = capsys.readouterr().err
     assert code == 0
     assert (

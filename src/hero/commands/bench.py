@@ -52,7 +52,9 @@ def add_parser(subparsers: Subparsers) -> None:
         "-o", "--output", metavar="TASKS.jsonl", help="where to write the tasks (default: stdout)"
     )
     make.add_argument(
+        "--test-command",
         "--test-cmd",
+        dest="test_cmd",
         metavar="CMD",
         help="the pytest command that runs the tests (default: python -m pytest; hero adds "
         "-rA -p no:cacheprovider and reads the test ids from its summary)",

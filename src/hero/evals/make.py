@@ -2,7 +2,7 @@
 
 Usage::
 
-    hero bench make [--last N | --range A..B] [--test-cmd CMD] [--timeout S] [-o TASKS.jsonl]
+    hero bench make [--last N | --range A..B] [--test-command CMD] [--timeout S] [-o TASKS.jsonl]
 
 - **Which commits.** The home's ``target_repo``, its first-parent history: the last ``N``
   commits up to HEAD (``--last N``, 50 by default) or the commits of ``A..B`` (``--range``).
@@ -23,7 +23,7 @@ Usage::
 - **FAIL_TO_PASS and PASS_TO_PASS** come from running the tests twice on each side: at the
   base with the test patch applied ("before") and at the commit ("after"). They run in a
   scratch clone in a temporary directory (it borrows the repository's objects; the
-  repository, its refs and worktrees are not touched), with the test command: ``--test-cmd``,
+  repository, its refs and worktrees are not touched), with the test command: ``--test-command``,
   default ``python -m pytest``, to which hero adds ``-rA -p no:cacheprovider`` and whose
   summary lines (``PASSED id``, ``FAILED id - ...``, ``ERROR id``) give the test ids. A
   command that is not pytest must print those lines. The tests run as ``hero doctor`` runs a
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 #: The window when neither --last nor --range is given.
 DEFAULT_LAST = 50
-#: The test command when --test-cmd is not given (a pytest command: hero adds its options).
+#: The test command when --test-command is not given (a pytest command: hero adds its options).
 DEFAULT_TEST_COMMAND = "python -m pytest"
 #: What hero adds to the test command: every test's outcome in the summary, no cache left.
 PYTEST_OPTIONS = "-rA -p no:cacheprovider"
