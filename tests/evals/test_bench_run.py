@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def bench_args(home: Path, tasks: Path, out: Path, *configs: str) -> list[str]:
     args = ["bench", "run", str(tasks), "--home", str(home), "--out", str(out)]
     for c in configs:
         args += ["-c", c]
-    return [*args, "--test-command", f"{sys.executable} -m pytest"]
+    return [*args, "--test-command", f"{shlex.quote(sys.executable)} -m pytest"]
 
 
 @pytest.fixture

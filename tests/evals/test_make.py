@@ -5,6 +5,7 @@ file is read back, as are SWE-bench's own lines."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from hero.evals.tasks import read_tasks
 from hero.sandbox.bwrap import sandbox_python
 
 FIXES = 10
-TEST_CMD = f"{sys.executable} -m pytest"
+TEST_CMD = f"{shlex.quote(sys.executable)} -m pytest"
 #: A project's own test runner that prints pytest's ``-rA`` summary lines (stdlib only).
 RUNTESTS = """import importlib.util, pathlib, sys
 sys.path.insert(0, ".")
