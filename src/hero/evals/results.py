@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hero.errors import UsageError
+from hero.evals.tasks import json_lines
 
 #: A configuration's name: it is part of file names.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -108,21 +109,8 @@ def append_line(path: Path, data: dict[str, Any]) -> None:
 
 
 def _lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{path}: cannot be read: {exc}") from None
     out: list[tuple[str, dict[str, Any]]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            data = json.loads(line)
-        except ValueError as exc:
-            raise ResultsError(f"{where}: not JSON: {exc}") from None
+    for where, data in json_lines(path, ResultsError):
         if not isinstance(data, dict):
             raise ResultsError(f"{where}: expected a JSON object")
         out.append((where, data))

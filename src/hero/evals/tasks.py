@@ -96,35 +96,46 @@ def _tests(value: object, where: str) -> list[str]:
     return list(value)
 
 
-def read_tasks(path: Path | str) -> list[Task]:
-    """Every task of a JSON lines file (blank lines skipped); TasksError naming the file and
-    line for one that is not a task, and for two tasks with one ``instance_id``."""
+def json_lines(
+    path: Path | str, error: type[UsageError], what: str = "file"
+) -> list[tuple[str, object]]:
+    """Each non-blank line of a JSON lines file, decoded, with where it is (``file:line``);
+    ``error`` naming the file (and line) for a file that cannot be read or a line that is
+    not JSON. The file is read whole, so one over :data:`MAX_TASKS_BYTES` is refused."""
     path = Path(path)
     try:
         if path.stat().st_size > MAX_TASKS_BYTES:
-            raise TasksError(f"{path}: larger than {MAX_TASKS_BYTES // (1024 * 1024)} MB")
+            raise error(f"{path}: larger than {MAX_TASKS_BYTES // (1024 * 1024)} MB")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TasksError(f"{path}: no such tasks file") from None
+        raise error(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise TasksError(f"{path}: cannot be read: {exc}") from None
-    tasks: list[Task] = []
-    seen: dict[str, int] = {}
+        raise error(f"{path}: cannot be read: {exc}") from None
+    out: list[tuple[str, object]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
         try:
-            data = json.loads(line)
+            out.append((where, json.loads(line)))
         except ValueError as exc:
-            raise TasksError(f"{where}: not JSON: {exc}") from None
+            raise error(f"{where}: not JSON: {exc}") from None
+    return out
+
+
+def read_tasks(path: Path | str) -> list[Task]:
+    """Every task of a JSON lines file (blank lines skipped); TasksError naming the file and
+    line for one that is not a task, and for two tasks with one ``instance_id``."""
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for where, data in json_lines(path, TasksError, "tasks file"):
         task = task_of(data, where)
         if task.instance_id in seen:
             raise TasksError(
                 f"{where}: instance_id {task.instance_id!r} again (first on line "
                 f"{seen[task.instance_id]})"
             )
-        seen[task.instance_id] = number
+        seen[task.instance_id] = int(where.rsplit(":", 1)[1])
         tasks.append(task)
     return tasks
 
