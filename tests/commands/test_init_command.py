@@ -65,7 +65,8 @@ def test_init_with_a_target_repo_says_only_what_is_left(tmp_path: Path, target_r
     assert not any("set target_repo" in step for step in steps)  # the option did it
     assert any(step.startswith("config/roles.yaml: pick the worker's") for step in steps)
     assert any(step.startswith("cp config.local.yaml.example") for step in steps)
-    assert steps[-1].startswith("hero run my-story.md")
+    # the steps end with hero doctor, which checks them, then the first run
+    assert steps[-1].startswith("hero doctor ") and "then: hero run my-story.md" in steps[-1]
 
     # without the option, the repository is the first thing left to do
     bare = hero(tmp_path, "init", "--home", str(tmp_path / "bare"))
