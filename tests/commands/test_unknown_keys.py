@@ -79,7 +79,7 @@ def test_hero_status_refuses_an_unknown_key_in_any_config_file(
 
 def story(home: Path) -> Path:
     path = home / "inbox" / "s1.md"
-    path.write_text("---\nid: s1\ntitle: One\nverify: ["true"]\n---\n\nDo it.\n")
+    path.write_text("---\nid: s1\ntitle: One\nverify: ['true']\n---\n\nDo it.\n")
     return path
 
 
