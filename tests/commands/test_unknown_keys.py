@@ -174,3 +174,26 @@ def test_the_known_keys_are_the_declarations(home: Path) -> None:
             pytest.fail(f"{added.strip()}: {exc}")
         except ConfigError:
             pass  # a value of the wrong kind: the key itself was known
+
+
+def test_an_unknown_key_of_the_secrets_file_that_may_be_a_secret_is_not_shown(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = "sk-proj-Q3x9" + "a1B2c3D4" * 5
+    (home / "config.local.yaml").write_text(f"{token}: 1\n")  # a key pasted as a key
+    assert main(["status", "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert token not in err and "Q3x9" not in err
+    assert f"config.local.yaml: (a key of {len(token)} characters, not shown" in err
+    (home / "config.local.yaml").write_text("colour: 1\n")  # a word is shown
+    assert main(["status", "--home", str(home)]) == 2
+    assert "config.local.yaml: colour: unknown key; known keys: keys, github_token" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_long_unknown_key_is_cut(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(home, "config/roles.yaml", "y" * 1000 + ": 1\n")
+    assert main(["status", "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert f"config/roles.yaml: {'y' * 80}...: unknown key" in err and "y" * 81 not in err

@@ -684,10 +684,23 @@ def _check_keys(
             continue
         name = str(key)
         elsewhere = "" if prefix else _belongs_elsewhere(name, rel)
-        extra = elsewhere or did_you_mean(name, known) or f"; known keys: {', '.join(known)}"
+        hint = did_you_mean(name, known)
+        extra = elsewhere or hint or f"; known keys: {', '.join(known)}"
         if name in ("api_key", "key", "keys", "apikey", "token"):
             extra += f"; API keys belong in {LOCAL_FILE} under keys.<provider name>"
-        raise UnknownKeyError(rel, f"{prefix}{name}", f"unknown {what}{extra}")
+        if rel == LOCAL_FILE and not (elsewhere or hint or _PLAIN_NAME_RE.match(name)):
+            # config.local.yaml holds secrets: a key like no name may be one pasted as a key
+            shown = f"(a key of {len(name)} characters, not shown: it may be a secret)"
+        else:
+            shown = name if len(name) <= _MAX_KEY_SHOWN else name[:_MAX_KEY_SHOWN] + "..."
+        raise UnknownKeyError(rel, f"{prefix}{shown}", f"unknown {what}{extra}")
+
+
+#: A key config.local.yaml shows when it knows it not: a word, like a setting's name (a
+#: random token nearly always holds a digit or a capital).
+_PLAIN_NAME_RE = re.compile(r"^[a-z][a-z_]{0,39}$")
+#: The longest unknown key shown whole (YAML allows keys of 1024 characters).
+_MAX_KEY_SHOWN = 80
 
 
 def _belongs_elsewhere(name: str, rel: str) -> str:
