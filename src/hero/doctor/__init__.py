@@ -15,6 +15,10 @@ GitHub token can reach the repository with the scopes hero needs; Redis answers 
 Each of those is one attempt with a short timeout (never the story's retry policy): a
 doctor that hangs for minutes on a dead endpoint is no help.
 
+In a `hero worker`'s home (:func:`hero.config.loader.worker_home`, or ``worker``) the
+checks are what a worker needs and nothing else (:func:`worker_checks`): no target
+repository, project environment, memory, planner or GitHub, which are the coordinator's.
+
 ``finding`` holds what a check found, ``local`` the checks that ask no one, ``network``
 those that ask something else. Nothing here prints: the command prints the findings. No finding holds a secret: the
 details are passed through the configuration's redactor, and a key is named by where it
@@ -151,7 +155,8 @@ def worker_checks(
     )
     for notice in config.notices:
         yield Finding(WARN, CONFIGURATION, notice)
-    yield celery_installed()
+    celery = celery_installed()
+    yield celery
     yield from cheap_checks(config, repository=False)
     if config.safety.sandbox != "none":
         yield limits(config)
@@ -160,7 +165,8 @@ def worker_checks(
         return
     yield from models(config, model_timeout_s)
     yield from push_remotes(config, github=False)
-    yield from redis_servers(config)
+    if celery.status == OK:  # without redis-py, the celery line said what to install
+        yield from redis_servers(config)
 
 
 def celery_installed() -> Finding:
