@@ -89,13 +89,13 @@ def still_to_do(
             "provider needs one"
         )
     if (where / SAMPLE_STORY).is_file():
-        first_run = f"hero run {SAMPLE_STORY} (a sample story: a first run on your repository)"
+        first_run = f"`hero run {SAMPLE_STORY}`, a first run of the sample story on your repository"
     else:
-        first_run = "hero run STORY.md (docs/stories.md: how to write one)"
+        first_run = "`hero run STORY.md` (docs/stories.md: how to write a story)"
     # the last step: what the steps above set is checked before anything runs
     steps.append(
-        "hero doctor   (checks the configuration, the models, git, the sandbox and disk; fix "
-        f"what it names until it passes, then: {first_run})"
+        "hero doctor   (checks the configuration, the models, git, the sandbox and disk: fix "
+        f"what it names until it passes; then {first_run})"
     )
     return steps
 
