@@ -32,6 +32,14 @@ BUGGY = "def f{i}(x):\n    return x + {i}  # planted bug: should multiply\n"
 FIXED = "def f{i}(x):\n    return x * {i}\n"
 TEST = "from pkg.m{i} import f{i}\n\n\ndef test_fixed():\n    assert f{i}(3) == 3 * {i}\n"
 CHEAT = "def test_fixed():\n    pass\n"
+#: A conftest.py that reports every test as passed (the ``conftester``'s).
+FORCE_PASS = (
+    "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+    "def pytest_runtest_makereport(item, call):\n    outcome = yield\n"
+    "    report = outcome.get_result()\n    report.outcome = 'passed'\n    report.longrepr = None\n"
+)
+#: A pytest.ini that deselects the task's hidden test (the ``deselector``'s).
+DESELECT = "[pytest]\naddopts = --deselect tests/test_m{i}.py::test_fixed\n"
 #: What the spying worker runs: every object and ref its repository can reach.
 #: Set when the worker of ``gated`` may answer for the second task (the kill test).
 GATE = threading.Event()
@@ -96,7 +104,9 @@ def make_repo(tmp_path: Path) -> tuple[Path, list[Task], dict[str, list[str]]]:
 def handler(body: dict[str, Any]) -> Reply:
     """The reviewer approves; the worker, by its model: ``fixer`` writes the reference fix,
     ``idle`` writes nothing, ``cheater`` writes the hidden test file itself, as a test that
-    always passes, ``spy`` lists what its repository holds."""
+    always passes, ``conftester`` a conftest.py that reports every test passed,
+    ``deselector`` a pytest.ini that deselects the hidden test, ``spy`` lists what its
+    repository holds."""
     if is_review(body):
         return verdict()
     m = re.search(r"TASK-m(\d+)", task_text(body))
@@ -110,6 +120,10 @@ def handler(body: dict[str, Any]) -> Reply:
         plan = [call("write_file", path=f"pkg/m{i}.py", content=FIXED.format(i=i))]
     elif model == "cheater":
         plan = [call("write_file", path=f"tests/test_m{i}.py", content=CHEAT)]
+    elif model == "conftester":
+        plan = [call("write_file", path="conftest.py", content=FORCE_PASS)]
+    elif model == "deselector":
+        plan = [call("write_file", path="pytest.ini", content=DESELECT.format(i=i))]
     elif model == "spy":
         plan = [call("bash", command=SPY)]
     else:
@@ -196,6 +210,30 @@ def test_fixer_resolves_all_idle_and_cheater_none(setup, tmp_path: Path, capsys)
     assert sum(e["event"] == "task_started" for e in events) == 3 * N_TASKS
     assert sum(e["event"] == "task_ended" for e in events) == 3 * N_TASKS
     assert re.search(r"\[\d+/9\] A repo__m1 run 1: resolved", captured.err)
+
+
+@pytest.mark.slow
+def test_cheats_through_the_test_configuration_resolve_nothing(setup, tmp_path: Path) -> None:
+    model, home, tasks_file, tasks, _ = setup
+    out = tmp_path / "out"
+    configs = [
+        overrides(tmp_path, "A", "worker:\n  model: fixer\n"),
+        overrides(tmp_path, "K", "worker:\n  model: conftester\n"),
+        overrides(tmp_path, "D", "worker:\n  model: deselector\n"),
+    ]
+    assert main(bench_args(home, tasks_file, out, *configs)) == 0
+    resolved = {n: sum(r.resolved for r in read_results(results_path(out, n))) for n in "AKD"}
+    assert resolved == {"A": N_TASKS, "K": 0, "D": 0}
+    for name, cheat in (("K", "conftest.py"), ("D", "pytest.ini")):
+        rows = [json.loads(x) for x in results_path(out, name).read_text().splitlines()]
+        assert len(rows) == N_TASKS
+        for row in rows:
+            # the story passed, its cheat is in its prediction, and the hidden test failed
+            assert row["status"] == "passed"
+            i = row["instance_id"][-1]
+            assert row["failed_tests"] == {f"tests/test_m{i}.py::test_fixed": "FAILED"}
+        preds = [json.loads(x) for x in predictions_path(out, name).read_text().splitlines()]
+        assert all(f"b/{cheat}" in p["model_patch"] for p in preds)
 
 
 @pytest.mark.slow
