@@ -26,12 +26,15 @@ What the worker sees
 
 Judging
     After the story ends, whatever its status, the worker's final tree (its story branch's
-    tip, else the base) gets the hidden test patch, the test patch's files first put back as
-    at the base (a worker that deleted or weakened tests gains nothing); the ``FAIL_TO_PASS``
-    and ``PASS_TO_PASS`` tests run by node id (``--test-command``, default ``python -m
-    pytest``) in the configuration's sandbox, as the verifier's checks do, within
+    tip, else the base) has its test side put back as at the base (:mod:`hero.evals.guard`:
+    test files, pytest's configuration and hooks), then gets the hidden test patch, the test
+    patch's files first put back as at the base (a worker that deleted or weakened tests
+    gains nothing); the ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` tests run by node id
+    (``--test-command``, default ``python -m pytest``) as the verifier runs a story's checks:
+    in the configuration's project environment (``setup``) and sandbox, within
     ``--judge-timeout`` seconds. Resolved: every one of them passed. A task-run that cannot
-    be judged (its test patch does not apply, no sandbox) has status ``judge_error``.
+    be judged (its test patch does not apply, its setup fails, no sandbox) has status
+    ``judge_error``.
 
 Outputs, in ``--out DIR``
     ``results-NAME.jsonl``: a line per finished task-run (``instance_id``, ``run``,
