@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -168,3 +169,22 @@ def test_make_and_run_judge_in_the_project_environment(
     with_env = dataclasses.replace(config, target_repo=source)
     judged = judge(task, source, final, with_env, tmp_path / "env", test_command=TEST_COMMAND)
     assert judged.resolved, judged.output
+
+    # a worker that commits a link where the environment's folder goes, to a python of its
+    # own that prints every test as passed: the environment's own folder is used, not the link
+    git(source, "checkout", "-q", "-b", "liar", task.base_commit)
+    fake = source / "fake" / "bin"
+    fake.mkdir(parents=True)
+    (fake / "python").write_text(
+        "#!/bin/sh\necho 'PASSED tests/test_calc.py::test_quad'\n"
+        "echo 'PASSED tests/test_base.py::test_double'\n"
+    )
+    (fake / "python").chmod(0o755)
+    (source / ".venv").symlink_to("fake")
+    git(source, "add", "-f", "fake", ".venv")
+    git(source, "commit", "-q", "-m", "a python of my own")
+    liar = git(source, "rev-parse", "HEAD").strip()
+    judged = judge(task, source, liar, with_env, tmp_path / "liar", test_command=TEST_COMMAND)
+    assert not judged.resolved and "tests/test_calc.py::test_quad" in judged.failed
+    if sandbox == "auto" and shutil.which("bwrap"):  # the environment bound over the link
+        assert judged.failed == {"tests/test_calc.py::test_quad": "FAILED"}, judged.output
