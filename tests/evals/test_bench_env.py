@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_support import COMMIT, RUNTESTS, make_home, overrides
 from conftest import git
 from helpers import is_review, step_of, task_text, verdict
-from test_bench_run import COMMIT, make_home, overrides
-from test_make import RUNTESTS
 
 from hero.cli import main
 from hero.evals.results import read_results, results_path

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_support import COMMIT, make_home, overrides
 from conftest import GIT_ENV, git
 from helpers import is_review, step_of, task_text, verdict
 
@@ -27,7 +28,6 @@ from hero.evals.tasks import Task, write_tasks
 from hero.llm.scripted import Reply, ScriptedModel, call, text
 
 N_TASKS = 3
-COMMIT = "git add -A && git commit -q -m work"
 BUGGY = "def f{i}(x):\n    return x + {i}  # planted bug: should multiply\n"
 FIXED = "def f{i}(x):\n    return x * {i}\n"
 TEST = "from pkg.m{i} import f{i}\n\n\ndef test_fixed():\n    assert f{i}(3) == 3 * {i}\n"
@@ -130,32 +130,6 @@ def handler(body: dict[str, Any]) -> Reply:
         plan = []
     plan = [*plan, call("bash", command=COMMIT)] if plan else plan
     return plan[step] if step < len(plan) else text("Done.")
-
-
-def make_home(tmp_path: Path, model: ScriptedModel, repo: Path, **knobs: object) -> Path:
-    home = tmp_path / "home"
-    (home / "config" / "providers").mkdir(parents=True)
-    (home / "config" / "providers" / "scripted.yaml").write_text(
-        f"name: scripted\nbase_url: {model.base_url}\ndefault_model: scripted-test\n"
-    )
-    settings: dict[str, object] = {
-        "target_repo": str(repo),
-        "max_retries": 1,
-        "max_parallel": 2,
-        "llm_backoff_base_s": 0.01,
-        "llm_backoff_max_s": 0.05,
-        **knobs,
-    }
-    lines = [f"{k}: {json.dumps(v)}" for k, v in settings.items()]
-    lines += ["worker:", "  provider: scripted", "reviewer:", "  provider: scripted"]
-    (home / "config" / "roles.yaml").write_text("\n".join(lines) + "\n")
-    return home
-
-
-def overrides(tmp_path: Path, name: str, text_: str) -> str:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(text_)
-    return f"{name}={path}"
 
 
 def bench_args(home: Path, tasks: Path, out: Path, *configs: str) -> list[str]:
