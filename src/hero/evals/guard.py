@@ -38,7 +38,7 @@ import os
 import shutil
 import stat
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 
 from hero.evals.make import is_test_path
@@ -66,6 +66,8 @@ METADATA_SUFFIXES = (".dist-info", ".egg-info")
 SHADOWS = frozenset({"pytest", "pytest.py", "_pytest", "pluggy", "py", "py.py"})
 #: Variables taken out of the tests' environment: options and plugins given from outside.
 UNSET_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+#: Paths given to one git call, at most.
+_CHUNK = 200
 #: git reads the paths given to it as they are (no glob, no magic).
 _LITERAL = ("--literal-pathspecs",)
 #: A configuration that cannot be read: never equal to another.
@@ -150,20 +152,27 @@ def clear_way(tree: Path, path: str) -> None:
 
 def put_back(tree: Path, base: str, paths: Iterable[str]) -> None:
     """Each of ``paths`` in ``tree`` as at ``base``: checked out from it, or removed when the
-    base has no such path."""
+    base has no such path (a few git calls for many paths)."""
+    paths = list(dict.fromkeys(paths))
+    at_base: set[str] = set()
+    for chunk in _chunks(paths):
+        out = git(tree, *_LITERAL, "ls-tree", "-z", "--name-only", base, "--", *chunk, check=False)
+        at_base.update(p for p in out.split("\0") if p)
     for path in paths:
         clear_way(tree, path)
         target = tree / path
-        exists_at_base = bool(
-            git(tree, *_LITERAL, "ls-tree", "--name-only", base, "--", path, check=False).strip()
-        )
         mode = _lstat_mode(target)
         if mode is not None and stat.S_ISDIR(mode):
             shutil.rmtree(target)
         elif mode is not None:
             target.unlink()
-        if exists_at_base:
-            git(tree, *_LITERAL, "checkout", "-q", base, "--", path)
+    for chunk in _chunks([p for p in paths if p in at_base]):
+        git(tree, *_LITERAL, "checkout", "-q", base, "--", *chunk)
+
+
+def _chunks(paths: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(paths), _CHUNK):
+        yield paths[i : i + _CHUNK]
 
 
 def guard(tree: Path, base: str) -> list[str]:
