@@ -79,6 +79,7 @@ from typing import Any
 
 from hero.config.home import Config
 from hero.errors import UsageError
+from hero.evals.dispatch import CeleryBench
 from hero.evals.judge import DEFAULT_TEST_COMMAND, JudgeError, judge
 from hero.evals.results import (
     Prediction,
@@ -100,6 +101,8 @@ class Configuration:
     name: str
     overrides: Path
     config: Config
+    #: the overrides themselves (sent to the worker with the Celery engine)
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -127,6 +130,7 @@ def main(args: argparse.Namespace) -> int:
             for t in tasks
             if (t.instance_id, n) not in done
         ]
+    root = getattr(args, "remote_root", None)
     bench = Bench(
         out=out,
         user_repo=user.target_repo,
@@ -134,7 +138,10 @@ def main(args: argparse.Namespace) -> int:
         events=bool(getattr(args, "events", False)),
         test_command=getattr(args, "test_command", None) or DEFAULT_TEST_COMMAND,
         judge_timeout_s=float(getattr(args, "judge_timeout", None) or 600.0),
+        remote_root=Path(root).expanduser().resolve() if root else out / "remotes",
     )
+    for c in configs:
+        bench.engine_for(c)  # a Celery engine that cannot be used fails here, before any run
     parallel = max(1, user.max_parallel)
     if parallel == 1 or len(todo) <= 1:
         for item in todo:
@@ -172,76 +179,27 @@ def _specs(values: list[str]) -> list[tuple[str, Path]]:
     return specs
 
 
-def deep_merge(base: Mapping[Any, Any], over: Mapping[Any, Any]) -> dict[Any, Any]:
-    """``over`` over ``base``: mappings merged key by key, anything else replaced."""
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def configuration(spec: tuple[str, Path], home: Path, user_repo: Path, out: Path) -> Configuration:
     """The configuration's own home (``out/homes/NAME``) with the overrides merged into its
     roles.yaml, loaded; UsageError naming the overrides file and key for a bad one."""
     import yaml
 
-    from hero.config.home import ROLES_FILE_KEYS
-    from hero.config.loader import load_config
-    from hero.config.schema import ROLES_FILE, ConfigError
-    from hero.fsio import atomic_write
-    from hero.yamlio import did_you_mean
+    from hero.config.overrides import check_overrides, derived_home, merged_roles
 
     name, file = spec
     try:
-        over = yaml.safe_load(file.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"-c {name}={file}: no such file") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"{file}: cannot be read as YAML: {exc}") from None
-    over = {} if over is None else over
-    if not isinstance(over, dict):
-        raise UsageError(f"{file}: expected a mapping of settings of config/roles.yaml")
-    for key in over:
-        if key not in ROLES_FILE_KEYS:
-            raise UsageError(
-                f"{file}: {key}: unknown setting{did_you_mean(str(key), ROLES_FILE_KEYS)} "
-                "(the keys of config/roles.yaml)"
-            )
-        if key == "target_repo":
-            raise UsageError(f"{file}: target_repo: hero bench sets it for each task")
-    mine = yaml.safe_load((home / ROLES_FILE).read_text(encoding="utf-8")) or {}
-    merged = deep_merge(mine, over)
-    if merged.get("engine") == "celery":
-        where = file if "engine" in over else home / ROLES_FILE
-        raise UsageError(
-            f"{where}: engine: celery: hero bench run runs its task-runs in this process "
-            "(max_parallel at a time) and does not send them to `hero worker` processes: a "
-            "worker would run a task with its own home's settings, not the configuration's, "
-            "from a clone of target_remote that holds the commits after the task's base. Give "
-            f"configuration {name} engine: local (in {file}), or run the bench from a home "
-            "with engine: local"
-        )
+    over = check_overrides(raw, str(file))
+    if "target_repo" in over:
+        raise UsageError(f"{file}: target_repo: hero bench sets it for each task")
+    merged = merged_roles(home, over)
     merged["target_repo"] = str(user_repo)
-    derived = out / "homes" / name
-    (derived / "config").mkdir(parents=True, exist_ok=True)
-    for entry in (home / "config").iterdir():
-        if entry.name == Path(ROLES_FILE).name:
-            continue
-        link = derived / "config" / entry.name
-        if not link.is_symlink():
-            link.symlink_to(entry.resolve())
-    local = "config.local.yaml"
-    if (home / local).exists() and not (derived / local).is_symlink():
-        (derived / local).symlink_to((home / local).resolve())
-    atomic_write(derived / ROLES_FILE, yaml.safe_dump(merged, sort_keys=False).encode("utf-8"))
-    try:
-        config = load_config(derived)
-    except ConfigError as exc:
-        raise UsageError(f"{file} (over {home / ROLES_FILE}): {exc.key}: {exc.message}") from None
-    return Configuration(name, file, config)
+    config = derived_home(home, merged, out / "homes" / name, str(file))
+    return Configuration(name, file, config, over)
 
 
 # ----------------------------------------------------------------------------- resuming
@@ -344,10 +302,27 @@ class Bench:
     events: bool
     test_command: str
     judge_timeout_s: float
+    remote_root: Path
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
         self.finished = 0
+        #: per configuration on the Celery engine: its engine, and its task-runs already
+        #: sent ((instance_id, run) -> story id, hero.evals.dispatch)
+        self.engines: dict[str, CeleryBench] = {}
+        self.dispatched: dict[str, dict[tuple[str, int], str]] = {}
+
+    def engine_for(self, c: Configuration) -> CeleryBench | None:
+        """The Celery engine configuration ``c`` runs on, or None for the local engine."""
+        if not c.config.engine.remote:
+            return None
+        with self.lock:
+            if c.name not in self.engines:
+                from hero.evals.dispatch import CeleryBench, read_dispatched
+
+                self.engines[c.name] = CeleryBench(c.config, self.out, self.remote_root)
+                self.dispatched[c.name] = read_dispatched(self.out, c.name)
+            return self.engines[c.name]
 
     def emit(self, event: dict[str, Any]) -> None:
         if self.events:
@@ -364,7 +339,10 @@ class Bench:
         started = time.monotonic()
         base_id = story_base_id(c.name, task, run)
         work_root = self.out / "work" / c.name
-        story_id = _claim(work_root, base_id)
+        engine = self.engine_for(c)
+        # a task-run sent to a worker before this bench was stopped: awaited, not sent again
+        sent = self.dispatched.get(c.name, {}).get((task.instance_id, run))
+        story_id = sent or _claim(work_root, base_id)
         work = work_root / story_id
         source = work / "repo"
         self.emit(
@@ -378,7 +356,8 @@ class Bench:
         )
         status, error, rounds, tokens, cost = "error", "", 0, 0, 0.0
         try:
-            make_source(self.user_repo, task.base_commit, source)
+            if not sent:
+                make_source(self.user_repo, task.base_commit, source)
         except (GitError, OSError) as exc:
             error = f"the base commit {task.base_commit} cannot be had from {self.user_repo}: {exc}"
             return self._end(
@@ -388,14 +367,26 @@ class Bench:
         story_path = config.home / "inbox" / f"{story_id}.md"
         story_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            write_story(
-                story_path,
-                {"id": story_id, "title": title_of(task.problem_statement)},
-                f"## Goal\n\n{contain_sections(task.problem_statement.strip())}\n",
-            )
-            from hero.run.launch import run_with_config
+            if not sent:
+                write_story(
+                    story_path,
+                    {"id": story_id, "title": title_of(task.problem_statement)},
+                    f"## Goal\n\n{contain_sections(task.problem_statement.strip())}\n",
+                )
+            if engine is not None:
+                record = {"story_id": story_id, "instance_id": task.instance_id, "run": run}
+                state = engine.run(
+                    c.name,
+                    dict(c.values),
+                    config,
+                    story_path,
+                    source,
+                    None if sent else {**record, "config": c.name},
+                )
+            else:
+                from hero.run.launch import run_with_config
 
-            state = run_with_config(story_path, config)
+                state = run_with_config(story_path, config)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the story is its result

@@ -1,0 +1,138 @@
+"""`hero bench run` on the Celery engine: task-runs sent to real ``hero worker`` processes
+over a real redis-server (skipped without one, see engine_support). The configuration's
+overrides reach the worker (its scripted model is the configuration's); the worker's
+repositories hold nothing after the task's base; a `kill -9` of the bench mid-run then a
+re-run sends no task-run twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bench_support import overrides
+from engine_support import Cluster
+from helpers import is_review
+from test_bench_run import GATE, bench_args, handler, make_repo
+
+from hero.cli import main
+from hero.evals.dispatch import dispatched_path
+from hero.evals.results import predictions_path, read_results, results_path
+from hero.evals.tasks import Task, write_tasks
+from hero.git.ops import git
+from hero.llm.scripted import ScriptedModel
+
+
+def bench_home(
+    cluster: Cluster, tmp_path: Path, **knobs: object
+) -> tuple[ScriptedModel, Path, Path, list[Task], dict[str, list[str]]]:
+    model = ScriptedModel(handler).start()
+    repo, tasks, future = make_repo(tmp_path)
+    home = cluster.home(model, target_repo=str(repo), max_retries=1, **knobs)
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, tasks)
+    return model, home, tasks_file, tasks, future
+
+
+def story_runs(cluster: Cluster) -> list[str]:
+    """The story of every run a worker started (its task's result), all workers."""
+    return [r["key"] for w in cluster.workers for r in w.results()]
+
+
+@pytest.mark.slow
+def test_two_workers_resolve_every_task_and_see_no_future(cluster: Cluster, tmp_path: Path):
+    model, home, tasks_file, tasks, future = bench_home(cluster, tmp_path)
+    try:
+        w1, w2 = cluster.start_worker(), cluster.start_worker()
+        out = tmp_path / "out"
+        spec = overrides(tmp_path, "A", "worker:\n  model: fixer\n")
+        assert main(bench_args(home, tasks_file, out, spec)) == 0, cluster.outputs()
+        results = read_results(results_path(out, "A"))
+        assert sorted(r.instance_id for r in results) == sorted(t.instance_id for t in tasks)
+        assert all(r.resolved for r in results), results
+        preds = [json.loads(x) for x in predictions_path(out, "A").read_text().splitlines()]
+        assert {p["model_name_or_path"] for p in preds} == {"fixer"}
+        for p in preds:
+            assert f"+    return x * {p['instance_id'][-1]}" in p["model_patch"]
+        # the overrides reached the workers: every worker request asked for model fixer
+        asked = {r.body.get("model") for r in model.requests if not is_review(r.body)}
+        assert asked == {"fixer"}
+        # each story ran once, on some worker, from the task-run's own repository
+        rows = [json.loads(x) for x in results_path(out, "A").read_text().splitlines()]
+        keys = sorted(row["story_id"] for row in rows)
+        assert sorted(story_runs(cluster)) == keys
+        for w in (w1, w2):
+            assert not (w.workdir / "repo").exists()  # its clone of target_remote: unused
+        for row in rows:
+            key = row["story_id"]
+            ran = [w for w in (w1, w2) if w.ran(key)]
+            assert len(ran) == 1, key
+            for repo in (ran[0].workdir / "bench" / key / "repo", ran[0].worktree(key)):
+                objects = git(repo, "cat-file", "--batch-all-objects", "--batch-check")
+                refs = git(repo, "for-each-ref")
+                assert objects and task_base(tasks, row) in git(repo, "log", "--all", "--format=%H")
+                for sha in future[row["instance_id"]]:
+                    assert sha not in objects and sha not in refs, (repo, sha)
+            alternates = repo_alternates(ran[0].worktree(key))
+            assert all(str(ran[0].workdir / "repo") not in a for a in alternates)
+    finally:
+        model.stop()
+
+
+def task_base(tasks: list[Task], row: dict[str, object]) -> str:
+    return next(t.base_commit for t in tasks if t.instance_id == row["instance_id"])
+
+
+def repo_alternates(worktree: Path) -> list[str]:
+    gitdir = git(worktree, "rev-parse", "--absolute-git-dir").strip()
+    path = Path(gitdir) / "objects" / "info" / "alternates"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.slow
+def test_kill_of_the_bench_then_rerun_sends_no_task_run_twice(cluster: Cluster, tmp_path: Path):
+    model, home, tasks_file, tasks, _ = bench_home(cluster, tmp_path, max_parallel=1)
+    GATE.clear()
+    try:
+        cluster.start_worker()
+        cluster.start_worker()
+        out = tmp_path / "out"
+        args = bench_args(home, tasks_file, out, overrides(tmp_path, "A", "worker: {model: gated}\n"))
+        results = results_path(out, "A")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hero", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=cluster.env,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and proc.poll() is None:
+                sent = dispatched_path(out, "A")
+                if results.exists() and sent.exists() and sent.read_text().count("\n") >= 2:
+                    break
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait(timeout=30)
+            GATE.set()
+        # killed while the second task-run waited on its model, on its worker
+        assert len(results.read_text().splitlines()) == 1
+        assert main(args) == 0, cluster.outputs()
+        rows = [json.loads(x) for x in results.read_text().splitlines()]
+        assert sorted(r["instance_id"] for r in rows) == sorted(t.instance_id for t in tasks)
+        assert all(r["resolved"] for r in rows), rows
+        assert len(read_results(results)) == len(tasks)
+        sent_rows = [json.loads(x) for x in dispatched_path(out, "A").read_text().splitlines()]
+        assert sorted(r["story_id"] for r in sent_rows) == sorted(r["story_id"] for r in rows)
+        # the workers ran each story once: the one under way was awaited, not sent again
+        assert sorted(story_runs(cluster)) == sorted(r["story_id"] for r in rows)
+    finally:
+        GATE.set()
+        model.stop()
