@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from bench_support import overrides
 from engine_support import Cluster
-from helpers import is_review
+from helpers import is_review, task_text
 from test_bench_run import GATE, bench_args, handler, make_repo
 
 from hero.cli import main
@@ -46,42 +47,76 @@ def story_runs(cluster: Cluster) -> list[str]:
 
 @pytest.mark.slow
 def test_two_workers_resolve_every_task_and_see_no_future(cluster: Cluster, tmp_path: Path):
-    model, home, tasks_file, tasks, future = bench_home(cluster, tmp_path)
+    model, home, tasks_file, tasks, future = bench_home(cluster, tmp_path, max_parallel=4)
     try:
         w1, w2 = cluster.start_worker(), cluster.start_worker()
         out = tmp_path / "out"
-        spec = overrides(tmp_path, "A", "worker:\n  model: fixer\n")
-        assert main(bench_args(home, tasks_file, out, spec)) == 0, cluster.outputs()
+        fixer = overrides(tmp_path, "A", "worker:\n  model: fixer\n")
+        spy = overrides(tmp_path, "S", "worker:\n  model: spy\n")
+        assert main(bench_args(home, tasks_file, out, fixer, spy)) == 0, cluster.outputs()
         results = read_results(results_path(out, "A"))
         assert sorted(r.instance_id for r in results) == sorted(t.instance_id for t in tasks)
         assert all(r.resolved for r in results), results
+        assert all(r.tokens > 0 and r.rounds >= 1 for r in results), results
         preds = [json.loads(x) for x in predictions_path(out, "A").read_text().splitlines()]
         assert {p["model_name_or_path"] for p in preds} == {"fixer"}
         for p in preds:
             assert f"+    return x * {p['instance_id'][-1]}" in p["model_patch"]
-        # the overrides reached the workers: every worker request asked for model fixer
+        assert not any(r.resolved for r in read_results(results_path(out, "S")))
+        # the overrides reached the workers: each worker request asked for its configuration's
         asked = {r.body.get("model") for r in model.requests if not is_review(r.body)}
-        assert asked == {"fixer"}
+        assert asked == {"fixer", "spy"}
         # each story ran once, on some worker, from the task-run's own repository
-        rows = [json.loads(x) for x in results_path(out, "A").read_text().splitlines()]
-        keys = sorted(row["story_id"] for row in rows)
-        assert sorted(story_runs(cluster)) == keys
+        rows = [
+            json.loads(x)
+            for name in "AS"
+            for x in results_path(out, name).read_text().splitlines()
+        ]
+        assert sorted(story_runs(cluster)) == sorted(row["story_id"] for row in rows)
         for w in (w1, w2):
             assert not (w.workdir / "repo").exists()  # its clone of target_remote: unused
         for row in rows:
             key = row["story_id"]
             ran = [w for w in (w1, w2) if w.ran(key)]
             assert len(ran) == 1, key
+            # the spy wrote nothing; the fixer wrote the fixed module, whose blob is the
+            # reference's: every other object of the future is absent
+            unseen = future[row["instance_id"]]
+            if key.startswith("bench-a-"):
+                unseen = [sha for n, sha in enumerate(unseen) if n != 1]
             for repo in (ran[0].workdir / "bench" / key / "repo", ran[0].worktree(key)):
                 objects = git(repo, "cat-file", "--batch-all-objects", "--batch-check")
                 refs = git(repo, "for-each-ref")
-                assert objects and task_base(tasks, row) in git(repo, "log", "--all", "--format=%H")
-                for sha in future[row["instance_id"]]:
+                assert task_base(tasks, row) in git(repo, "log", "--all", "--format=%H")
+                for sha in unseen:
                     assert sha not in objects and sha not in refs, (repo, sha)
             alternates = repo_alternates(ran[0].worktree(key))
             assert all(str(ran[0].workdir / "repo") not in a for a in alternates)
+        # and what the spy's commands saw, on its worker
+        seen = spy_outputs(model)
+        assert set(seen) == {t.instance_id for t in tasks}
+        for task in tasks:
+            assert task.base_commit in seen[task.instance_id]
+            for sha in future[task.instance_id]:
+                assert sha not in seen[task.instance_id], (task.instance_id, sha)
     finally:
         model.stop()
+
+
+def spy_outputs(model: ScriptedModel) -> dict[str, str]:
+    seen: dict[str, str] = {}
+    for request in model.requests:
+        body = request.body
+        if is_review(body) or body.get("model") != "spy":
+            continue
+        m = re.search(r"TASK-m(\d+)", task_text(body))
+        assert m
+        output = "\n".join(
+            str(msg.get("content")) for msg in body["messages"] if msg.get("role") == "tool"
+        )
+        if output:
+            seen[f"repo__m{m.group(1)}"] = output
+    return seen
 
 
 def task_base(tasks: list[Task], row: dict[str, object]) -> str:

@@ -430,16 +430,18 @@ def test_bad_configuration_specs_are_usage_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_celery_engine_is_refused_naming_where_it_is_set(setup, tmp_path: Path, capsys) -> None:
-    """`hero bench run` does not send task-runs to `hero worker`s: engine: celery, in the home
-    or in a configuration's overrides, is a usage error naming the file; nothing runs."""
+def test_an_engine_per_configuration_its_errors_naming_where(setup, tmp_path: Path, capsys) -> None:
+    """Each configuration runs on its own engine (the home's, or its overrides'): a Celery
+    engine that is not set up is a usage error naming the overrides file and the setting,
+    before anything runs; a configuration that sets engine: local, in a home set up for the
+    Celery engine, runs here (tests/evals/test_bench_celery.py runs one on workers)."""
     model, home, tasks_file, _, _ = setup
     roles = home / "config" / "roles.yaml"
     out = tmp_path / "out"
     spec = overrides(tmp_path, "C", "worker: {model: fixer}\nengine: celery\n")
     assert main(bench_args(home, tasks_file, out, spec)) == 2
     err = capsys.readouterr().err
-    assert f"{tmp_path / 'C.yaml'}: engine: celery" in err and "engine: local" in err
+    assert f"{tmp_path / 'C.yaml'} (over {roles}): broker_url" in err
     # a home set up for the engine (docs/celery.md)
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
@@ -448,13 +450,10 @@ def test_the_celery_engine_is_refused_naming_where_it_is_set(setup, tmp_path: Pa
         + f"engine: celery\nbroker_url: redis://127.0.0.1:9/0\ntarget_remote: {remote}\n"
     )
     (home / "config.local.yaml").write_text(f"engine_key: {'5c' * 32}\n")
-    spec = overrides(tmp_path, "A", "worker: {model: fixer}\n")
-    assert main(bench_args(home, tasks_file, out, spec)) == 2
-    err = capsys.readouterr().err
-    assert f"{roles}: engine: celery" in err
     # a configuration that sets engine: local runs from that home
     spec = overrides(tmp_path, "L", "worker: {model: idle}\nengine: local\n")
     assert main(bench_args(home, tasks_file, out, spec)) == 0
-    assert not results_path(out, "A").exists() and not results_path(out, "C").exists()
+    assert not (out / "dispatched-L.jsonl").exists()
+    assert not results_path(out, "C").exists()
     assert len(read_results(results_path(out, "L"))) == N_TASKS
     assert not any(r.body.get("model") == "fixer" for r in model.requests)

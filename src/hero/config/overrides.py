@@ -59,10 +59,13 @@ def merged_roles(home: Path, over: Mapping[str, Any]) -> dict[str, Any]:
     return deep_merge(mine, over)
 
 
-def derived_home(home: Path, merged: Mapping[str, Any], derived: Path, where: str) -> Config:
+def derived_home(
+    home: Path, merged: Mapping[str, Any], derived: Path, where: str, *, worker: bool = False
+) -> Config:
     """``derived`` made a home whose config/roles.yaml is ``merged`` and whose other config
-    entries link to ``home``'s, loaded; UsageError naming ``where`` and the key for a value
-    hero refuses."""
+    entries link to ``home``'s, loaded (``worker``: as a ``hero worker``'s home, whose
+    ``target_repo`` is not read); UsageError naming ``where`` and the key for a value hero
+    refuses."""
     import yaml
 
     from hero.config.loader import load_config
@@ -81,6 +84,6 @@ def derived_home(home: Path, merged: Mapping[str, Any], derived: Path, where: st
         (derived / local).symlink_to((home / local).resolve())
     atomic_write(derived / ROLES_FILE, yaml.safe_dump(dict(merged), sort_keys=False).encode())
     try:
-        return load_config(derived)
+        return load_config(derived, worker=worker)
     except ConfigError as exc:
         raise UsageError(f"{where} (over {home / ROLES_FILE}): {exc.key}: {exc.message}") from None

@@ -92,5 +92,5 @@ def bench_config(config: Config, bench: BenchRun, derived: Path, key: str) -> Co
     over = check_overrides(bench.overrides, where)
     merged = merged_roles(config.home, over)
     merged.pop("target_repo", None)  # the worker has the remote only
-    loaded = derived_home(config.home, merged, derived, where)
+    loaded = derived_home(config.home, merged, derived, where, worker=True)
     return replace(loaded, home=config.home, engine=config.engine)
