@@ -94,6 +94,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.config.project",
         "hero.config.providers",
         "hero.config.schema",
+        "hero.config.overrides",
         "hero.story.*",
         "hero.state",
         "hero.llm.models",

@@ -53,7 +53,14 @@ def test_two_workers_resolve_every_task_and_see_no_future(cluster: Cluster, tmp_
         out = tmp_path / "out"
         fixer = overrides(tmp_path, "A", "worker:\n  model: fixer\n")
         spy = overrides(tmp_path, "S", "worker:\n  model: spy\n")
-        assert main(bench_args(home, tasks_file, out, fixer, spy)) == 0, cluster.outputs()
+        # a provider the bench's home has and the workers' have not: they cannot apply it
+        providers = home / "config" / "providers"
+        (providers / "other.yaml").write_text(
+            (providers / "scripted.yaml").read_text().replace("name: scripted", "name: other")
+        )
+        other = overrides(tmp_path, "X", "worker: {provider: other, model: fixer}\n")
+        args = bench_args(home, tasks_file, out, fixer, spy, other)
+        assert main(args) == 0, cluster.outputs()
         results = read_results(results_path(out, "A"))
         assert sorted(r.instance_id for r in results) == sorted(t.instance_id for t in tasks)
         assert all(r.resolved for r in results), results
@@ -63,16 +70,23 @@ def test_two_workers_resolve_every_task_and_see_no_future(cluster: Cluster, tmp_
         for p in preds:
             assert f"+    return x * {p['instance_id'][-1]}" in p["model_patch"]
         assert not any(r.resolved for r in read_results(results_path(out, "S")))
+        # the configuration a worker could not apply: each story ended in error, saying why
+        for row in results_path(out, "X").read_text().splitlines():
+            x = json.loads(row)
+            assert x["status"] == "error" and not x["resolved"], x
+            assert "overrides sent with bench story" in x["error"], x
+            assert "worker.provider" in x["error"] and "other.yaml" in x["error"], x
         # the overrides reached the workers: each worker request asked for its configuration's
         asked = {r.body.get("model") for r in model.requests if not is_review(r.body)}
         assert asked == {"fixer", "spy"}
         # each story ran once, on some worker, from the task-run's own repository
         rows = [
             json.loads(x)
-            for name in "AS"
+            for name in "ASX"
             for x in results_path(out, name).read_text().splitlines()
         ]
         assert sorted(story_runs(cluster)) == sorted(row["story_id"] for row in rows)
+        rows = [row for row in rows if not row["story_id"].startswith("bench-x-")]
         for w in (w1, w2):
             assert not (w.workdir / "repo").exists()  # its clone of target_remote: unused
         for row in rows:
@@ -137,7 +151,9 @@ def test_kill_of_the_bench_then_rerun_sends_no_task_run_twice(cluster: Cluster, 
         cluster.start_worker()
         cluster.start_worker()
         out = tmp_path / "out"
-        args = bench_args(home, tasks_file, out, overrides(tmp_path, "A", "worker: {model: gated}\n"))
+        args = bench_args(
+            home, tasks_file, out, overrides(tmp_path, "A", "worker: {model: gated}\n")
+        )
         results = results_path(out, "A")
         proc = subprocess.Popen(
             [sys.executable, "-m", "hero", *args],

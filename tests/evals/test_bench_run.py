@@ -412,8 +412,8 @@ def test_resume_drops_a_torn_line_and_an_orphan_prediction(tmp_path: Path) -> No
 
 
 def test_bad_configuration_specs_are_usage_errors(tmp_path: Path) -> None:
-    from hero.errors import UsageError
     from hero.config.overrides import deep_merge
+    from hero.errors import UsageError
     from hero.evals.runner import _specs
 
     for bad in ("A", "A=", "a b=x.yaml"):

@@ -160,6 +160,8 @@ def _fetch_branch(source: Path, bare: Path, state: RunState) -> None:
         return
     branch = state.branch
     try:
-        git(source, "fetch", "--quiet", "--", str(bare), f"+refs/heads/{branch}:refs/heads/{branch}")
+        git(
+            source, "fetch", "--quiet", "--", str(bare), f"+refs/heads/{branch}:refs/heads/{branch}"
+        )
     except GitError:
         pass  # judged from its base: the branch never reached the bench's repository
