@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from bench_support import overrides
+from bench_tasks import GATE, bench_args, handler, make_repo
 from engine_support import Cluster
 from helpers import is_review, task_text
-from test_bench_run import GATE, bench_args, handler, make_repo
 
 from hero.cli import main
 from hero.evals.dispatch import dispatched_path

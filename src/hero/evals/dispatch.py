@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hero.config.home import Config
-from hero.evals.results import append_line, check_name
+from hero.evals.results import append_line, check_name, read_lines
 from hero.git.ops import GitError, TargetRepo, git
 from hero.state import TERMINAL, RunState
 
@@ -48,10 +48,8 @@ def dispatched_path(out: Path, name: str) -> Path:
 def read_dispatched(out: Path, name: str) -> dict[tuple[str, int], str]:
     """(instance_id, run) -> the story id each task-run of configuration ``name`` was sent
     under (a torn last line, from a kill, is left out: its task was never sent)."""
-    from hero.evals.runner import _read
-
     found: dict[tuple[str, int], str] = {}
-    for row in _read(dispatched_path(out, name)):
+    for row in read_lines(dispatched_path(out, name)):
         story_id = row.get("story_id")
         if isinstance(story_id, str) and story_id:
             found.setdefault((str(row.get("instance_id")), int(row.get("run") or 1)), story_id)

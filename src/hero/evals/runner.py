@@ -88,6 +88,9 @@ from hero.evals.results import (
     predictions_path,
     results_path,
 )
+from hero.evals.results import (
+    read_lines as _read,
+)
 from hero.evals.tasks import Task, read_tasks
 from hero.git.ops import GitError, git
 
@@ -203,24 +206,6 @@ def configuration(spec: tuple[str, Path], home: Path, user_repo: Path, out: Path
 
 
 # ----------------------------------------------------------------------------- resuming
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    """The whole JSON lines of a file (none when it is missing); a torn last line is left
-    out."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out
 
 
 def resume(out: Path, name: str) -> set[tuple[str, int]]:
