@@ -51,12 +51,12 @@ Resuming
 
 Parallel
     Up to the home's ``max_parallel`` task-runs at a time, each in a thread of this process
-    (as `hero watch` runs stories). The Celery engine is not supported: a configuration
-    whose ``engine`` is ``celery`` (the home's, or its overrides') is a usage error naming
-    where it is set (exit 2), for a `hero worker` runs a story with its own home's settings
-    and from a clone of ``target_remote`` that holds the task's future. A progress line per
-    task-run goes to stderr; ``--events`` prints one JSON event per task-run start and end
-    on stdout.
+    (as `hero watch` runs stories). A configuration whose ``engine`` is ``celery`` (the
+    home's, or its overrides') sends its task-runs to `hero worker` processes
+    (:mod:`hero.evals.dispatch`: each task-run's own repository, the overrides sealed in the
+    task, a record of each dispatch so that a resumed bench awaits what it sent rather than
+    sending it again); it is judged here as any. A progress line per task-run goes to
+    stderr; ``--events`` prints one JSON event per task-run start and end on stdout.
 
 Exit codes: 0 every task-run ran (resolved or not); 1 some could not be judged
 (``judge_error``); 2 a usage or configuration error.
