@@ -19,6 +19,8 @@ home of its own (``home/``: worktrees, run records, traces). For each story it i
 5. it lays the story out as the coordinator's record (or, newer, the last worker's
    published one) has it: the record, the current round's trace (so a round stopped
    mid-conversation goes on, see hero.agent.replay), the branch as the remote holds it.
+   A `hero bench` task-run names a repository of its own instead of target_remote, and
+   its configuration's overrides (hero.engine.checkout).
    Everything read from the task or from Redis is checked first (hero.engine.trust): the
    story's key by the story-id rule, records against the story they claim to be,
    dependencies' keys, file names, sizes;

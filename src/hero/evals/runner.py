@@ -156,7 +156,10 @@ def main(args: argparse.Namespace) -> int:
                 future.result()
         except BaseException:
             # Ctrl-C (or a bug): the task-runs not started yet are dropped; those under way
-            # end as their stories do, and the next run starts them afresh
+            # end as their stories do, and the next run starts them afresh; those sent to
+            # workers run on there, and the next run awaits them (hero.evals.dispatch)
+            for engine in bench.engines.values():
+                engine.cancel.set()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
@@ -375,6 +378,8 @@ class Bench:
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the story is its result
+            if engine is not None and engine.cancel.is_set():
+                raise  # the bench stops; the story runs on its worker, awaited next time
             error = f"{type(exc).__name__}: {exc}"
             state = None
         try:
