@@ -378,8 +378,6 @@ class Bench:
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the story is its result
-            if engine is not None and engine.cancel.is_set():
-                raise  # the bench stops; the story runs on its worker, awaited next time
             error = f"{type(exc).__name__}: {exc}"
             state = None
         try:
