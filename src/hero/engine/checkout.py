@@ -69,7 +69,10 @@ def sync_clone(remote: str, path: Path, *, fresh: bool = False) -> None:
         if path.exists():
             shutil.rmtree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        git(path.parent, "clone", "--quiet", "--no-local", "--", remote, str(path), timeout_s=600)
+        # afresh: objects copied, never hard links to the remote's files (a shared clone of
+        # target_remote is made as it always was)
+        local = ["--no-local"] if fresh else []
+        git(path.parent, "clone", "--quiet", *local, "--", remote, str(path), timeout_s=600)
         # the remote's branches under refs/hero/origin/: hero's own namespace, which the ref
         # guard of the stories running here leaves alone (a fetch or a push for one story
         # must not look like another story's worker moving refs)
