@@ -187,3 +187,48 @@ def test_kill_of_the_bench_then_rerun_sends_no_task_run_twice(cluster: Cluster, 
     finally:
         GATE.set()
         model.stop()
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_task_run_another_finishes_it(cluster: Cluster, tmp_path: Path):
+    model, home, tasks_file, tasks, _ = bench_home(cluster, tmp_path, max_parallel=1)
+    GATE.clear()
+    try:
+        w1 = cluster.start_worker()
+        out = tmp_path / "out"
+        args = bench_args(
+            home, tasks_file, out, overrides(tmp_path, "A", "worker: {model: gated}\n")
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hero", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=cluster.env,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and proc.poll() is None:
+                if any(
+                    "TASK-m2" in task_text(r.body) for r in model.requests if not is_review(r.body)
+                ):
+                    break
+                time.sleep(0.05)
+            w1.kill9()  # while the second task-run's worker waits on its model
+            w2 = cluster.start_worker()
+            GATE.set()
+            assert proc.wait(timeout=240) == 0, cluster.outputs()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+        rows = [json.loads(x) for x in results_path(out, "A").read_text().splitlines()]
+        assert sorted(r["instance_id"] for r in rows) == sorted(t.instance_id for t in tasks)
+        assert all(r["resolved"] for r in rows), rows
+        second = next(r["story_id"] for r in rows if r["instance_id"] == "repo__m2")
+        # taken over from the task-run's own repository, never from a clone of target_remote
+        assert w2.ran(second) and (w2.workdir / "bench" / second / "repo").is_dir()
+        assert not (w2.workdir / "repo").exists()
+    finally:
+        GATE.set()
+        model.stop()
