@@ -48,8 +48,8 @@ DOC = (
     "the diff)."
 )
 SHOWN = (
-    "worker: bash, read_file, write_file, edit_file, grep, find, ls and every tool of every "
-    "MCP server; reviewer and planner: read_file, ls, grep, find, git_log, git_show"
+    "the worker: its seven and every tool of every MCP server; the reviewer and the planner: "
+    "read_file, ls, grep, find, git_log, git_show"
 )
 
 
