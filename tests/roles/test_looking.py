@@ -201,3 +201,36 @@ def test_reviewer_results_are_bounded(scripted: Start, tmp_path: Path, repo: Pat
     run_review(model, tmp_path, looking_in(repo))
     result = model.requests[1].body["messages"][-1]["content"]
     assert 1000 < len(result) <= 8000
+
+
+def test_a_round_whose_reviewer_looked_still_replays_the_workers_conversation(
+    scripted: Start, tmp_path: Path, repo: Path
+) -> None:
+    from hero.agent.replay import replay_round, round_start_fields
+    from hero.llm.client import Completion
+
+    path = tmp_path / "trace.jsonl"
+    with Trace(path) as trace:  # a worker's round that ended, as the pipeline writes it
+        trace.round_start(1, story="s1", run=1, branch="hero/s1", **round_start_fields("b", 1.0))
+        trace.message("system", "You are the worker.")
+        trace.message("user", "Add sub.")
+        answer = Completion(
+            content="Done.",
+            tool_calls=(),
+            tokens_in=10,
+            tokens_out=2,
+            http_s=0.0,
+            message={"role": "assistant", "content": "Done."},
+            finish_reason="stop",
+        )
+        trace.assistant(1, answer, estimate=None)
+        trace.agent_end({"stop_reason": "done", "detail": "", "turns": 1, "tool_calls": 0})
+    model = scripted(
+        [calls(ToolCall("read_file", {"path": "helpers.py"}, id="r1")), text(APPROVAL)]
+    )
+    run_review(model, tmp_path, looking_in(repo))  # appends the reviewer's events to the trace
+
+    replayed = replay_round(path, base_sha="b", started_at=1.0)
+    assert replayed is not None and replayed.done
+    assert [m["role"] for m in replayed.messages] == ["system", "user", "assistant"]
+    assert replayed.tool_calls == 0
