@@ -234,3 +234,27 @@ def test_a_round_whose_reviewer_looked_still_replays_the_workers_conversation(
     assert replayed is not None and replayed.done
     assert [m["role"] for m in replayed.messages] == ["system", "user", "assistant"]
     assert replayed.tool_calls == 0
+
+
+def test_the_reviewer_reads_nothing_outside_the_repository(
+    scripted: Start, tmp_path: Path, repo: Path
+) -> None:
+    secret = tmp_path / "home-secret.txt"
+    secret.write_text("SECRET-OUTSIDE-9911\n")
+    (repo / "notes.md").symlink_to(secret)  # as a worker may plant one
+    model = scripted(
+        [
+            calls(
+                ToolCall("read_file", {"path": "notes.md"}, id="r1"),
+                ToolCall("read_file", {"path": str(secret)}, id="r2"),
+                ToolCall("grep", {"pattern": "SECRET-OUTSIDE", "path": ".."}, id="g1"),
+                ToolCall("git_show", {"rev": f"HEAD:../{secret.name}"}, id="s1"),
+            ),
+            text(APPROVAL),
+        ]
+    )
+    run_review(model, tmp_path, looking_in(repo))
+    results = [m for m in model.requests[1].body["messages"] if m.get("role") == "tool"]
+    assert len(results) == 4
+    for result in results:
+        assert "SECRET-OUTSIDE-9911" not in result["content"]
