@@ -268,3 +268,16 @@ def test_git_tools_run_no_program_the_repository_config_names(repo: Path, tmp_pa
     assert not tools.execute(ctx_for(repo), "git_show", '{"rev": "HEAD"}').is_error
     assert not tools.execute(ctx_for(repo), "git_log", "{}").is_error
     assert not marker.exists()
+
+
+def test_role_defaults_and_narrowing_of_server_patterns() -> None:
+    from hero.config.tools import default_patterns, narrow
+
+    assert default_patterns("worker", ["docs", "jira"]) == (*TOOL_NAMES, "docs.*", "jira.*")
+    assert default_patterns("reviewer", ["docs"]) == READ_ONLY_TOOLS
+    assert default_patterns("planner") == READ_ONLY_TOOLS
+    has = (*TOOL_NAMES, "docs.*", "jira.issue")
+    assert narrow("worker", has, ["read_file", "docs.search", "docs.*", "jira.issue"]) == ""
+    assert "'jira.*' is not among the worker's tools" in narrow("worker", has, ["jira.*"])
+    assert "'git_show' is not among" in narrow("worker", has, ["git_show"])
+    assert narrow("reviewer", (), []) == ""
