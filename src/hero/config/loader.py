@@ -69,6 +69,7 @@ from hero.config.sections import (
     WorkerLimits,
 )
 from hero.config.settings import read_all, settings_of
+from hero.config.tools import read_patterns
 from hero.sandbox.limits import Limits
 from hero.yamlio import (
     ValueProblem,
@@ -225,6 +226,10 @@ def _load(
         )
 
     role_blocks = {name: _role_block(data, name) for name in ROLE_NAMES}
+    servers = configured_servers_of(data)
+    for name, block in role_blocks.items():
+        if block is not None:
+            block["tools"] = read_patterns(data[name].get("tools"), role=name, servers=servers)
 
     github = _github(data.get("github"), github_token, env)
     engine = _engine(values, local, env, secrets, notices)
@@ -475,6 +480,12 @@ def _api_url_from(block_url: str | None, env: Mapping[str, str]) -> str:
     return chosen.rstrip("/")
 
 
+def configured_servers_of(data: Mapping[Any, Any]) -> tuple[str, ...]:
+    """The MCP servers roles.yaml names (``mcp_servers``' keys), for the roles' ``tools``."""
+    servers = data.get("mcp_servers")
+    return tuple(str(k) for k in servers) if isinstance(servers, dict) else ()
+
+
 def _role_missing_message(name: str) -> str:
     return (
         f"role not configured; add a block like `{name}: {{provider: local, model: <model>}}` "
@@ -575,6 +586,7 @@ def _resolve_role(
         api_key=key,
         max_output_tokens=block["max_output_tokens"],
         key_source=source,
+        tools=block.get("tools"),
     )
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
-from hero.agent.tools import tool_schemas
 from hero.agent.window import Context, ContextOverflow, window_for
 from hero.config.home import Config
 from hero.errors import Interrupted
@@ -481,7 +480,12 @@ class StoryRun:
             failed = [c.command for c in verify.commands if c.exit_code != 0]
             return verify, short_circuit("verification failed: " + "; ".join(failed))
         self.record.phase("review", f"round {n}: review", self.cancel)
-        verdict = review_commits(
+        with self.workspace.own_git():  # the reviewer's git_log / git_show: in the sandbox
+            verdict = self._review(n, verify, trace)
+        return verify, verdict
+
+    def _review(self, n: int, verify: VerifyResult, trace: Trace) -> Verdict:
+        return review_commits(
             RedactingModel(self.meter.wrap(self.reviewer_model), self.redactor),
             self.revision.for_review(self.story) if self.revision else self.story,
             repo=self.repo.path,  # the user's repository, where hero brought the commits
@@ -494,8 +498,8 @@ class StoryRun:
             trace=trace,
             recap=self._recall(facts=False).recap,
             build_output=self.config.project.build_output,
+            looking=self.workspace.looking(),
         )
-        return verify, verdict
 
     # -- the end -----------------------------------------------------------------------
 
@@ -517,9 +521,10 @@ def _work(
 ) -> AgentResult:
     """The worker's turn, watched by ``guard``. A turn stopped midway still has the
     user's refs put back; the rest waits for the round to go on (from its trace)."""
+    tools = run.workspace.toolset("worker")
     context = Context(
         window_for(run.config, "worker"),
-        tool_schemas(),
+        tools.schemas(),
         head=replayed.head if replayed is not None else len(messages),
         render_summary_prompt=condense_prompt(run.home),
     )
@@ -536,6 +541,7 @@ def _work(
                 resume=replayed,
                 on_condense=lambda what: run.say(f"{run.key}: {what}"),
                 on_turn=run._turn_done,
+                tools=tools,
             )
         finally:
             run.workspace.end_sandbox(ctx)
