@@ -206,3 +206,51 @@ def test_the_server_process_exits_when_its_pipe_closes(daemon_home: Path) -> Non
             proc.kill()
             proc.wait()
         sock.close()
+
+
+class _Log:
+    """What hero.web.apart logs, kept: (level, event, fields)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+        self.lock = threading.Lock()
+
+    def __getattr__(self, level: str) -> Any:
+        def log(event: str, **fields: Any) -> None:
+            with self.lock:
+                self.events.append((level, event, fields))
+
+        return log
+
+
+@pytest.mark.slow
+def test_a_server_that_keeps_crashing_is_given_up_and_the_socket_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A home without a configuration: each server process exits 2 at start (the error said in one line). It is started
+    again RESTARTS times, then left stopped, and the daemon (this test) is none the worse."""
+    from hero.web import apart
+
+    monkeypatch.setattr(apart, "RESTARTS", 2)
+    monkeypatch.setattr(apart, "RESTART_DELAYS_S", (0.0,))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    log = _Log()
+    running = apart.ServerProcess(tmp_path, sock, f"127.0.0.1:{sock.getsockname()[1]}", log, "json")
+    running.start()
+    assert running._thread is not None
+    running._thread.join(GONE_WITHIN_S)
+    assert not running._thread.is_alive()
+    events = [(level, event) for level, event, _ in log.events]
+    assert events == [
+        ("warning", "the status page stopped; starting it again"),
+        ("info", "status page restarted"),
+        ("warning", "the status page stopped; starting it again"),
+        ("info", "status page restarted"),
+        ("error", "the status page stopped and is not started again"),
+    ]
+    assert all(f.get("exit_code") == 2 for _, e, f in log.events if "stopped" in e)
+    assert running.pid is None
+    running.stop()
+    assert sock.fileno() == -1  # closed by stop()

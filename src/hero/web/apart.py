@@ -236,9 +236,15 @@ def main(argv: list[str] | None = None) -> int:
         pass
     from hero.config.loader import load_config
     from hero.daemon.logsetup import configure
+    from hero.errors import HeroError
     from hero.web.server import Prepared, make_app, parse_bind, uvicorn_server
 
-    config = load_config(Path(args.home), roles=())
+    try:
+        # read again here: the configuration may have changed since the daemon started
+        config = load_config(Path(args.home), roles=())
+    except HeroError as exc:  # one line among the daemon's, then the daemon's restart rule
+        print(f"hero: the status page: {exc.for_user()}", file=sys.stderr, flush=True)
+        return exc.exit_code
     as_json = {v: k for k, v in LOG_FORMATS.items()}[args.log_format]
     log = configure(json=as_json, secrets=config.secrets)
     sock = socket.socket(fileno=args.socket_fd)
@@ -259,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     server.should_exit = True
     thread.join(EXIT_GRACE_S)
     if failed:
-        exc = failed[0]
-        log.error("the status page failed", error=f"{type(exc).__name__}: {exc}")
+        error = failed[0]
+        log.error("the status page failed", error=f"{type(error).__name__}: {error}")
     # at once: the daemon is gone or the server is; nothing else of this process matters
     os._exit(0 if parent_gone and not failed else 1)
 
