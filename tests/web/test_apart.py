@@ -251,6 +251,6 @@ def test_a_server_that_keeps_crashing_is_given_up_and_the_socket_kept(
         ("error", "the status page stopped and is not started again"),
     ]
     assert all(f.get("exit_code") == 2 for _, e, f in log.events if "stopped" in e)
-    assert running.pid is None
+    assert running.pid is None and sock.fileno() == -1  # refused, not left waiting
     running.stop()
     assert sock.fileno() == -1  # closed by stop()

@@ -159,6 +159,7 @@ class ServerProcess:
                 with self._lock:
                     self._proc = None
                     self._close_pipe()
+                self.sock.close()  # connecting is refused now, not left waiting in the queue
                 return
             delay = RESTART_DELAYS_S[min(len(crashes), len(RESTART_DELAYS_S)) - 1]
             self.log.warning("the status page stopped; starting it again", exit_code=code)
