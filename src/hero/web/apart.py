@@ -205,6 +205,7 @@ def start(config: Any, bind: str, log: Any, log_format: str) -> ServerProcess:
     from hero.web.server import listen
 
     sock, address, url = listen(config, bind)
+    sock.set_inheritable(False)  # handed to the server alone (pass_fds), never to a worker's
     running = ServerProcess(
         config.home, sock, f"{address.host}:{sock.getsockname()[1]}", log, log_format
     )
