@@ -149,7 +149,7 @@ def source_of(home: Path, row: Mapping[str, Any]) -> Mapping[str, Any]:
     ref = StoryRef(str(row.get("plan") or ""), str(row.get("id") or ""))
     try:
         state = load_state(home, ref)
-    except StateError:
+    except (StateError, OSError, ValueError, TypeError):  # the row says it is unreadable
         return {}
     if state is None or not state.story_path:
         return {}
