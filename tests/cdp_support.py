@@ -85,7 +85,7 @@ class Chromium:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=fds,  # noqa: PLW1509 - two dup2 calls, no lock taken
+            preexec_fn=fds,
             # not close_fds: it would close fds 3 and 4 after fds() made them. Python's
             # own descriptors are not inheritable (PEP 446): only these two pass.
             close_fds=False,

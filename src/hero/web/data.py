@@ -36,8 +36,8 @@ from hero.trace import Event
 from hero.views.logs import story_ref
 from hero.views.status import collect_status, estimated_text, overlap_of
 from hero.web.memory import facts as memory_facts
-from hero.web.overview import dependency_order
 from hero.web.memory import path_of as memory_path_of
+from hero.web.overview import dependency_order
 
 #: A trace read for a page: its first this many bytes (the raw link has the rest).
 TRACE_READ_BYTES = 16 << 20

@@ -66,7 +66,8 @@ def week_start(now: float) -> float:
 
 def model_of(row: Mapping[str, Any]) -> str:
     """The models a story ran with, as one name (``worker + reviewer`` when they differ)."""
-    models = row.get("models") if isinstance(row.get("models"), dict) else {}
+    found = row.get("models")
+    models: dict[str, Any] = found if isinstance(found, dict) else {}
     names: list[str] = []
     for role in ("worker", "reviewer", *sorted(models)):
         item = models.get(role)
@@ -78,7 +79,8 @@ def model_of(row: Mapping[str, Any]) -> str:
 
 def budget_left(row: Mapping[str, Any]) -> list[str]:
     """What the story may still spend under its budgets (``[]``: no limit set)."""
-    budgets = row.get("budget") if isinstance(row.get("budget"), dict) else {}
+    found = row.get("budget")
+    budgets: dict[str, Any] = found if isinstance(found, dict) else {}
     out = []
     tokens = budgets.get("max_story_tokens")
     if tokens is not None:
@@ -243,7 +245,7 @@ def diff_view(text: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- charts
 
-NO_DATA = '<p class="idle chart-empty">no data yet</p>'
+NO_DATA = "no data yet"
 CHART_W, CHART_H, PAD = 600, 160, 24
 
 
@@ -256,7 +258,7 @@ def bar_chart(
     """An inline SVG bar chart (stacked ``series``), scaled to its box; NO_DATA when every
     value is 0. Every text in it is escaped."""
     if not bars or not any(sum(v) for _, v in bars):
-        return NO_DATA
+        return f'<p class="idle chart-empty">{html.escape(title)}: {NO_DATA}</p>'
     top = max(sum(v) for _, v in bars) or 1.0
     step = (CHART_W - 2 * PAD) / len(bars)
     e = html.escape
@@ -270,7 +272,7 @@ def bar_chart(
     every = max(1, len(bars) // 8)
     for i, (label, values) in enumerate(bars):
         x = PAD + i * step
-        y = PAD + CHART_H
+        y = float(PAD + CHART_H)
         for j, value in enumerate(values):
             h = CHART_H * value / top
             if h > 0:
@@ -315,13 +317,19 @@ def charts(rows: Sequence[Mapping[str, Any]], now: float | None = None) -> dict[
     return {
         "per_hour": bar_chart(
             "stories finished per hour (last 24 h, UTC)",
-            [(time.strftime("%H:00", time.gmtime(hour0 + i * HOUR_S)), v) for i, v in enumerate(hours)],
+            [
+                (time.strftime("%H:00", time.gmtime(hour0 + i * HOUR_S)), v)
+                for i, v in enumerate(hours)
+            ],
             ["passed", "failed"],
             lambda v: f"{v:g}",
         ),
         "per_day": bar_chart(
             "spend per day (last 14 days, UTC)",
-            [(time.strftime("%m-%d", time.gmtime(day0 + i * DAY_S)), [v]) for i, v in enumerate(days)],
+            [
+                (time.strftime("%m-%d", time.gmtime(day0 + i * DAY_S)), [v])
+                for i, v in enumerate(days)
+            ],
             [""],
             lambda v: f"${v:.2f}",
         ),
