@@ -89,7 +89,7 @@ def read_folders(home: Path) -> Record:
     path = folders_path(home)
     where = str(FOLDERS_FILE)
     try:
-        raw = read_file(path, limit=MAX_FOLDERS_BYTES, what=where, follow_link=False)
+        raw = read_file(path, limit=MAX_FOLDERS_BYTES, follow_link=False)
     except FileNotFoundError:
         return Record((), ())
     except ValueProblem as exc:
