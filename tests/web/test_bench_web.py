@@ -24,10 +24,10 @@ from hero.evals.results import Result, append_line, results_path
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 pytest.importorskip("httpx", reason="Starlette's TestClient needs httpx")
 
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from hero.web import bench as web_bench  # noqa: E402
-from hero.web.app import create_app  # noqa: E402
+from hero.web import bench as web_bench
+from hero.web.app import create_app
 
 TASKS = [f"repo__m{i}" for i in range(1, 11)]
 HOSTILE = '<img src=x onerror="alert(1)">&amp;'

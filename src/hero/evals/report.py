@@ -477,9 +477,7 @@ def notes(report: Report) -> list[str]:
                     f"({_percent(s.run_resolve_rate)})"
                 )
     if any(s.source == "swebench" for s in report.configurations):
-        out.append(
-            "swebench:* rows come from SWE-bench's harness: cost, time, tokens unknown (-)."
-        )
+        out.append("swebench:* rows come from SWE-bench's harness: cost, time, tokens unknown (-).")
     out.append(
         "Cost, time, tokens and rounds are means per task-run; per resolved = total / task-runs resolved."
     )
