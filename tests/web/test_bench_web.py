@@ -386,3 +386,138 @@ def test_an_unchanged_folder_page_is_a_304_until_a_result_lands(home: Path, out:
     write(out, "C", set(TASKS[:1]))
     changed = c.get("/bench/bench-out", headers={"If-None-Match": etag})
     assert changed.status_code == 200 and ">C<" in changed.text
+
+
+# ----------------------------------------------------------------------------- end to end
+
+FIXED = "def f{i}(x):\n    return x * {i}\n"
+
+
+def _bench_repo(tmp_path: Path) -> tuple[Path, list[Any]]:
+    """Two planted bugs, each fixed with its test by a commit of its own; their tasks."""
+    from conftest import git
+
+    from hero.evals.tasks import Task
+
+    repo = tmp_path / "user-repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_base.py").write_text("def test_ok():\n    assert 1 + 1 == 2\n")
+    for i in (1, 2):
+        (repo / "pkg" / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "initial")
+    tasks = []
+    for i in (1, 2):
+        base = git(repo, "rev-parse", "HEAD").strip()
+        (repo / "pkg" / f"m{i}.py").write_text(FIXED.format(i=i))
+        (repo / "tests" / f"test_m{i}.py").write_text(
+            f"from pkg.m{i} import f{i}\n\n\ndef test_fixed():\n    assert f{i}(3) == 3 * {i}\n"
+        )
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", f"fix f{i}")
+        tasks.append(
+            Task(
+                instance_id=f"repo__m{i}",
+                repo="local/repo",
+                base_commit=base,
+                patch=git(repo, "diff", base, "HEAD", "--", f"pkg/m{i}.py"),
+                test_patch=git(repo, "diff", base, "HEAD", "--", f"tests/test_m{i}.py"),
+                problem_statement=f"TASK-m{i}: f{i}(x) must return x * {i}, not x + {i}.",
+                FAIL_TO_PASS=[f"tests/test_m{i}.py::test_fixed"],
+                PASS_TO_PASS=["tests/test_base.py::test_ok"],
+            )
+        )
+    return repo, tasks
+
+
+def _worker(body: dict[str, Any]) -> Any:
+    """The reviewer approves; the ``fixer`` worker writes the fix, ``idle`` nothing."""
+    from helpers import is_review, step_of, task_text, verdict
+
+    from hero.llm.scripted import call, text
+
+    if is_review(body):
+        return verdict()
+    i = int(re.search(r"TASK-m(\d+)", task_text(body)).group(1))  # type: ignore[union-attr]
+    plan = []
+    if body["model"] == "fixer":
+        plan = [
+            call("write_file", path=f"pkg/m{i}.py", content=FIXED.format(i=i)),
+            call("bash", command="git add -A && git commit -q -m fix"),
+        ]
+    step = step_of(body)
+    return plan[step] if step < len(plan) else text("Done.")
+
+
+@pytest.mark.slow
+def test_a_real_bench_run_is_served_by_hero_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shlex
+    import subprocess
+    import sys
+    import urllib.request
+
+    from serve_support import url_from
+
+    from hero.evals.tasks import write_tasks
+    from hero.llm.scripted import ScriptedModel
+
+    repo, tasks = _bench_repo(tmp_path)
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, tasks)
+    model = ScriptedModel(_worker).start()
+    try:
+        where = tmp_path / "home"
+        (where / "config" / "providers").mkdir(parents=True)
+        (where / "config" / "providers" / "scripted.yaml").write_text(
+            f"name: scripted\nbase_url: {model.base_url}\ndefault_model: scripted-test\n"
+        )
+        (where / "config" / "roles.yaml").write_text(
+            f"target_repo: {json.dumps(str(repo))}\nmax_retries: 1\nllm_backoff_base_s: 0.01\n"
+            "worker:\n  provider: scripted\nreviewer:\n  provider: scripted\n"
+        )
+        args = ["bench", "run", str(tasks_file), "--home", str(where)]
+        args += ["--out", str(tmp_path / "my run"), "--test-command"]
+        args += [f"{shlex.quote(sys.executable)} -m pytest"]
+        for name in ("fixer", "idle"):
+            (tmp_path / f"{name}.yaml").write_text(f"worker:\n  model: {name}\n")
+            args += ["-c", f"{name}={tmp_path / f'{name}.yaml'}"]
+        assert main(args) == 0, capsys.readouterr().err
+    finally:
+        model.stop()
+    capsys.readouterr()
+    (recorded,) = read_folders(where).folders
+    assert (recorded.name, recorded.path) == ("my-run", str(tmp_path / "my run"))
+    assert recorded.configurations == ("fixer", "idle") and recorded.first <= recorded.last
+    expected = cli_json(tmp_path / "my run", capsys)
+    assert [c["resolved"] for c in expected["configurations"]] == [2, 0]
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-m", "hero", "serve", "--home", str(where), "--bind", "127.0.0.1:0"]
+    proc = subprocess.Popen(
+        argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
+    )
+    lines: list[str] = []
+    try:
+        url = url_from(proc, lines)
+
+        def get(path: str) -> bytes:
+            with urllib.request.urlopen(url + path, timeout=60) as r:
+                assert r.status == 200
+                body: bytes = r.read()
+                return body
+
+        assert b'href="/bench/my-run"' in get("/bench")
+        page = inert(get("/bench/my-run").decode())
+        assert "100.0%" in page.all_text and "0.0%" in page.all_text
+        assert "2: repo__m1, repo__m2" in page.all_text
+        assert json.loads(get("/api/bench/my-run")) == expected
+        assert json.loads(get("/api/bench"))["folders"][0]["name"] == "my-run"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
