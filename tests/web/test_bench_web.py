@@ -521,3 +521,15 @@ def test_a_real_bench_run_is_served_by_hero_serve(
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_the_api_answers_304_while_nothing_changed(home: Path, out: Path) -> None:
+    c = client(home)
+    for url in ("/api/bench", "/api/bench/bench-out"):
+        etag = c.get(url).headers["etag"]
+        assert c.get(url, headers={"If-None-Match": etag}).status_code == 304
+    etag = c.get("/api/bench").headers["etag"]
+    os.rename(out, out.with_name("moved"))  # the list says so at once
+    changed = c.get("/api/bench", headers={"If-None-Match": etag})
+    assert changed.status_code == 200
+    assert "no longer exists" in changed.json()["folders"][0]["problem"]

@@ -428,7 +428,8 @@ class _Pages:
         )
 
     def api_bench_list(self, request: Request) -> Response:
-        return _json(bench.listing(self.site), None)
+        etag = self._etag("api-bench", bench.listing_signature(self.site))
+        return self._fresh(request, etag) or _json(bench.listing(self.site), etag)
 
     def bench_folder(self, request: Request) -> Response:
         folder = bench.find(self.site, str(request.path_params["name"]))
@@ -451,8 +452,14 @@ class _Pages:
         folder = bench.find(self.site, str(request.path_params["name"]))
         if folder is None:
             return _error(404, "no such bench folder")
+        etag = self._etag("api-bench-folder", bench.folder_signature(self.site, folder))
+        fresh = self._fresh(request, etag)
+        if fresh is not None:
+            return fresh
         found = bench.api(self.site, bench.show(self.site, folder))
-        return _json(found, None, status=422 if "error" in found else 200)
+        if "error" in found:  # the folder or a file in it cannot be read: no version to keep
+            return _json(found, None, status=422)
+        return _json(found, etag)
 
     # -- raw files
 

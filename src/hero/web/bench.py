@@ -49,7 +49,9 @@ class Shown:
 
 
 def listing_signature(site: Site) -> str:
-    return signature(folders_path(site.home))
+    """The list's version: the record, and each recorded folder's own entry (gone, swapped)."""
+    folders = read_folders(site.home).folders
+    return signature(folders_path(site.home), [Path(f.path) for f in folders])
 
 
 def listing(site: Site) -> dict[str, Any]:
