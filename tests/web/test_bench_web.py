@@ -312,6 +312,11 @@ def _huge(out: Path, tmp_path: Path) -> str:
     return "more than the page reads"
 
 
+def _deep(out: Path, tmp_path: Path) -> str:
+    results_path(out, "B").write_text("[" * 200_000 + "\n")
+    return str(results_path(out, "B"))
+
+
 def _results_link(out: Path, tmp_path: Path) -> str:
     (tmp_path / "secret.jsonl").write_text("")
     results_path(out, "C").symlink_to(tmp_path / "secret.jsonl")
@@ -340,6 +345,7 @@ def _empty(out: Path, tmp_path: Path) -> str:
         _not_json,
         _not_a_result,
         _huge,
+        _deep,
         _results_link,
         _results_fifo,
         _empty,
@@ -533,3 +539,17 @@ def test_the_api_answers_304_while_nothing_changed(home: Path, out: Path) -> Non
     changed = c.get("/api/bench", headers={"If-None-Match": etag})
     assert changed.status_code == 200
     assert "no longer exists" in changed.json()["folders"][0]["problem"]
+
+
+def test_swebench_reports_beside_and_big_predictions_are_not_read(home: Path, out: Path) -> None:
+    harness = {"resolved_ids": TASKS[:6], "unresolved_ids": TASKS[6:]}
+    (out / "gpt-x.run1.json").write_text(json.dumps(harness))
+    (out / "predictions-A.jsonl").write_text("{}\n" * 10)
+    c = client(home)
+    r = c.get("/bench/bench-out")
+    page = inert(r.text)
+    rows = {row[0]: row for row in cells(r.text, "bench-report")}
+    assert rows["swebench:gpt-x.run1"][3:5] == ["6", "60.0%"]
+    assert rows["swebench:gpt-x.run1"][6:8] == ["-", "-"]
+    assert "cost unknown" in page.all_text and "60.0% (31.3% - 83.2%)" in page.all_text
+    assert len(c.get("/api/bench/bench-out").json()["comparisons"]) == 3

@@ -256,8 +256,11 @@ def _top(folder: Path) -> list[Path]:
 
 
 def _too_large(folder: Path) -> str | None:
+    """Why the folder's results and reports are not read for a page: more than it reads."""
     total = 0
     for path in _top(folder):
+        if not (path.name.startswith("results-") or path.name.endswith(".json")):
+            continue  # predictions-NAME.jsonl (the patches) are not read
         try:
             total += path.lstat().st_size
         except OSError:
