@@ -32,8 +32,7 @@ from hero.web.data import Site, signature
 MAX_READ_BYTES = 64 << 20
 #: Entries of a folder's top looked at for its page's version.
 MAX_TOP_ENTRIES = 10_000
-#: A configuration's name in a chart, in characters (the table has it whole).
-CHART_NAME_CHARS = 40
+CHART_NAME_CHARS = 48
 
 
 @dataclass(frozen=True)
@@ -147,8 +146,9 @@ def page(site: Site, shown: Shown) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- the charts
 
-_W, _ROW, _TOP = 480, 46, 22
-_BAR_Y, _BAR_H = 20, 14
+_W, _ROW, _TOP = 400, 58, 22
+_BAR_Y, _BAR_H = 38, 12
+#: A configuration's name in a chart, in characters (the table has it whole).
 
 
 def _cell(row: list[str], column: str) -> str:
@@ -166,9 +166,10 @@ def _svg_open(label: str, rows_n: int, top: int) -> tuple[list[str], int]:
 def _label(y: float, name: str, value: str) -> str:
     e = html.escape
     shown = name if len(name) <= CHART_NAME_CHARS else name[: CHART_NAME_CHARS - 1] + "\u2026"
+    # the name on a line of its own, the value under it: a long name never runs into it
     return (
-        f'<text class="name" x="2" y="{y + 13:.0f}">{e(shown)}</text>'
-        f'<text class="value" x="{_W - 2}" y="{y + 13:.0f}" text-anchor="end">{e(value)}</text>'
+        f'<text class="name" x="2" y="{y + 14:.0f}">{e(shown)}</text>'
+        f'<text class="value" x="2" y="{y + 31:.0f}">{e(value)}</text>'
     )
 
 
