@@ -185,6 +185,36 @@ def test_an_unreadable_record_is_not_overwritten(home: Path, tmp_path: Path) -> 
     assert path.read_text() == '{"folders": [{"name": "a"'
 
 
+def test_a_record_that_cannot_be_written_is_a_warning_and_the_run_goes_on(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hero.evals.runner import _record
+
+    path = folders_path(home)
+    path.parent.mkdir(parents=True)
+    path.write_text("not json")
+    _record(home, tmp_path / "out", ["A"])
+    err = capsys.readouterr().err
+    assert err.startswith("hero bench: warning: runs/bench/folders.json: not JSON")
+    assert "is not recorded there" in err and path.read_text() == "not json"
+
+
+def test_a_record_of_too_many_folders_is_read_in_part(home: Path, tmp_path: Path) -> None:
+    from hero.evals.folders import MAX_FOLDERS
+
+    entry = {"path": "/nowhere", "first": 1, "last": 1, "configurations": []}
+    many = [{**entry, "name": f"f{n}"} for n in range(MAX_FOLDERS + 5)]
+    path = folders_path(home)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"folders": many}))
+    record = read_folders(home)
+    assert len(record.folders) == MAX_FOLDERS
+    assert record.problems == (
+        f"runs/bench/folders.json: {MAX_FOLDERS + 5} folders; the first {MAX_FOLDERS} are read",
+    )
+    assert client(home).get("/bench").status_code == 200
+
+
 def test_escaped_everywhere_and_secrets_redacted(home: Path, tmp_path: Path) -> None:
     folder = tmp_path / "hostile"
     write(folder, "A", set(TASKS[:5]))

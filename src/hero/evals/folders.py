@@ -105,8 +105,10 @@ def read_folders(home: Path) -> Record:
         return _unreadable(f'{where}: expected {{"folders": [...]}}; fix or remove it')
     folders: list[Folder] = []
     problems: list[str] = []
+    if len(entries) > MAX_FOLDERS:  # hero writes no more; each is looked at on the page
+        problems.append(f"{where}: {len(entries)} folders; the first {MAX_FOLDERS} are read")
     names: set[str] = set()
-    for number, entry in enumerate(entries, start=1):
+    for number, entry in enumerate(entries[:MAX_FOLDERS], start=1):
         try:
             folder = _folder_of(entry)
         except ValueError as exc:
