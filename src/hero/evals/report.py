@@ -31,6 +31,7 @@ import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,11 @@ class Configuration:
 
     def outcomes(self) -> dict[str, bool]:
         """Each task's outcome: resolved by a strict majority of its runs."""
+        return dict(self._outcomes)
+
+    @cached_property
+    def _outcomes(self) -> dict[str, bool]:
+        # made once: every paired comparison of this configuration asks for it
         runs: dict[str, list[bool]] = {}
         for result in self.results:
             runs.setdefault(result.instance_id, []).append(result.resolved)
