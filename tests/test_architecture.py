@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.evals.make",
         "hero.evals.runner",
         "hero.evals.judge",
+        "hero.evals.guard",
     ),
     # 4  what `hero status` / `hero logs` show, `hero export`'s JSONL, `hero report`'s Markdown;
     #    `hero serve`'s pages, API and metrics (read-only, like them); `hero bench report`

@@ -8,6 +8,9 @@
   never run the same story (and its branch ``hero/<id>``) at once. It holds a line of JSON,
   ``{"home": ..., "pid": ...}``, so the refusal can name the other home.
 - The plan lock, ``runs/locks/plans/<plan>.run.lock``: one ``hero run-plan`` per plan.
+- The memory's lock (``memory/<repo-key>.md.lock``) and the bench folders' lock
+  (``runs/bench/folders.json.lock``): one writer at a time of a file read, changed and
+  written whole.
 - ``is_held(path)``: whether some process holds a lock, for ``hero status`` and the
   dispatcher. It never creates a file.
 
