@@ -154,7 +154,7 @@ def test_the_board_shows_its_charts(day: tuple[Path, TestClient]) -> None:
     _, client = day
     page = client.get("/").text
     assert 'id="charts"' in page
-    assert page.count('<figure class="chart">') + page.count("no data yet") >= 2
+    assert page.count('<figure class="board-chart">') + page.count("no data yet") >= 2
 
 
 def test_a_diff_is_coloured_with_a_file_list() -> None:

@@ -263,7 +263,7 @@ def bar_chart(
     step = (CHART_W - 2 * PAD) / len(bars)
     e = html.escape
     parts = [
-        f'<svg class="chart" viewBox="0 0 {CHART_W} {CHART_H + 2 * PAD}" role="img" '
+        f'<svg class="board-chart" viewBox="0 0 {CHART_W} {CHART_H + 2 * PAD}" role="img" '
         f'aria-label="{e(title)}" xmlns="http://www.w3.org/2000/svg"><title>{e(title)}</title>',
         f'<text class="axis" x="{PAD}" y="{PAD - 8}">{e(fmt(top))}</text>',
         f'<line class="base" x1="{PAD}" x2="{CHART_W - PAD}" y1="{PAD + CHART_H}" '
@@ -290,7 +290,7 @@ def bar_chart(
     legend = "".join(
         f'<span class="key s{j}">{e(name)}</span>' for j, name in enumerate(series) if name
     )
-    return f'<figure class="chart"><figcaption>{e(title)} {legend}</figcaption>{"".join(parts)}</figure>'
+    return f'<figure class="board-chart"><figcaption>{e(title)} {legend}</figcaption>{"".join(parts)}</figure>'
 
 
 def charts(rows: Sequence[Mapping[str, Any]], now: float | None = None) -> dict[str, str]:
