@@ -113,9 +113,10 @@ def test_every_page_fits_every_screen_in_light_and_dark(
                         "document.querySelectorAll('details').forEach(d => d.open = true)"
                     )
                 found = chromium.evaluate(OVERFLOW_JS)
-                assert found["width"] == width, found
-                if found["problems"]:
-                    problems[f"{name} {width} {scheme}"] = found["problems"]
+                # a phone's window grows to fit a page wider than it: that is the failure
+                grew = [] if found["width"] == width else [f"the window grew to {found}"]
+                if found["problems"] or grew:
+                    problems[f"{name} {width} {scheme}"] = grew + found["problems"]
                 backgrounds[(name, scheme)] = chromium.evaluate(
                     "getComputedStyle(document.body).backgroundColor"
                 )
