@@ -37,6 +37,7 @@ from hero.config.keys import (
     url_credentials,
     url_password,
 )
+from hero.config.mcp import read_mcp_servers
 from hero.config.project import ProjectSettings
 from hero.config.providers import ROLE_SETTINGS, Provider, RoleConfig
 from hero.config.schema import (
@@ -219,6 +220,7 @@ def _load(
             raise ConfigError(ROLES_FILE, name, _role_missing_message(name))
         loaded[name] = _resolve_role(name, block, providers, local_keys, env)
 
+    mcp_servers = read_mcp_servers(data.get("mcp_servers"), local.get("mcp_servers"), secrets)
     config = Config(
         home=home,
         target_repo=target_repo,
@@ -244,6 +246,7 @@ def _load(
         github_token=github_token,
         serve_token=serve_token,
         github_api_url=github.api_url if github is not None else _api_url_from(None, env),
+        mcp_servers=mcp_servers,
     )
     for name in loaded:  # a cap that leaves no room for the conversation fails at start-up
         context_limits(config, name)
