@@ -249,7 +249,7 @@ class Agent:
         self.trace = trace
         self.context = context
         self.on_condense = on_condense
-        self.tools = tool_schemas()
+        self.tools = tool_schemas() + [tool.schema() for tool in ctx.external]
         self.redactor = Redactor(ctx.secrets)
         self.result = AgentResult()
         # every tool-call id in the history: results are matched to their calls by id (by

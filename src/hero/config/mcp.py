@@ -78,9 +78,7 @@ class McpServer:
         return "http" if self.url else "stdio"
 
 
-def read_mcp_servers(
-    block: Any, local_block: Any, secrets: list[str]
-) -> tuple[McpServer, ...]:
+def read_mcp_servers(block: Any, local_block: Any, secrets: list[str]) -> tuple[McpServer, ...]:
     """The servers of roles.yaml's ``mcp_servers`` (``block``), config.local.yaml's
     (``local_block``) merged over them; every value from config.local.yaml, and every
     header value whose name looks sensitive, is added to ``secrets``."""

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hero.agent.tools import ToolContext
 from hero.agent.tools.policy import Policy
@@ -44,6 +45,9 @@ from hero.sandbox.bwrap import resolve as resolve_sandbox
 from hero.sandbox.session import SandboxSession
 from hero.state import RunState
 from hero.story.record import Story, VerifyTier
+
+if TYPE_CHECKING:
+    from hero.agent.mcp.servers import McpServers
 
 Progress = Callable[[str], None]
 
@@ -387,6 +391,31 @@ class Workspace:
             # looks at the worktree during the turn (the scope check)
             before_git=self.story_repo.make_safe,
         )
+
+    def start_mcp(self, ctx: ToolContext) -> McpServers | None:
+        """Start the home's MCP servers for the worker's round (None without any): a stdio
+        server in the worker's sandbox (its own network rule), its tools put in ``ctx``.
+        The caller closes it when the round's turn ends."""
+        if not self.config.mcp_servers:
+            return None
+        from hero.agent.mcp.servers import McpServers
+
+        box = self.worker_sandbox
+        servers = McpServers(
+            self.config.mcp_servers,
+            cwd=self.path,
+            env=ctx.env,
+            sandbox=None if box is None else self.worker_refit(),
+            max_result_chars=ctx.max_result_chars,
+            cancel=ctx.cancel,
+        )
+        try:
+            servers.start()
+        except BaseException:
+            servers.close()
+            raise
+        ctx.external = tuple(servers.tools)
+        return servers
 
     def end_sandbox(self, ctx: ToolContext) -> None:
         """End the round's sandbox (the worker's turn is over, or stopped) and every process

@@ -49,12 +49,16 @@ def execute_tool(ctx: ToolContext, name: str, raw_arguments: str | None) -> Tool
     problem becomes an ``is_error`` outcome whose text tells the model what to fix."""
     try:
         spec = SPEC_BY_NAME.get(name)
-        if spec is None:
+        external = next((t for t in ctx.external if t.name == name), None)
+        if spec is None and external is not None:
+            outcome = external.call(raw_arguments)  # never raises
+        elif spec is None:
             return ToolOutcome(
                 f"unknown tool '{name}'; available tools: {', '.join(TOOL_NAMES)}", is_error=True
             )
-        args = parse_arguments(spec, raw_arguments)
-        outcome = _HANDLERS[name](ctx, **args)
+        else:
+            args = parse_arguments(spec, raw_arguments)
+            outcome = _HANDLERS[name](ctx, **args)
     except ToolError as exc:
         outcome = ToolOutcome(str(exc), is_error=True)
     except Exception as exc:  # noqa: BLE001 - the model must get a message, not a crash

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from hero.errors import HeroError
 
 if TYPE_CHECKING:
+    from hero.agent.tools.external import ExternalTool
     from hero.agent.tools.policy import Policy
     from hero.sandbox.bwrap import Sandbox
     from hero.sandbox.session import SandboxSession
@@ -49,6 +50,9 @@ class ToolContext:
     # puts back what hero owns of the story's git directory (StoryRepo.make_safe); its note
     # goes to the tool result
     before_git: Callable[[], str] | None = None
+    # tools that are not hero's own (MCP servers' tools: hero.agent.mcp), by the name the
+    # model sees; their schemas go into the request after hero's own
+    external: tuple[ExternalTool, ...] = ()
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
