@@ -1,0 +1,191 @@
+"""MCP servers as the worker's tools, end to end: `hero run` in-process against the scripted
+model over real HTTP, a real git repository, and a test MCP server written with the SDK's
+server side run as a real subprocess (inside bubblewrap where it works)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import git
+from helpers import COMMIT, SUB_IMPL, VERIFY_SUB, is_review, step_of, verdict, worker_round
+
+from hero.cli import main
+from hero.sandbox.bwrap import bwrap_problem
+from hero.llm.scripted import Reply, ScriptedModel, call, text
+from hero.trace import read_trace
+
+SERVER = Path(__file__).with_name("mcp_test_server.py")
+SECRET = "mcp-secret-4Fq9Zr2Lx7Wm1Kp8Tn3Bv"  # not a real token
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A port on this machine's loopback that accepts connections."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield sock.getsockname()[1]
+
+
+def bwrap_works() -> bool:
+    """Whether the sandbox works here (the sandbox's own assertions are skipped without)."""
+    path = shutil.which("bwrap")
+    return path is not None and bwrap_problem(path) is None
+
+
+def with_server(target_repo: Path) -> None:
+    """The test server committed in the target repository: the story's repository has it,
+    inside the sandbox too."""
+    shutil.copy(SERVER, target_repo / "mcp_test_server.py")
+    git(target_repo, "add", "mcp_test_server.py")
+    git(target_repo, "commit", "-q", "-m", "mcp test server")
+
+
+def add_servers(home: Path, servers: dict[str, Any], local: dict[str, Any] | None = None) -> None:
+    roles = home / "config" / "roles.yaml"
+    roles.write_text(roles.read_text() + "mcp_servers: " + json.dumps(servers) + "\n")
+    if local is not None:
+        (home / "config.local.yaml").write_text("mcp_servers: " + json.dumps(local) + "\n")
+
+
+def stdio(**more: Any) -> dict[str, Any]:
+    return {"command": [sys.executable, "mcp_test_server.py"], **more}
+
+
+def script(worker: list[Reply]) -> Callable[[dict[str, Any]], Reply]:
+    plan = [
+        *worker,
+        call("write_file", path="calc/__init__.py", content=SUB_IMPL),
+        call("bash", command=COMMIT.format(msg="add-sub")),
+        text("Added calc.sub."),
+    ]
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if is_review(body):
+            return verdict()
+        assert worker_round(body) == 1
+        return plan[min(step_of(body), len(plan) - 1)]
+
+    return answer
+
+
+def tool_messages(model: ScriptedModel) -> list[str]:
+    """The tool results of the worker's last request, in order."""
+    last = [r for r in model.requests if not is_review(r.body)][-1]
+    return [str(m["content"]) for m in last.body["messages"] if m.get("role") == "tool"]
+
+
+@pytest.mark.slow
+def test_the_worker_calls_a_servers_tool_in_the_sandbox_and_the_result_reaches_the_model(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    target_repo: Path,
+    tmp_path: Path,
+    listening: int,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    user_home = tmp_path / "user home"
+    user_home.mkdir()
+    (user_home / "notes.txt").write_text("a note of the user's\n")
+    monkeypatch.setenv("HOME", str(user_home))
+    with_server(target_repo)
+    worker = [
+        call("t__echo", text="hi"),
+        call("t__read_path", path=str(user_home / "notes.txt")),
+        call("t__connect", port=listening),
+        call("t__getenv", name="TEST_TOKEN"),
+        call("t__echo", text=[1, 2]),  # the server refuses it: a tool error
+    ]
+    model = scripted(script(worker))
+    sandboxed = bwrap_works()
+    home = make_home(model, sandbox="bwrap" if sandboxed else "none")
+    add_servers(home, {"t": stdio()}, {"t": {"env": {"TEST_TOKEN": SECRET}}})
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+
+    code = main(["run", str(story), "--home", str(home), "--events"])
+
+    assert code == 0
+    requests = [r.body for r in model.requests if not is_review(r.body)]
+    names = [t["function"]["name"] for t in requests[0]["tools"]]
+    assert {"bash", "t__echo", "t__read_path", "t__hang"} <= set(names)
+    results = tool_messages(model)
+    assert results[0] == "echo: hi"
+    if sandboxed:  # the home is not there, the loopback is the sandbox's own
+        assert results[1] == "cannot read: FileNotFoundError"
+        assert results[2].startswith("cannot connect")
+    assert results[3] == "TEST_TOKEN=[redacted]"  # the secret reaches the server, never the model
+    assert "error" in results[4].lower()
+    # the trace: the servers and their tools, each call and its result
+    trace = read_trace(home / "runs" / "s1" / "round-1.jsonl")
+    (servers,) = [e for e in trace if e["event"] == "mcp"]
+    assert servers["servers"][0]["name"] == "t" and "t__echo" in servers["servers"][0]["tools"]
+    starts = [e["name"] for e in trace if e["event"] == "tool_start"]
+    assert starts[:5] == ["t__echo", "t__read_path", "t__connect", "t__getenv", "t__echo"]
+    ended = [e for e in trace if e["event"] == "tool_result" and e["name"] == "t__echo"]
+    assert ended[0]["content"] == "echo: hi" and ended[0]["is_error"] is False
+    # the events
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    called = [e["name"] for e in events if e["type"] == "tool_call"]
+    assert called[:2] == ["t__echo", "t__read_path"]
+    for where in (home / "runs", home / "runs" / "state"):
+        for path in where.glob("*"):
+            if path.is_file():
+                assert SECRET not in path.read_text(errors="replace"), path
+    assert SECRET not in json.dumps([r.body for r in model.requests])
+
+
+@pytest.mark.slow
+def test_a_hang_an_exit_and_a_huge_answer_are_tool_errors_and_the_round_goes_on(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    target_repo: Path,
+) -> None:
+    with_server(target_repo)
+    worker = [
+        call("hangs__hang"),
+        call("dies__die"),
+        call("huge__big", megabytes=10),
+        call("hangs__echo", text="again"),  # stopped after its hang
+        call("fine__echo", text="still here"),
+    ]
+    model = scripted(script(worker))
+    home = make_home(model, sandbox="auto")
+    add_servers(
+        home,
+        {
+            "hangs": stdio(call_timeout_s=2),
+            "dies": stdio(),
+            "huge": stdio(),
+            "fine": stdio(),
+            "broken": {"command": ["/nonexistent/mcp-server"]},
+        },
+    )
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+
+    code = main(["run", str(story), "--home", str(home)])
+
+    assert code == 0  # the round went on to its end, and the story passed
+    hang, die, big, again, fine = tool_messages(model)[:5]
+    assert "no answer in 2 s" in hang and "hangs was stopped" in hang
+    assert "dies__die" in die and "was stopped" in die
+    assert "larger than" in big and len(big) < 1000
+    assert "is gone" in again
+    assert fine == "echo: still here"
+    trace = read_trace(home / "runs" / "s1" / "round-1.jsonl")
+    results = [e for e in trace if e["event"] == "tool_result"]
+    assert [e["is_error"] for e in results[:5]] == [True, True, True, True, False]
+    (servers,) = [e for e in trace if e["event"] == "mcp"]
+    broken = [s for s in servers["servers"] if s["name"] == "broken"]
+    assert broken and "problem" in broken[0]
+    names = [t["function"]["name"] for t in model.requests[0].body["tools"]]
+    assert not any(n.startswith("broken__") for n in names)
