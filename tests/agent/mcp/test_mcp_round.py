@@ -17,8 +17,8 @@ from conftest import git
 from helpers import COMMIT, SUB_IMPL, VERIFY_SUB, is_review, step_of, verdict, worker_round
 
 from hero.cli import main
-from hero.sandbox.bwrap import bwrap_problem
 from hero.llm.scripted import Reply, ScriptedModel, call, text
+from hero.sandbox.bwrap import bwrap_problem
 from hero.trace import read_trace
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
