@@ -48,7 +48,9 @@ def mcp_servers(config: Config, *, quick: bool = False) -> Iterator[Finding]:
             what = f"MCP server {server.name}"
             why = running.problems.get(server.name)
             if why is not None:
-                where = "its url" if server.url else "its command (run it by hand in the repository)"
+                where = (
+                    "its url" if server.url else "its command (run it by hand in the repository)"
+                )
                 fix = f"check mcp_servers.{server.name} in {ROLES_FILE}: {where}"
                 yield Finding(FAIL, what, redactor.redact(why), fix)
                 continue
