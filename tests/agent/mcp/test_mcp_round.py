@@ -12,16 +12,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from conftest import git
 from helpers import COMMIT, SUB_IMPL, VERIFY_SUB, is_review, step_of, verdict, worker_round
 
 from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, call, text
+from hero.run.events import schema
 from hero.sandbox.bwrap import bwrap_problem
 from hero.trace import read_trace
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
+VALIDATOR = jsonschema.Draft202012Validator(schema())
 SECRET = "mcp-secret-4Fq9Zr2Lx7Wm1Kp8Tn3Bv"  # not a real token
 
 
@@ -132,8 +135,12 @@ def test_the_worker_calls_a_servers_tool_in_the_sandbox_and_the_result_reaches_t
     assert starts[:5] == ["t__echo", "t__read_path", "t__connect", "t__getenv", "t__echo"]
     ended = [e for e in trace if e["event"] == "tool_result" and e["name"] == "t__echo"]
     assert ended[0]["content"] == "echo: hi" and ended[0]["is_error"] is False
-    # the events
+    # the events, each valid against the stream's schema
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    for event in events:
+        assert not list(VALIDATOR.iter_errors(event)), event
+    (listed,) = [e for e in events if e["type"] == "mcp"]
+    assert listed["servers"][0]["tools"] == servers["servers"][0]["tools"]
     called = [e["name"] for e in events if e["type"] == "tool_call"]
     assert called[:2] == ["t__echo", "t__read_path"]
     for where in (home / "runs", home / "runs" / "state"):
@@ -149,6 +156,7 @@ def test_a_hang_an_exit_and_a_huge_answer_are_tool_errors_and_the_round_goes_on(
     make_home: Callable[..., Path],
     write_story: Callable[..., Path],
     target_repo: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     with_server(target_repo)
     worker = [
@@ -172,7 +180,7 @@ def test_a_hang_an_exit_and_a_huge_answer_are_tool_errors_and_the_round_goes_on(
     )
     story = write_story(home, "s1", verify=VERIFY_SUB)
 
-    code = main(["run", str(story), "--home", str(home)])
+    code = main(["run", str(story), "--home", str(home), "--events"])
 
     assert code == 0  # the round went on to its end, and the story passed
     hang, die, big, again, fine = tool_messages(model)[:5]
@@ -189,3 +197,7 @@ def test_a_hang_an_exit_and_a_huge_answer_are_tool_errors_and_the_round_goes_on(
     assert broken and "problem" in broken[0]
     names = [t["function"]["name"] for t in model.requests[0].body["tools"]]
     assert not any(n.startswith("broken__") for n in names)
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    (listed,) = [e for e in events if e["type"] == "mcp"]
+    assert [s for s in listed["servers"] if s["name"] == "broken"] == broken
+    assert not list(VALIDATOR.iter_errors(listed))
