@@ -2,7 +2,8 @@
 
 Run as ``python mcp_test_server.py`` (stdio) or ``python mcp_test_server.py http PORT``
 (streamable HTTP on 127.0.0.1). Its tools do what the tests need a server to do: answer,
-read a file, try the network, show its environment, hang, exit mid-call, answer 10 MB.
+read a file, try the network, show its environment, take memory, hang, exit mid-call,
+answer 10 MB.
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ def hang() -> str:
 def die() -> str:
     """Exit in the middle of the call."""
     os._exit(3)
+
+
+@server.tool()
+def alloc(megabytes: int) -> str:
+    """Take that much memory."""
+    try:
+        held = b"x" * (megabytes << 20)
+    except MemoryError:
+        return "cannot allocate"
+    return f"allocated {len(held) >> 20} MB"
 
 
 @server.tool()

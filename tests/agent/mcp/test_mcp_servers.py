@@ -21,6 +21,8 @@ from hero.config.mcp import McpServer
 from hero.config.schema import ConfigError
 from hero.doctor import FAIL, OK, run_all
 from hero.llm.scripted import ScriptedModel
+from hero.sandbox.bwrap import build
+from hero.sandbox.limits import Limits
 
 SERVER = Path(__file__).with_name("mcp_test_server.py")
 TOKEN = "mcp-header-7Gh2Kq9Lw4Zx1Vb6Nm3P"  # not a real token
@@ -167,6 +169,26 @@ def test_a_server_that_is_not_there_is_a_problem_not_a_crash(tmp_path: Path) -> 
     assert "could not be started" in running.problems["nothing"]
 
 
+# --------------------------------------------------------------------------- the sandbox
+
+
+@pytest.mark.slow
+def test_a_sandboxed_server_is_held_by_the_sandboxs_limits(bwrap: str, tmp_path: Path) -> None:
+    shutil.copy(SERVER, tmp_path / "mcp_test_server.py")
+    box = build(tmp_path, None, bwrap=bwrap, limits=Limits(memory_mb=256))
+    server = McpServer("t", command=(sys.executable, "mcp_test_server.py"))
+
+    with McpServers([server], cwd=tmp_path, env=dict(os.environ), sandbox=box) as running:
+        running.start()
+        tools = {t.name: t for t in running.tools}
+        small = tools["t__alloc"].call('{"megabytes": 8}')
+        hog = tools["t__alloc"].call('{"megabytes": 512}')
+
+    assert running.problems == {}
+    assert small.content == "allocated 8 MB"
+    assert "allocated" not in hog.content  # MemoryError, or the server killed: an error
+
+
 # --------------------------------------------------------------------------- hero doctor
 
 
@@ -187,6 +209,6 @@ def test_doctor_lists_a_servers_tools_and_reports_one_that_fails(
     found = {f.what: f for f in run_all(home, quick=True)}
 
     t, broken = found["MCP server t"], found["MCP server broken"]
-    assert t.status == OK and "7 tools" in t.detail and "t__echo" in t.detail
+    assert t.status == OK and "8 tools" in t.detail and "t__echo" in t.detail
     assert broken.status == FAIL and "no luck" in broken.detail
     assert "mcp_servers.broken" in broken.fix

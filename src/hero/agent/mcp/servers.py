@@ -210,16 +210,27 @@ class McpServers:
                 read_timeout_s=server.call_timeout_s + _SLACK_S,
                 wire=live.wire,
             )
+        box = self.sandbox
         return stdio_transport(
-            self.argv(server), cwd=self.cwd, env={**self.env, **dict(server.env)}, wire=live.wire
+            lambda info_fd, block_fd: self.argv(server, info_fd, block_fd),
+            cwd=self.cwd,
+            env={**self.env, **dict(server.env)},
+            wire=live.wire,
+            limits=None if box is None else box.limits,
+            cgroups=True if box is None else box.cgroups,
+            start_timeout_s=server.start_timeout_s,
         )
 
-    def argv(self, server: McpServer) -> list[str]:
+    def argv(
+        self, server: McpServer, info_fd: int | None = None, block_fd: int | None = None
+    ) -> list[str]:
         """What starts a stdio server: its command in the story's sandbox (with the network
-        only when ``network`` is set), or as it is when the story has none."""
+        only when ``network`` is set; ``info_fd`` and ``block_fd`` for its limits), or as it
+        is when the story has none."""
         if self.sandbox is None:
             return list(server.command)
-        return self.sandbox.with_network(server.network).wrap_command(server.command, self.cwd)
+        box = self.sandbox.with_network(server.network)
+        return box.wrap_command(server.command, self.cwd, info_fd=info_fd, block_fd=block_fd)
 
     def _stop(self, live: _Live, why: str, portal: BlockingPortal | None = None) -> None:
         """Mark the server gone (``why``) and end its connection and process."""

@@ -13,10 +13,13 @@ namespace take everything the server started with it).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +30,8 @@ import mcp_types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
+
+from hero.sandbox.limits import Confinement, Limits, confine
 
 if TYPE_CHECKING:
     from anyio.abc import Process
@@ -61,22 +66,27 @@ Streams = tuple[
 ]
 
 
+#: Makes the argv that starts a server: given bwrap's info and block fds when the sandbox's
+#: limits are to be put on it (``hero.sandbox.bwrap.Sandbox.wrap_command``), else (None, None).
+ArgvFor = Callable[[int | None, int | None], Sequence[str]]
+
+
 @contextlib.asynccontextmanager
 async def stdio_transport(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], wire: Wire
+    argv_for: ArgvFor,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    wire: Wire,
+    limits: Limits | None = None,
+    cgroups: bool = True,
+    start_timeout_s: float = 30.0,
 ) -> AsyncIterator[Streams]:
-    """Start ``argv`` and speak newline-delimited JSON-RPC with it over its stdin and
-    stdout, reading at most ``wire.max_bytes`` per message. Raises OSError when it cannot
-    be started."""
-    process = await anyio.open_process(
-        list(argv),
-        cwd=str(cwd),
-        env=dict(env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    """Start the server and speak newline-delimited JSON-RPC with it over its stdin and
+    stdout, reading at most ``wire.max_bytes`` per message. With ``limits`` (a sandboxed
+    server), they are put on its sandbox's init before the server starts, as on every
+    sandboxed command. Raises OSError when it cannot be started."""
+    process, confinement = await _spawn(argv_for, cwd, env, limits, cgroups, start_timeout_s)
     to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
 
@@ -132,6 +142,76 @@ async def stdio_transport(
             await _stop(process, wire)
             for stream in (read_stream, write_stream, to_session, from_session):
                 await stream.aclose()
+            if confinement is not None:
+                confinement.end()
+
+
+async def _spawn(
+    argv_for: ArgvFor,
+    cwd: Path,
+    env: Mapping[str, str],
+    limits: Limits | None,
+    cgroups: bool,
+    start_timeout_s: float,
+) -> tuple[Process, Confinement | None]:
+    """The server's process, and the limits put on its sandbox (None without)."""
+    options: dict[str, Any] = {
+        "cwd": str(cwd),
+        "env": dict(env),
+        "stdin": subprocess.PIPE,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.PIPE,
+        "start_new_session": True,
+    }
+    if limits is None:
+        return await anyio.open_process(list(argv_for(None, None)), **options), None
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    process: Process | None = None
+    try:
+        try:
+            argv = list(argv_for(info_w, block_r))
+            process = await anyio.open_process(argv, pass_fds=(info_w, block_r), **options)
+        finally:
+            os.close(info_w)
+            os.close(block_r)
+        deadline = time.monotonic() + start_timeout_s
+        pid = await anyio.to_thread.run_sync(_child_pid, info_r, deadline, abandon_on_cancel=True)
+        if pid is None:
+            raise OSError("its sandbox did not start")
+        try:
+            confinement = confine(limits, pid, cgroups=cgroups)
+        except ProcessLookupError as exc:
+            raise OSError("its sandbox ended as it started") from exc
+        return process, confinement
+    except BaseException:
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+        raise
+    finally:
+        os.close(info_r)
+        os.close(block_w)  # the server starts (or, its sandbox gone, nothing does)
+
+
+def _child_pid(info_fd: int, deadline: float) -> int | None:
+    """The pid of the sandbox's init, as bwrap writes it to its info fd (None when it
+    says nothing by ``deadline``)."""
+    data = b""
+    poller = select.poll()
+    poller.register(info_fd, select.POLLIN)
+    while len(data) < 65536:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(int(left * 1000) + 1):
+            return None
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        return int(json.loads(data)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _parse(line: bytes) -> SessionMessage | Exception:
