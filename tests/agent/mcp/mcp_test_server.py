@@ -52,7 +52,12 @@ def getenv(name: str) -> str:
 
 @server.tool()
 def hang() -> str:
-    """Never answer."""
+    """Never answer (after leaving hang.started in the working directory, when it may)."""
+    try:
+        with open("hang.started", "w", encoding="utf-8") as fh:
+            fh.write(str(os.getpid()))
+    except OSError:
+        pass
     time.sleep(3600)
     return "woke"
 

@@ -5,9 +5,14 @@ server side run as a real subprocess (inside bubblewrap where it works)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +20,16 @@ from typing import Any
 import jsonschema
 import pytest
 from conftest import git
-from helpers import COMMIT, SUB_IMPL, VERIFY_SUB, is_review, step_of, verdict, worker_round
+from helpers import (
+    COMMIT,
+    SUB_IMPL,
+    VERIFY_SUB,
+    is_review,
+    step_of,
+    verdict,
+    wait_dead,
+    worker_round,
+)
 
 from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, call, text
@@ -201,3 +215,65 @@ def test_a_hang_an_exit_and_a_huge_answer_are_tool_errors_and_the_round_goes_on(
     (listed,) = [e for e in events if e["type"] == "mcp"]
     assert [s for s in listed["servers"] if s["name"] == "broken"] == broken
     assert not list(VALIDATOR.iter_errors(listed))
+
+
+def pids_with(token: str) -> list[int]:
+    """The processes whose command line holds ``token``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+def test_a_server_does_not_outlive_hero_killed_mid_call(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    target_repo: Path,
+    tmp_path: Path,
+    sandbox: str,
+) -> None:
+    if sandbox == "bwrap" and not bwrap_works():
+        pytest.skip("bubblewrap does not work here")
+    with_server(target_repo)
+    token = f"--hero-test-{uuid.uuid4().hex}"
+    model = scripted(script([call("t__hang")]))
+    home = make_home(model, sandbox=sandbox)
+    add_servers(home, {"t": stdio(command=[sys.executable, "mcp_test_server.py", token])})
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+    hero = subprocess.Popen(
+        [sys.executable, "-m", "hero", "run", str(story), "--home", str(home)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        started = home / "worktrees" / "s1" / "hang.started"
+        deadline = time.monotonic() + 120  # a "did not start" bound, not a speed check
+        while not started.exists():  # the server is in the call
+            assert hero.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        running = pids_with(token)
+        assert running
+
+        os.kill(hero.pid, signal.SIGKILL)
+        hero.wait()
+
+        if sandbox == "none":  # no bwrap to take it with hero: the next run ends it
+            started.unlink()
+            assert main(["run", str(story), "--home", str(home)]) == 0
+        assert all(wait_dead(pid, 30) for pid in running)
+        assert pids_with(token) == []
+    finally:
+        if hero.poll() is None:
+            hero.kill()
+            hero.wait()
+        for pid in pids_with(token):
+            os.kill(pid, signal.SIGKILL)
