@@ -13,7 +13,7 @@ import socket
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("hero-test")
 
@@ -48,6 +48,14 @@ def connect(port: int) -> str:
 def getenv(name: str) -> str:
     """A variable of the server's environment."""
     return f"{name}={os.environ.get(name, '<unset>')}"
+
+
+@server.tool()
+def header(name: str, ctx: Context) -> str:
+    """A header of the HTTP request that called the tool (streamable HTTP only)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return f"{name}: {headers.get(name, '<none>') if headers is not None else '<no http>'}"
 
 
 @server.tool()

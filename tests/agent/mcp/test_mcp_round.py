@@ -19,7 +19,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import git
 from helpers import (
     COMMIT,
     SUB_IMPL,
@@ -30,6 +29,7 @@ from helpers import (
     wait_dead,
     worker_round,
 )
+from mcp_support import add_servers, http_server, stdio, with_server
 
 from hero.cli import main
 from hero.llm.scripted import Reply, ScriptedModel, call, text
@@ -37,7 +37,6 @@ from hero.run.events import schema
 from hero.sandbox.bwrap import bwrap_problem
 from hero.trace import read_trace
 
-SERVER = Path(__file__).with_name("mcp_test_server.py")
 VALIDATOR = jsonschema.Draft202012Validator(schema())
 SECRET = "mcp-secret-4Fq9Zr2Lx7Wm1Kp8Tn3Bv"  # not a real token
 
@@ -55,25 +54,6 @@ def bwrap_works() -> bool:
     """Whether the sandbox works here (the sandbox's own assertions are skipped without)."""
     path = shutil.which("bwrap")
     return path is not None and bwrap_problem(path) is None
-
-
-def with_server(target_repo: Path) -> None:
-    """The test server committed in the target repository: the story's repository has it,
-    inside the sandbox too."""
-    shutil.copy(SERVER, target_repo / "mcp_test_server.py")
-    git(target_repo, "add", "mcp_test_server.py")
-    git(target_repo, "commit", "-q", "-m", "mcp test server")
-
-
-def add_servers(home: Path, servers: dict[str, Any], local: dict[str, Any] | None = None) -> None:
-    roles = home / "config" / "roles.yaml"
-    roles.write_text(roles.read_text() + "mcp_servers: " + json.dumps(servers) + "\n")
-    if local is not None:
-        (home / "config.local.yaml").write_text("mcp_servers: " + json.dumps(local) + "\n")
-
-
-def stdio(**more: Any) -> dict[str, Any]:
-    return {"command": [sys.executable, "mcp_test_server.py"], **more}
 
 
 def script(worker: list[Reply]) -> Callable[[dict[str, Any]], Reply]:
@@ -277,3 +257,29 @@ def test_a_server_does_not_outlive_hero_killed_mid_call(
             hero.wait()
         for pid in pids_with(token):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_an_http_servers_tool_is_called_and_its_header_secret_is_never_shown(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    tmp_path: Path,
+) -> None:
+    model = scripted(
+        script([call("web__echo", text="hello"), call("web__header", name="x-test-token")])
+    )
+    home = make_home(model, sandbox="auto")
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+
+    with http_server(tmp_path) as url:
+        add_servers(home, {"web": {"url": url}}, {"web": {"headers": {"X-Test-Token": SECRET}}})
+        code = main(["run", str(story), "--home", str(home)])
+
+    assert code == 0
+    echoed, header = tool_messages(model)[:2]
+    assert echoed == "echo: hello"
+    assert header == "x-test-token: [redacted]"  # it reached the server, not the model
+    trace = (home / "runs" / "s1" / "round-1.jsonl").read_text()
+    assert '"web__header"' in trace and SECRET not in trace
+    assert SECRET not in json.dumps([r.body for r in model.requests])

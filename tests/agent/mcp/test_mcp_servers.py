@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from mcp_support import SERVER, add_servers, free_port, http_server
 
 from hero.agent.mcp.servers import McpServers
 from hero.config.loader import load_config
@@ -24,47 +22,13 @@ from hero.llm.scripted import ScriptedModel
 from hero.sandbox.bwrap import build
 from hero.sandbox.limits import Limits
 
-SERVER = Path(__file__).with_name("mcp_test_server.py")
 TOKEN = "mcp-header-7Gh2Kq9Lw4Zx1Vb6Nm3P"  # not a real token
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[str]:
-    """The test server on streamable HTTP on the loopback; its URL."""
-    port = free_port()
-    log = (tmp_path / "http-server.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "http", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        for _ in range(600):  # until it listens (a "did not start" bound, not a speed check)
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp_path / "http-server.log").read_text()
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.kill()
-        proc.wait()
-        log.close()
-
-
-def roles_with(home: Path, servers: object, local: object = None) -> None:
-    roles = home / "config" / "roles.yaml"
-    roles.write_text(roles.read_text() + "mcp_servers: " + json.dumps(servers) + "\n")
-    if local is not None:
-        (home / "config.local.yaml").write_text("mcp_servers: " + json.dumps(local) + "\n")
+def http_url(tmp_path: Path) -> Iterator[str]:
+    with http_server(tmp_path) as url:
+        yield url
 
 
 # --------------------------------------------------------------------------- the settings
@@ -74,7 +38,7 @@ def test_servers_load_with_their_secrets_from_config_local(
     scripted: Callable[..., ScriptedModel], make_home: Callable[..., Path]
 ) -> None:
     home = make_home(scripted([]))
-    roles_with(
+    add_servers(
         home,
         {
             "docs": {"command": ["python3", "docs.py"], "env": {"DOCS": "docs"}, "network": True},
@@ -125,7 +89,7 @@ def test_a_bad_server_is_an_error_naming_the_server_and_the_key(
     words: str,
 ) -> None:
     home = make_home(scripted([]))
-    roles_with(home, servers, local)
+    add_servers(home, servers, local)
 
     with pytest.raises(ConfigError) as caught:
         load_config(home)
@@ -138,18 +102,20 @@ def test_a_bad_server_is_an_error_naming_the_server_and_the_key(
 
 
 @pytest.mark.slow
-def test_an_http_server_on_the_loopback_gives_its_tools(http_server: str, tmp_path: Path) -> None:
-    server = McpServer("web", url=http_server, headers=(("Authorization", f"Bearer {TOKEN}"),))
+def test_an_http_server_on_the_loopback_gives_its_tools(http_url: str, tmp_path: Path) -> None:
+    server = McpServer("web", url=http_url, headers=(("Authorization", f"Bearer {TOKEN}"),))
 
     with McpServers([server], cwd=tmp_path, env={}, sandbox=None) as running:
         running.start()
         tools = {t.name: t for t in running.tools}
         echoed = tools["web__echo"].call('{"text": "over http"}')
+        header = tools["web__header"].call('{"name": "authorization"}')
         bad = tools["web__echo"].call("not json")
         big = tools["web__big"].call('{"megabytes": 10}')
 
     assert running.problems == {}
     assert echoed.content == "echo: over http" and not echoed.is_error
+    assert header.content == f"authorization: Bearer {TOKEN}"  # sent (the loop redacts it)
     assert bad.is_error and "not JSON" in bad.content
     assert big.is_error and "larger than" in big.content and len(big.content) < 1000
     assert TOKEN not in json.dumps(running.report())
@@ -198,7 +164,7 @@ def test_doctor_lists_a_servers_tools_and_reports_one_that_fails(
 ) -> None:
     shutil.copy(SERVER, target_repo / "mcp_test_server.py")
     home = make_home(scripted([]), sandbox="auto")
-    roles_with(
+    add_servers(
         home,
         {
             "t": {"command": [sys.executable, "mcp_test_server.py"]},
@@ -209,6 +175,6 @@ def test_doctor_lists_a_servers_tools_and_reports_one_that_fails(
     found = {f.what: f for f in run_all(home, quick=True)}
 
     t, broken = found["MCP server t"], found["MCP server broken"]
-    assert t.status == OK and "8 tools" in t.detail and "t__echo" in t.detail
+    assert t.status == OK and "9 tools" in t.detail and "t__echo" in t.detail
     assert broken.status == FAIL and "no luck" in broken.detail
     assert "mcp_servers.broken" in broken.fix
