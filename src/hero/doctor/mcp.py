@@ -42,7 +42,9 @@ def mcp_servers(config: Config, *, quick: bool = False) -> Iterator[Finding]:
             yield Finding(FAIL, f"MCP server {server.name}", "not started: no sandbox", str(exc))
         return
     env = child_env(secret_values=config.secrets)
-    with McpServers(servers, cwd=config.target_repo, env=env, sandbox=box) as running:
+    with McpServers(
+        servers, cwd=config.target_repo, env=env, sandbox=box, secrets=config.secrets
+    ) as running:
         running.start()
         for server in servers:
             what = f"MCP server {server.name}"

@@ -408,6 +408,7 @@ class Workspace:
             sandbox=None if box is None else self.worker_refit(),
             max_result_chars=ctx.max_result_chars,
             cancel=ctx.cancel,
+            secrets=ctx.secrets,
         )
         try:
             servers.start()

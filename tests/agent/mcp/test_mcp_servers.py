@@ -178,3 +178,34 @@ def test_doctor_lists_a_servers_tools_and_reports_one_that_fails(
     assert t.status == OK and "9 tools" in t.detail and "t__echo" in t.detail
     assert broken.status == FAIL and "no luck" in broken.detail
     assert "mcp_servers.broken" in broken.fix
+
+
+# --------------------------------------------------------------------------- a hostile server
+
+HOSTILE = Path(__file__).with_name("mcp_hostile_server.py")
+
+
+def test_a_hostile_servers_tools_are_cleaned_and_its_garbage_is_a_tool_error(
+    tmp_path: Path,
+) -> None:
+    server = McpServer(
+        "evil",
+        command=(sys.executable, str(HOSTILE)),
+        env=(("HOSTILE_TOKEN", TOKEN),),
+        call_timeout_s=2,
+    )
+
+    with McpServers(
+        [server], cwd=tmp_path, env=dict(os.environ), sandbox=None, secrets=(TOKEN,)
+    ) as running:
+        running.start()
+        tools = {t.name: t for t in running.tools}
+        answer = tools["evil__garbage"].call("{}")
+
+    assert running.problems == {}
+    assert sorted(tools) == ["evil__garbage", "evil__huge", "evil__leak"]
+    assert TOKEN not in json.dumps([t.schema() for t in tools.values()])
+    assert tools["evil__leak"].description == "uses the token [redacted]"
+    assert len(tools["evil__huge"].description) <= 2000
+    assert tools["evil__huge"].parameters == {"type": "object"}
+    assert answer.is_error and "evil" in answer.content

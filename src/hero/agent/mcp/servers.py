@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from hero.agent.tools.context import ToolOutcome
 from hero.agent.tools.external import MODEL_NAME_SEPARATOR, ExternalTool
 from hero.config.mcp import McpServer
+from hero.redact import Redactor
 
 if TYPE_CHECKING:
     import anyio
@@ -83,6 +84,7 @@ class McpServers:
         sandbox: Sandbox | None,
         max_result_chars: int = 20_000,
         cancel: threading.Event | None = None,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.servers = tuple(servers)
         self.cwd = Path(cwd)
@@ -90,6 +92,8 @@ class McpServers:
         self.sandbox = sandbox
         self.max_read_bytes = max(MIN_READ_BYTES, 8 * max_result_chars)
         self.cancel = cancel
+        self.redactor = Redactor(secrets)
+        """What a server says of its tools goes into every request: no secret in it."""
         self.tools: list[ExternalTool] = []
         self.problems: dict[str, str] = {}
         """Why a server's tools are not there (a server that did not start), by name."""
@@ -245,25 +249,30 @@ class McpServers:
 
     def _external(self, live: _Live, found: list[Any]) -> list[ExternalTool]:
         server = live.server
-        tools = []
+        tools: dict[str, ExternalTool] = {}
         for tool in found[:MAX_TOOLS]:
             name = str(tool.name)
             full = f"{server.name}{MODEL_NAME_SEPARATOR}{name}"
-            if not _TOOL_NAME_RE.match(full) or MODEL_NAME_SEPARATOR in name:
-                continue  # a name the model's API refuses, or one that reads two ways
+            if not _TOOL_NAME_RE.match(full) or MODEL_NAME_SEPARATOR in name or full in tools:
+                continue  # a name the model's API refuses, one that reads two ways, a repeat
             schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
-            if schema.get("type") != "object" or len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
+            try:
+                shown = json.dumps(schema)
+            except (TypeError, ValueError, RecursionError):
+                shown = ""
+            if schema.get("type") != "object" or not shown or len(shown) > MAX_SCHEMA_CHARS:
                 schema = {"type": "object"}
-            tools.append(
-                ExternalTool(
-                    server=server.name,
-                    tool=name,
-                    description=(tool.description or "")[:MAX_DESCRIPTION],
-                    parameters=schema,
-                    call=self._caller(live, name),
-                )
+            elif self.redactor.holds(shown):
+                schema = self.redactor.redact_value(schema)
+            description = self.redactor.redact(str(tool.description or "")[:MAX_DESCRIPTION])
+            tools[full] = ExternalTool(
+                server=server.name,
+                tool=name,
+                description=description,
+                parameters=schema,
+                call=self._caller(live, name),
             )
-        return tools
+        return list(tools.values())
 
     def _caller(self, live: _Live, tool: str) -> Callable[[str | None], ToolOutcome]:
         def call(raw: str | None) -> ToolOutcome:
@@ -288,21 +297,19 @@ class McpServers:
         timeout = live.server.call_timeout_s
         future = portal.start_task_soon(self._call, live, tool, arguments)
         deadline = started + timeout + _SLACK_S
-        while True:
-            try:
-                result = future.result(timeout=_POLL_S)
+        result: tuple[str, bool] | BaseException
+        # waited on, not future.result(timeout): the call's own TimeoutError is that one
+        while not concurrent.futures.wait([future], timeout=_POLL_S).done:
+            if self.cancel is not None and self.cancel.is_set():
+                future.cancel()
+                return ToolOutcome(f"{name}: cancelled", is_error=True)
+            if time.monotonic() >= deadline:
+                future.cancel()
                 break
-            except concurrent.futures.TimeoutError:
-                if self.cancel is not None and self.cancel.is_set():
-                    future.cancel()
-                    return ToolOutcome(f"{name}: cancelled", is_error=True)
-                if time.monotonic() >= deadline:
-                    future.cancel()
-                    result = TimeoutError()
-                    break
-            except BaseException as exc:  # noqa: BLE001 - the call's failure, below
-                result = exc
-                break
+        if not future.done() or future.cancelled():
+            result = TimeoutError()
+        else:
+            result = future.exception() or future.result()
         if isinstance(result, BaseException):
             why = _why(result, live, timeout)
             self._stop(live, f"{why} (stopped for the rest of the round)")
