@@ -20,6 +20,7 @@ from typing import Any
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
 from hero.agent.tools import ToolContext, tool_schemas
+from hero.agent.tools.external import ExternalTool
 from hero.agent.window import Context, ContextOverflow, window_for
 from hero.config.home import Config
 from hero.errors import Interrupted
@@ -521,10 +522,10 @@ def _work(
     ctx = run.workspace.tool_context(env, run.cancel)
     try:
         try:
-            with _mcp_servers(run, ctx, trace):
+            with _mcp_servers(run, ctx, trace) as external:
                 context = Context(
                     window_for(run.config, "worker"),
-                    tool_schemas() + [tool.schema() for tool in ctx.external],
+                    tool_schemas() + [tool.schema() for tool in external],
                     head=replayed.head if replayed is not None else len(messages),
                     render_summary_prompt=condense_prompt(run.home),
                 )
@@ -551,19 +552,21 @@ def _work(
 
 
 @contextmanager
-def _mcp_servers(run: StoryRun, ctx: ToolContext, trace: Trace) -> Iterator[None]:
-    """The home's MCP servers for the worker's turn (their tools in ``ctx``), stopped when
-    it ends; a server that did not start is said in the trace, the events and the log, and
-    the round goes on without its tools."""
+def _mcp_servers(
+    run: StoryRun, ctx: ToolContext, trace: Trace
+) -> Iterator[tuple[ExternalTool, ...]]:
+    """The home's MCP servers for the worker's turn: their tools (``ExternalTool``, also
+    put in ``ctx``), the servers stopped when it ends; a server that did not start is said
+    in the trace, the events and the log, and the round goes on without its tools."""
     servers = run.workspace.start_mcp(ctx)
     if servers is None:
-        yield
+        yield ()
         return
     try:
         trace.mcp(servers.report())
         for name, why in servers.problems.items():
             run.say(f"{run.key}: MCP server {name}: no tools this round: {why}")
-        yield
+        yield tuple(servers.tools)
     finally:
         servers.close()
 
