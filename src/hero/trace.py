@@ -190,8 +190,10 @@ class Trace:
     def verdict(self, record: Mapping[str, Any]) -> None:
         self.event(Event.VERDICT, **record)
 
-    def mcp(self, servers: list[dict[str, Any]]) -> None:
-        self.event(Event.MCP, servers=servers)
+    def mcp(self, servers: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        """The round's MCP servers (each one's tools or its problem) and the schemas of
+        their tools as the model was given them (for ``hero export``)."""
+        self.event(Event.MCP, servers=servers, tools=tools)
 
     def close(self) -> None:
         if self._fh is not None:

@@ -563,7 +563,7 @@ def _mcp_servers(
         yield ()
         return
     try:
-        trace.mcp(servers.report())
+        trace.mcp(servers.report(), [tool.schema() for tool in servers.tools])
         for name, why in servers.problems.items():
             run.say(f"{run.key}: MCP server {name}: no tools this round: {why}")
         yield tuple(servers.tools)

@@ -137,6 +137,12 @@ def test_the_worker_calls_a_servers_tool_in_the_sandbox_and_the_result_reaches_t
     assert listed["servers"][0]["tools"] == servers["servers"][0]["tools"]
     called = [e["name"] for e in events if e["type"] == "tool_call"]
     assert called[:2] == ["t__echo", "t__read_path"]
+    # hero export: the round's line holds the server's tools it called
+    out = tmp_path / "export.jsonl"
+    assert main(["export", "--home", str(home), "-o", str(out)]) == 0
+    (line,) = [json.loads(x) for x in out.read_text().splitlines()]
+    exported = [t["function"]["name"] for t in line["tools"]]
+    assert "t__echo" in exported and "bash" in exported
     for where in (home / "runs", home / "runs" / "state"):
         for path in where.glob("*"):
             if path.is_file():
