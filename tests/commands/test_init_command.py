@@ -65,11 +65,23 @@ def test_init_with_a_target_repo_says_only_what_is_left(tmp_path: Path, target_r
     assert not any("set target_repo" in step for step in steps)  # the option did it
     assert any(step.startswith("config/roles.yaml: pick the worker's") for step in steps)
     assert any(step.startswith("cp config.local.yaml.example") for step in steps)
-    assert steps[-1].startswith("hero run my-story.md")
+    # the steps end with hero doctor, which checks them, then the first run
+    assert steps[-1].startswith("hero doctor ") and "then `hero run my-story.md`" in steps[-1]
 
     # without the option, the repository is the first thing left to do
     bare = hero(tmp_path, "init", "--home", str(tmp_path / "bare"))
     assert next_steps(bare.stdout)[0].startswith("config/roles.yaml: set target_repo")
+
+
+def test_inits_steps_end_with_hero_doctor(
+    tmp_path: Path, target_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever is left to do, the last step is `hero doctor`, which checks it."""
+    for home, args in (("a", ["--target-repo", str(target_repo)]), ("b", [])):
+        assert cli.main(["init", "--home", str(tmp_path / home), *args]) == 0
+        steps = next_steps(capsys.readouterr().out)
+        assert steps[-1].startswith("hero doctor ")
+        assert not [s for s in steps[:-1] if "doctor" in s]
 
 
 @pytest.mark.slow

@@ -3,7 +3,8 @@
 Exit 0 when nothing failed (warnings allowed), 1 when a check failed, 2 when the
 configuration does not load (a failed line too, after which the checks that need no
 configuration still run) or for a bad command line: 2 is a configuration error, as for every
-command (see hero.errors).
+command (see hero.errors). In a `hero worker`'s home, or with --worker, the checks are what
+a worker needs (:func:`hero.doctor.worker_checks`).
 """
 
 from __future__ import annotations
@@ -27,12 +28,21 @@ def add_parser(subparsers: Subparsers) -> None:
         "(with github or engine: celery); the GitHub token's scopes; Redis (engine: celery). "
         "Exit 1 when a check failed, 2 when the configuration does not load. --quick leaves out everything that goes over the "
         "network (models, remote, GitHub, Redis): what `hero watch` and `hero worker` check "
-        "at start.",
+        "at start. In a `hero worker`'s home (engine: celery, no target_repo of its own; "
+        "--worker makes any home one) it checks what a worker needs and nothing else: "
+        "Celery installed, the worker's and reviewer's models, target_remote, Redis, the "
+        "sandbox (docs/doctor.md).",
     )
     parser.add_argument(
         "--quick",
         action="store_true",
         help="only the local checks: no model request, nothing over the network",
+    )
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="check what `hero worker` needs, as in a worker's home (the default there: "
+        "engine: celery and no target_repo of its own)",
     )
     parser.add_argument(
         "--timeout",
@@ -53,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
     failures = warnings = 0
     unloadable = False
     try:
-        for finding in run_all(home(args), quick=args.quick, model_timeout_s=timeout):
+        found = run_all(
+            home(args), quick=args.quick, model_timeout_s=timeout, worker=args.worker or None
+        )
+        for finding in found:
             failures += finding.status == FAIL
             unloadable |= finding.status == FAIL and finding.what == CONFIGURATION
             warnings += finding.status == WARN

@@ -65,7 +65,8 @@ def still_to_do(
     where: Path, created: list[Path], target_repo: str | None, unwritten: str
 ) -> list[str]:
     """What the user still has to do before a first run, and only that: a step the command
-    line or an existing file already took care of is not repeated."""
+    line or an existing file already took care of is not repeated. The last is always
+    ``hero doctor``, which says what the others left wrong, then the first run."""
     from hero.config.scaffold import PROVIDERS, SAMPLE_STORY
 
     steps = [unwritten] if unwritten else []
@@ -88,9 +89,14 @@ def still_to_do(
             "provider needs one"
         )
     if (where / SAMPLE_STORY).is_file():
-        steps.append(f"hero run {SAMPLE_STORY}   (a sample story: a first run on your repository)")
+        first_run = f"`hero run {SAMPLE_STORY}`, a first run of the sample story on your repository"
     else:
-        steps.append("hero run STORY.md   (docs/stories.md: how to write one)")
+        first_run = "`hero run STORY.md` (docs/stories.md: how to write a story)"
+    # the last step: what the steps above set is checked before anything runs
+    steps.append(
+        "hero doctor   (checks the configuration, the models, git, the sandbox and disk: fix "
+        f"what it names until it passes; then {first_run})"
+    )
     return steps
 
 

@@ -1,4 +1,7 @@
-"""`hero status`: the stories' states, the inbox queue and the daemon, as text or JSON."""
+"""`hero status`: the stories' states, the inbox queue and the daemon, as text or JSON.
+
+A configuration that does not load is no error here (the stories are shown without what it
+would add: budgets, overlaps), save for an unknown key in a config file: exit 2 naming it."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     where = home(args)
     if not where.is_dir():
         raise UsageError(f"{where}: no such directory")
-    report = collect_status(where)
+    report = collect_status(where, strict_keys=True)  # a mistyped key is an error (exit 2)
     # a reader that leaves early (`hero status | head -1`) is handled in hero.cli.main
     print(json.dumps(report, indent=2) if args.json else format_status(report), flush=True)
     return EXIT_OK

@@ -51,7 +51,9 @@ from hero.config.schema import (
     ROLE_NAMES,
     ROLES_FILE,
     SENSITIVE_HEADER_RE,
+    TARGET_REPO_PLACEHOLDER,
     ConfigError,
+    UnknownKeyError,
     check_webhook_url,
 )
 from hero.config.sections import (
@@ -118,7 +120,25 @@ def load_config(
         for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
             key = key.replace(secret, "***")
             message = message.replace(secret, "***")
-        raise ConfigError(exc.file, key, message) from None
+        raise type(exc)(exc.file, key, message) from None  # UnknownKeyError stays one
+
+
+def worker_home(home: Path) -> bool:
+    """Whether ``home`` is a `hero worker`'s, as docs/celery.md makes one: ``engine:
+    celery`` with a target_remote in config/roles.yaml, and no target_repo of its own
+    (none, or `hero init`'s placeholder naming no folder). False when the file cannot be
+    read: loading it says why."""
+    home = Path(home).expanduser().resolve()
+    try:
+        data = _read_mapping(home, ROLES_FILE)
+    except ConfigError:
+        return False
+    if data.get("engine") != "celery" or not data.get("target_remote"):
+        return False
+    raw = data.get("target_repo")
+    if raw is None:
+        return True
+    return raw == TARGET_REPO_PLACEHOLDER and not (home / raw).exists()
 
 
 # ----------------------------------------------------------------------------- loading
@@ -658,13 +678,43 @@ def _read_mapping(home: Path, rel: str, *, secret: bool = False) -> dict[Any, An
 def _check_keys(
     data: Mapping[Any, Any], known: tuple[str, ...], rel: str, what: str, prefix: str = ""
 ) -> None:
+    """UnknownKeyError for the first key of ``data`` not in ``known`` (the keys the
+    declarations give: a setting declared on a record is known here without a list to
+    edit), naming the file, the key with its path (``github.labels.foo``) and the nearest
+    known key, or, with none near, every known key; a key of another file says which."""
     for key in data:
         if key in known:
             continue
         name = str(key)
-        extra = did_you_mean(name, known)
-        if name in ("api_key", "key", "apikey", "token"):
+        elsewhere = "" if prefix else _belongs_elsewhere(name, rel)
+        hint = did_you_mean(name, known)
+        extra = elsewhere or hint or f"; known keys: {', '.join(known)}"
+        if name in ("api_key", "key", "keys", "apikey", "token"):
             extra += f"; API keys belong in {LOCAL_FILE} under keys.<provider name>"
-        raise ConfigError(
-            rel, f"{prefix}{name}", f"unknown {what}{extra}; known keys: {', '.join(known)}"
-        )
+        if rel == LOCAL_FILE and not (elsewhere or hint or _PLAIN_NAME_RE.match(name)):
+            # config.local.yaml holds secrets: a key like no name may be one pasted as a key
+            shown = f"(a key of {len(name)} characters, not shown: it may be a secret)"
+        else:
+            shown = name if len(name) <= _MAX_KEY_SHOWN else name[:_MAX_KEY_SHOWN] + "..."
+        raise UnknownKeyError(rel, f"{prefix}{shown}", f"unknown {what}{extra}")
+
+
+#: A key config.local.yaml shows when it knows it not: a word, like a setting's name (a
+#: random token nearly always holds a digit or a capital).
+_PLAIN_NAME_RE = re.compile(r"^[a-z][a-z_]{0,39}$")
+#: The longest unknown key shown whole (YAML allows keys of 1024 characters).
+_MAX_KEY_SHOWN = 80
+
+
+def _belongs_elsewhere(name: str, rel: str) -> str:
+    """``; it is a key of <file>`` when ``name`` is a top-level key of another config file."""
+    here = f"{PROVIDERS_DIR}/<name>.yaml" if rel.startswith(PROVIDERS_DIR) else rel
+    files = (
+        (ROLES_FILE, ROLES_FILE_KEYS),
+        (LOCAL_FILE, LOCAL_KEYS),
+        (f"{PROVIDERS_DIR}/<name>.yaml", PROVIDER_KEYS),
+    )
+    for other, keys in files:
+        if other != here and name in keys:
+            return f"; it is a key of {other}: put it there"
+    return ""

@@ -19,12 +19,15 @@ from hero.config.schema import (
     ROLES_FILE,
     SENSITIVE_HEADER_RE,
     ConfigError,
+    UnknownKeyError,
     check_http_url,
 )
 from hero.yamlio import ValueProblem, describe, did_you_mean, type_name
 
 #: A server's name: what its tools' names start with (``<server>__<tool>``, ``<server>.<tool>``).
 SERVER_NAME_RE = re.compile(r"^[a-z0-9_-]{1,48}$")
+#: A key of config.local.yaml an error shows (a word, as a name is; a token rarely is one).
+_PLAIN_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,47}$")
 #: HTTP header names.
 _HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 #: The keys of one server in config/roles.yaml.
@@ -89,9 +92,9 @@ def read_mcp_servers(block: Any, local_block: Any, secrets: list[str]) -> tuple[
     for name in local:
         if name not in servers:
             extra = did_you_mean(str(name), [str(n) for n in servers])
-            raise ConfigError(
+            raise UnknownKeyError(
                 LOCAL_FILE,
-                f"mcp_servers.{name}",
+                f"mcp_servers.{_shown(name, LOCAL_FILE)}",
                 f"no server of that name in {ROLES_FILE}'s mcp_servers{extra}; a server is "
                 f"declared there (its command or url), and only its secrets here",
             )
@@ -167,9 +170,20 @@ def _known(data: Mapping[Any, Any], known: tuple[str, ...], rel: str, key: str) 
     for k in data:
         if k not in known:
             extra = did_you_mean(str(k), known)
-            raise ConfigError(
-                rel, f"{key}.{k}", f"unknown key{extra}; known keys: {', '.join(known)}"
+            raise UnknownKeyError(
+                rel,
+                f"{key}.{_shown(k, rel)}",
+                f"unknown key{extra}; known keys: {', '.join(known)}",
             )
+
+
+def _shown(name: Any, rel: str) -> str:
+    """A key as an error shows it: in config.local.yaml, one like no name may be a secret
+    pasted as a key, and is not shown."""
+    text = str(name)
+    if rel == LOCAL_FILE and not _PLAIN_NAME_RE.match(text):
+        return f"(a key of {len(text)} characters, not shown: it may be a secret)"
+    return text if len(text) <= 80 else text[:80] + "..."
 
 
 def _strings(value: Any, rel: str, key: str, name_re: re.Pattern[str]) -> dict[str, str]:

@@ -27,6 +27,7 @@ from hero.config.home import (
     roles_sections,
 )
 from hero.config.providers import ROLE_SETTINGS
+from hero.config.schema import TARGET_REPO_PLACEHOLDER
 from hero.config.settings import Setting, yaml_value
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 GITIGNORE_LINES = ("config.local.yaml", "worktrees/", "runs/")
 HOME_DIRS = ("config", "config/providers", "inbox", "done", "runs", "worktrees")
 KEEP_DIRS = ("inbox", "done")  # get a .gitkeep so an empty home can be committed
-DEFAULT_TARGET_REPO = "../my-project"
+DEFAULT_TARGET_REPO = TARGET_REPO_PLACEHOLDER
 #: The sample story ``hero init`` writes, in the home's top folder and not in inbox/, so
 #: ``hero watch`` never runs it by itself: ``hero run my-story.md`` is a first run on the
 #: user's repository that changes nothing but one new notes file.

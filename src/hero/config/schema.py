@@ -31,6 +31,9 @@ ROLE_NAMES = ("worker", "reviewer", "planner", "memory")
 #: are simply not loaded (``memory``: the model that distills a story's facts, docs/memory.md).
 OPTIONAL_ROLES = frozenset({"memory"})
 ROLES_FILE = "config/roles.yaml"
+#: The target_repo `hero init` writes without --target-repo, for the user to change (a
+#: `hero worker`'s home may keep it: the worker's clone of target_remote stands in).
+TARGET_REPO_PLACEHOLDER = "../my-project"
 PROVIDERS_DIR = "config/providers"
 LOCAL_FILE = "config.local.yaml"
 #: The largest config file hero reads: far more than any hand-written config needs.
@@ -91,6 +94,12 @@ class ConfigError(ConfigurationError):
         self.key = str(key)
         self.message = " ".join(str(message).split())
         super().__init__(f"{self.file}: {self.key}: {self.message}")
+
+
+class UnknownKeyError(ConfigError):
+    """A key no declaration knows, in any config file (a typo, a setting of another file, a
+    setting of another hero version): every command that reads the configuration stops on
+    it, even one that goes on without a configuration it cannot read (``hero status``)."""
 
 
 # ----------------------------------------------------------------------------- checks

@@ -54,6 +54,20 @@ def settings_reference() -> str:
         "An unknown key, or a value of the wrong type or out of bounds, stops hero with an "
         "error naming the file and the key (and the closest known key).",
         "",
+        "**Unknown keys.** Every command that reads the configuration (`hero run`, `watch`, "
+        "`worker`, `status`, `doctor`, `plan`, `serve`, `bench`, `retry`, ...) refuses a key "
+        "no file knows, with exit 2 and one line: the file, the key with its path, and the "
+        "nearest known key, e.g. `config/roles.yaml: github.labels.in_progres: unknown key "
+        "(did you mean 'in_progress'?)`. A key that belongs in another config file says "
+        "which. `hero status`, which shows the stories even when the configuration does not "
+        "load, refuses an unknown key all the same. The known keys are the settings declared "
+        "below (each on the field of the record that holds it, in `hero.config.sections`, "
+        "`hero.config.providers` and `hero.config.home`), the role names, and the keys of the "
+        "nested blocks (a role's, `github`'s, `github.labels`'s): a setting declared there is "
+        "known in every file that reads it, with no list to edit. Inside a free-form map the "
+        "keys are yours, never checked against the settings: a provider's `headers`, "
+        f"`keys` in `{LOCAL_FILE}` (provider names).",
+        "",
         "| file | holds |",
         "|---|---|",
         f"| `{ROLES_FILE}` | the roles and every setting below |",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hero.config.loader import load_config
-from hero.config.schema import ConfigError
+from hero.config.schema import ConfigError, UnknownKeyError
 from hero.errors import UsageError
 from hero.names import StoryRef
 from hero.run.budget import BudgetExceeded, story_over, story_spend
@@ -114,6 +114,8 @@ def _over_budget(home: Path, state: RunState) -> BudgetExceeded | None:
     reads now; None if none is, or if the configuration cannot be read (the run says why)."""
     try:
         budgets = load_config(home, roles=()).budgets
+    except UnknownKeyError:
+        raise  # a mistyped key: said now, not by the run the retry starts
     except (ConfigError, OSError):
         return None
     return story_over(budgets, story_spend(state))

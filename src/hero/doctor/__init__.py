@@ -16,6 +16,10 @@ GitHub token can reach the repository with the scopes hero needs; Redis answers 
 Each of those is one attempt with a short timeout (never the story's retry policy): a
 doctor that hangs for minutes on a dead endpoint is no help.
 
+In a `hero worker`'s home (:func:`hero.config.loader.worker_home`, or ``worker``) the
+checks are what a worker needs and nothing else (:func:`worker_checks`): no target
+repository, project environment, memory, planner or GitHub, which are the coordinator's.
+
 ``finding`` holds what a check found, ``local`` the checks that ask no one, ``network``
 those that ask something else. Nothing here prints: the command prints the findings. No finding holds a secret: the
 details are passed through the configuration's redactor, and a key is named by where it
@@ -29,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from hero.config.home import Config
-from hero.config.loader import load_config
+from hero.config.loader import load_config, worker_home
 from hero.config.schema import ROLE_NAMES, ROLES_FILE, ConfigError
 from hero.doctor.finding import CONFIGURATION, FAIL, OK, WARN, Finding
 from hero.doctor.local import (
@@ -82,11 +86,19 @@ def run_all(
     quick: bool = False,
     model_timeout_s: float = MODEL_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    worker: bool | None = None,
 ) -> Iterator[Finding]:
     """Every check for the home, one finding at a time (so the command prints each as it
     comes: a model request may take a while). ``quick``: none of those that send anything
-    over the network (the models, the remote, GitHub, Redis)."""
+    over the network (the models, the remote, GitHub, Redis). ``worker``: check what a
+    `hero worker` needs (:func:`worker_checks`); None: when the home is a worker's
+    (:func:`hero.config.loader.worker_home`)."""
     env = os.environ if env is None else env
+    if worker is None:
+        worker = worker_home(home)
+    if worker:
+        yield from worker_checks(home, quick=quick, model_timeout_s=model_timeout_s, env=env)
+        return
     config, found = load(home, env)
     yield from found
     if config is None:  # what needs no configuration is still worth knowing
@@ -109,6 +121,65 @@ def run_all(
         yield github_token(config, env)
     if config.engine.remote:
         yield from redis_servers(config)
+
+
+def worker_checks(
+    home: Path, *, quick: bool, model_timeout_s: float, env: Mapping[str, str]
+) -> Iterator[Finding]:
+    """What a `hero worker` needs, and nothing else: its configuration as `hero worker`
+    loads it (the worker and reviewer roles; no target_repo), Celery installed, the cheap
+    checks without a repository (git, the sandbox and its limits, ripgrep, disk, prices);
+    then, unless ``quick``, the worker's and reviewer's models, target_remote (fetched from,
+    pushed to) and Redis. Not the target repository, its environment or checks, memory, the
+    planner or GitHub: the worker clones target_remote and makes each story's environment
+    in its clone, and the coordinator plans, keeps the memory and talks to GitHub."""
+    fix = "fix what it names, then run again"
+    try:
+        config = load_config(home, roles=("worker", "reviewer"), env=env, worker=True)
+    except ConfigError as exc:
+        yield Finding(FAIL, CONFIGURATION, str(exc), fix)
+        yield git_version()
+        yield ripgrep()
+        return
+    if not config.engine.remote:
+        yield Finding(
+            FAIL,
+            CONFIGURATION,
+            "engine: local; `hero worker` runs stories sent through Celery",
+            f"set `engine: celery` (with broker_url and target_remote) in {ROLES_FILE}",
+        )
+        return
+    roles = ", ".join(config.roles)
+    yield Finding(
+        OK,
+        CONFIGURATION,
+        f"{ROLES_FILE} loads as a `hero worker`'s home (engine: celery; its clone of "
+        f"target_remote stands in for target_repo); roles {roles}",
+    )
+    for notice in config.notices:
+        yield Finding(WARN, CONFIGURATION, notice)
+    celery = celery_installed()
+    yield celery
+    yield from cheap_checks(config, repository=False)
+    if config.safety.sandbox != "none":
+        yield limits(config)
+        yield home_tools(config)
+    if quick:
+        return
+    yield from models(config, model_timeout_s)
+    yield from push_remotes(config, github=False)
+    if celery.status == OK:  # without redis-py, the celery line said what to install
+        yield from redis_servers(config)
+
+
+def celery_installed() -> Finding:
+    """Celery and redis-py import here (the extra `hero worker` runs on)."""
+    from hero.engine.app import missing
+
+    problem = missing()
+    if problem is not None:
+        return Finding(FAIL, "celery", problem)
+    return Finding(OK, "celery", "Celery and redis-py are installed")
 
 
 def cheap_checks(config: Config, *, repository: bool) -> Iterator[Finding]:

@@ -163,11 +163,12 @@ def _key_place(role: RoleConfig) -> str:
     return source
 
 
-def push_remotes(config: Config) -> Iterator[Finding]:
+def push_remotes(config: Config, *, github: bool = True) -> Iterator[Finding]:
     """The remote story branches are pushed to answers ``git ls-remote``: the github
-    block's remote of the target repository, the Celery engine's target_remote."""
+    block's remote of the target repository (``github``: not on a worker, which pushes to
+    target_remote only), the Celery engine's target_remote."""
     redactor = Redactor(config.secrets)
-    if config.github is not None:
+    if github and config.github is not None:
         yield _ls_remote(
             config.target_repo,
             config.github.remote,
@@ -184,12 +185,27 @@ def push_remotes(config: Config) -> Iterator[Finding]:
             f"target_remote {shown}",
             f"check target_remote in {ROLES_FILE} and this machine's access to it",
             redactor,
+            empty=(
+                "it has no branch yet: a worker starts each story from the base branch as "
+                "the remote has it",
+                "push the base branch there (docs/celery.md)",
+            ),
         )
 
 
-def _ls_remote(cwd: Path, remote: str, what: str, fix: str, redactor: Redactor) -> Finding:
+def _ls_remote(
+    cwd: Path,
+    remote: str,
+    what: str,
+    fix: str,
+    redactor: Redactor,
+    *,
+    empty: tuple[str, str] | None = None,
+) -> Finding:
+    """``git ls-remote --heads``'s finding; ``empty``: the warning (what, fix) when it lists
+    no branch."""
     try:
-        git(
+        heads = git(
             cwd if cwd.is_dir() else Path("/"),
             "ls-remote",
             "--heads",
@@ -202,6 +218,8 @@ def _ls_remote(cwd: Path, remote: str, what: str, fix: str, redactor: Redactor) 
         )
     except GitError as exc:
         return Finding(FAIL, what, redactor.redact(one_line(exc)), fix)
+    if empty is not None and not heads.strip():
+        return Finding(WARN, what, f"reachable, but {empty[0]}", empty[1])
     return Finding(OK, what, "reachable")
 
 

@@ -63,7 +63,7 @@ from typing import Any
 
 from hero.config.home import Config
 from hero.config.loader import load_config
-from hero.config.schema import ConfigError
+from hero.config.schema import ConfigError, UnknownKeyError
 from hero.daemon.inbox import is_plan_dir
 from hero.daemon.overlap import blockers, repo_key, running_on, wait_reason
 from hero.daemon.queue import Admit, Entry, admit, arrange, duplicate_reason
@@ -87,11 +87,16 @@ _MIN_CUT_WIDTH = 12
 # ----------------------------------------------------------------------------- collect
 
 
-def collect_status(home: Path, *, now: float | None = None) -> dict[str, Any]:
-    """The status of the home as plain data (what ``hero status --json`` prints)."""
+def collect_status(
+    home: Path, *, now: float | None = None, strict_keys: bool = False
+) -> dict[str, Any]:
+    """The status of the home as plain data (what ``hero status --json`` prints).
+    ``strict_keys``: an unknown key in a config file raises its UnknownKeyError (`hero
+    status`) rather than being shown without the configuration (the status page, whose
+    `hero serve` checked the files as it started)."""
     home = Path(home)
     now = time.time() if now is None else now
-    config = _config(home)
+    config = _config(home, strict_keys=strict_keys)
     stories = _story_rows(home, now, settings(config.budgets) if config else None)
     queue, rejected = _inbox(home, now)
     mode = config.overlap if config else None
@@ -195,11 +200,16 @@ def _plan_folders(directory: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def _config(home: Path) -> Config | None:
+def _config(home: Path, *, strict_keys: bool) -> Config | None:
     """The home's configuration (its budgets, its overlap setting, its repository); None when
-    it cannot be read (status still shows everything else)."""
+    it cannot be read (status still shows everything else), save for an unknown key with
+    ``strict_keys``."""
     try:
         return load_config(home, roles=())
+    except UnknownKeyError:
+        if strict_keys:
+            raise
+        return None
     except (ConfigError, OSError):
         return None
 

@@ -16,7 +16,7 @@ from mcp_support import SERVER, add_servers, free_port, http_server
 from hero.agent.mcp.servers import McpServers
 from hero.config.loader import load_config
 from hero.config.mcp import McpServer
-from hero.config.schema import ConfigError
+from hero.config.schema import ConfigError, UnknownKeyError
 from hero.doctor import FAIL, OK, run_all
 from hero.llm.scripted import ScriptedModel
 from hero.sandbox.bwrap import build
@@ -96,6 +96,18 @@ def test_a_bad_server_is_an_error_naming_the_server_and_the_key(
 
     assert key in caught.value.key and words in caught.value.message, str(caught.value)
     assert caught.value.exit_code == 2
+
+
+def test_a_secret_pasted_as_a_server_name_in_config_local_is_not_shown(
+    scripted: Callable[..., ScriptedModel], make_home: Callable[..., Path]
+) -> None:
+    home = make_home(scripted([]))
+    add_servers(home, {"docs": {"command": ["x"]}}, {TOKEN: {"env": {}}})
+
+    with pytest.raises(UnknownKeyError) as caught:
+        load_config(home)
+
+    assert TOKEN not in str(caught.value) and "not shown" in caught.value.key
 
 
 # --------------------------------------------------------------------------- streamable HTTP
