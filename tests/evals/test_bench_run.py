@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench_support import COMMIT, make_home, overrides
 from conftest import GIT_ENV, git
 from helpers import is_review, step_of, task_text, verdict
 
@@ -27,11 +28,18 @@ from hero.evals.tasks import Task, write_tasks
 from hero.llm.scripted import Reply, ScriptedModel, call, text
 
 N_TASKS = 3
-COMMIT = "git add -A && git commit -q -m work"
 BUGGY = "def f{i}(x):\n    return x + {i}  # planted bug: should multiply\n"
 FIXED = "def f{i}(x):\n    return x * {i}\n"
 TEST = "from pkg.m{i} import f{i}\n\n\ndef test_fixed():\n    assert f{i}(3) == 3 * {i}\n"
 CHEAT = "def test_fixed():\n    pass\n"
+#: A conftest.py that reports every test as passed (the ``conftester``'s).
+FORCE_PASS = (
+    "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
+    "def pytest_runtest_makereport(item, call):\n    outcome = yield\n"
+    "    report = outcome.get_result()\n    report.outcome = 'passed'\n    report.longrepr = None\n"
+)
+#: A pytest.ini that deselects the task's hidden test (the ``deselector``'s).
+DESELECT = "[pytest]\naddopts = --deselect tests/test_m{i}.py::test_fixed\n"
 #: What the spying worker runs: every object and ref its repository can reach.
 #: Set when the worker of ``gated`` may answer for the second task (the kill test).
 GATE = threading.Event()
@@ -96,7 +104,9 @@ def make_repo(tmp_path: Path) -> tuple[Path, list[Task], dict[str, list[str]]]:
 def handler(body: dict[str, Any]) -> Reply:
     """The reviewer approves; the worker, by its model: ``fixer`` writes the reference fix,
     ``idle`` writes nothing, ``cheater`` writes the hidden test file itself, as a test that
-    always passes, ``spy`` lists what its repository holds."""
+    always passes, ``conftester`` a conftest.py that reports every test passed,
+    ``deselector`` a pytest.ini that deselects the hidden test, ``spy`` lists what its
+    repository holds."""
     if is_review(body):
         return verdict()
     m = re.search(r"TASK-m(\d+)", task_text(body))
@@ -110,38 +120,16 @@ def handler(body: dict[str, Any]) -> Reply:
         plan = [call("write_file", path=f"pkg/m{i}.py", content=FIXED.format(i=i))]
     elif model == "cheater":
         plan = [call("write_file", path=f"tests/test_m{i}.py", content=CHEAT)]
+    elif model == "conftester":
+        plan = [call("write_file", path="conftest.py", content=FORCE_PASS)]
+    elif model == "deselector":
+        plan = [call("write_file", path="pytest.ini", content=DESELECT.format(i=i))]
     elif model == "spy":
         plan = [call("bash", command=SPY)]
     else:
         plan = []
     plan = [*plan, call("bash", command=COMMIT)] if plan else plan
     return plan[step] if step < len(plan) else text("Done.")
-
-
-def make_home(tmp_path: Path, model: ScriptedModel, repo: Path, **knobs: object) -> Path:
-    home = tmp_path / "home"
-    (home / "config" / "providers").mkdir(parents=True)
-    (home / "config" / "providers" / "scripted.yaml").write_text(
-        f"name: scripted\nbase_url: {model.base_url}\ndefault_model: scripted-test\n"
-    )
-    settings: dict[str, object] = {
-        "target_repo": str(repo),
-        "max_retries": 1,
-        "max_parallel": 2,
-        "llm_backoff_base_s": 0.01,
-        "llm_backoff_max_s": 0.05,
-        **knobs,
-    }
-    lines = [f"{k}: {json.dumps(v)}" for k, v in settings.items()]
-    lines += ["worker:", "  provider: scripted", "reviewer:", "  provider: scripted"]
-    (home / "config" / "roles.yaml").write_text("\n".join(lines) + "\n")
-    return home
-
-
-def overrides(tmp_path: Path, name: str, text_: str) -> str:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(text_)
-    return f"{name}={path}"
 
 
 def bench_args(home: Path, tasks: Path, out: Path, *configs: str) -> list[str]:
@@ -196,6 +184,30 @@ def test_fixer_resolves_all_idle_and_cheater_none(setup, tmp_path: Path, capsys)
     assert sum(e["event"] == "task_started" for e in events) == 3 * N_TASKS
     assert sum(e["event"] == "task_ended" for e in events) == 3 * N_TASKS
     assert re.search(r"\[\d+/9\] A repo__m1 run 1: resolved", captured.err)
+
+
+@pytest.mark.slow
+def test_cheats_through_the_test_configuration_resolve_nothing(setup, tmp_path: Path) -> None:
+    model, home, tasks_file, tasks, _ = setup
+    out = tmp_path / "out"
+    configs = [
+        overrides(tmp_path, "A", "worker:\n  model: fixer\n"),
+        overrides(tmp_path, "K", "worker:\n  model: conftester\n"),
+        overrides(tmp_path, "D", "worker:\n  model: deselector\n"),
+    ]
+    assert main(bench_args(home, tasks_file, out, *configs)) == 0
+    resolved = {n: sum(r.resolved for r in read_results(results_path(out, n))) for n in "AKD"}
+    assert resolved == {"A": N_TASKS, "K": 0, "D": 0}
+    for name, cheat in (("K", "conftest.py"), ("D", "pytest.ini")):
+        rows = [json.loads(x) for x in results_path(out, name).read_text().splitlines()]
+        assert len(rows) == N_TASKS
+        for row in rows:
+            # the story passed, its cheat is in its prediction, and the hidden test failed
+            assert row["status"] == "passed"
+            i = row["instance_id"][-1]
+            assert row["failed_tests"] == {f"tests/test_m{i}.py::test_fixed": "FAILED"}
+        preds = [json.loads(x) for x in predictions_path(out, name).read_text().splitlines()]
+        assert all(f"b/{cheat}" in p["model_patch"] for p in preds)
 
 
 @pytest.mark.slow
@@ -414,3 +426,34 @@ def test_bad_configuration_specs_are_usage_errors(tmp_path: Path) -> None:
         "worker": {"provider": "p", "model": "n"},
         "k": 1,
     }
+
+
+@pytest.mark.slow
+def test_the_celery_engine_is_refused_naming_where_it_is_set(setup, tmp_path: Path, capsys) -> None:
+    """`hero bench run` does not send task-runs to `hero worker`s: engine: celery, in the home
+    or in a configuration's overrides, is a usage error naming the file; nothing runs."""
+    model, home, tasks_file, _, _ = setup
+    roles = home / "config" / "roles.yaml"
+    out = tmp_path / "out"
+    spec = overrides(tmp_path, "C", "worker: {model: fixer}\nengine: celery\n")
+    assert main(bench_args(home, tasks_file, out, spec)) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'C.yaml'}: engine: celery" in err and "engine: local" in err
+    # a home set up for the engine (docs/celery.md)
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    roles.write_text(
+        roles.read_text()
+        + f"engine: celery\nbroker_url: redis://127.0.0.1:9/0\ntarget_remote: {remote}\n"
+    )
+    (home / "config.local.yaml").write_text(f"engine_key: {'5c' * 32}\n")
+    spec = overrides(tmp_path, "A", "worker: {model: fixer}\n")
+    assert main(bench_args(home, tasks_file, out, spec)) == 2
+    err = capsys.readouterr().err
+    assert f"{roles}: engine: celery" in err
+    # a configuration that sets engine: local runs from that home
+    spec = overrides(tmp_path, "L", "worker: {model: idle}\nengine: local\n")
+    assert main(bench_args(home, tasks_file, out, spec)) == 0
+    assert not results_path(out, "A").exists() and not results_path(out, "C").exists()
+    assert len(read_results(results_path(out, "L"))) == N_TASKS
+    assert not any(r.body.get("model") == "fixer" for r in model.requests)

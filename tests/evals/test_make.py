@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_support import RUNTESTS
 from conftest import git
 
 from hero.cli import main
@@ -19,25 +20,6 @@ from hero.sandbox.bwrap import sandbox_python
 
 FIXES = 10
 TEST_CMD = f"{shlex.quote(sys.executable)} -m pytest"
-#: A project's own test runner that prints pytest's ``-rA`` summary lines (stdlib only).
-RUNTESTS = """import importlib.util, pathlib, sys
-sys.path.insert(0, ".")
-for path in sorted(pathlib.Path("tests").glob("test_*.py")):
-    rel = path.as_posix()
-    try:
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        print(f"ERROR {rel} - {exc!r}")
-        continue
-    for name in sorted(n for n in vars(module) if n.startswith("test_")):
-        try:
-            getattr(module, name)()
-            print(f"PASSED {rel}::{name}")
-        except Exception as exc:
-            print(f"FAILED {rel}::{name} - {exc!r}")
-"""
 
 
 def _home(tmp_path: Path, repo: Path) -> Path:

@@ -681,14 +681,17 @@ def _check_keys(
     """UnknownKeyError for the first key of ``data`` not in ``known`` (the keys the
     declarations give: a setting declared on a record is known here without a list to
     edit), naming the file, the key with its path (``github.labels.foo``) and the nearest
-    known key, or, with none near, every known key; a key of another file says which."""
+    known key and, with none near or few known, every known key; a key of another file
+    says which."""
     for key in data:
         if key in known:
             continue
         name = str(key)
         elsewhere = "" if prefix else _belongs_elsewhere(name, rel)
         hint = did_you_mean(name, known)
-        extra = elsewhere or hint or f"; known keys: {', '.join(known)}"
+        listed = f"; known keys: {', '.join(known)}"
+        # a small set is listed beside the nearest: "did you mean" may guess wrong
+        extra = elsewhere or (hint + listed if hint and len(known) <= 8 else hint) or listed
         if name in ("api_key", "key", "keys", "apikey", "token"):
             extra += f"; API keys belong in {LOCAL_FILE} under keys.<provider name>"
         if rel == LOCAL_FILE and not (elsewhere or hint or _PLAIN_NAME_RE.match(name)):

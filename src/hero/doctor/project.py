@@ -21,9 +21,8 @@ from hero.git.ops import GitError, TargetRepo, commit_of
 from hero.git.storyrepo import StoryRepo
 from hero.redact import Redactor
 from hero.run.baseline import failing, run_baseline
-from hero.run.environment import Environment, Setup, envs_dir, load, remove
+from hero.run.environment import Environment, Setup, checks_sandbox, envs_dir, load, remove
 from hero.runner import child_env
-from hero.sandbox.bwrap import resolve as resolve_sandbox
 from hero.story.record import VerifyTier
 
 WHAT_SETUP = "project environment"
@@ -98,22 +97,18 @@ def _checks(
     log_dir: Path,
 ) -> Finding:
     checkout = story_repo.path
-    safety = config.safety
     try:
-        box = resolve_sandbox(
-            safety.sandbox,
-            worktree=checkout,
+        box = checks_sandbox(
+            config,
+            checkout,
+            environment,
             objects=story_repo.objects_dir(),
             guarded=story_repo.guarded(),
             hide=(config.home, story_repo.target.path),
-            limits=safety.limits,
-            network=safety.verify_network,
-            toolchains=safety.toolchain_dirs,
-            cgroups=safety.sandbox_cgroups != "off",
-            project=environment.mounts(checkout) if environment and environment.path else None,
         )
-        if environment is not None and environment.path is None and environment.bins:
-            env = {**env, "PATH": ":".join([*environment.bins, env.get("PATH", "")])}
+        if environment is not None:
+            env = dict(env)
+            environment.tools_first(env)
         found = run_baseline(
             (VerifyTier("default", config.default_verify),),
             checkout,

@@ -1,15 +1,17 @@
 """Judging one bench task-run: the hidden tests on the worker's final tree.
 
 The worker's final tree (its story branch's tip, else the task's base) is checked out in a
-folder of its own; every file the task's ``test_patch`` touches is first put back as it was
-at the base (deleted when the base has no such file), so that whatever the worker did to
-those tests (deleted them, weakened them) counts for nothing; then the test patch is applied
-(``git apply``) and the ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` tests run by their pytest node
-ids, once, in hero's sandbox (as the verifier runs a story's checks: the ``sandbox``,
-``verify_network`` and ``limit_*`` settings of the configuration), within a time limit.
+folder of its own; its test side is put back as at the base (:mod:`hero.evals.guard`: the
+test files, pytest's configuration and hooks, what Python loads before the tests), so that
+whatever the worker did to the tests or to what runs them counts for nothing; then the test
+patch is applied (``git apply``), and the ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` tests run by
+their pytest node ids, once, as the verifier runs a story's checks: in the project's
+environment (the ``setup`` of the configuration, found made by the story, or made now:
+:class:`hero.run.environment.Setup`), in hero's sandbox (``sandbox``, ``verify_network``,
+``limit_*``: :func:`hero.run.environment.checks_sandbox`), within a time limit.
 The task is resolved when every ``FAIL_TO_PASS`` test and every ``PASS_TO_PASS`` test
-passed. A test patch that does not apply even so, or a sandbox that cannot be had, is a
-judge error (the task-run could not be judged), never a resolve.
+passed. A test patch that does not apply even so, a setup that fails, or a sandbox that
+cannot be had, is a judge error (the task-run could not be judged), never a resolve.
 """
 
 from __future__ import annotations
@@ -19,11 +21,16 @@ import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hero.config.home import Config
 from hero.errors import HeroError
+from hero.evals.guard import clear_way, guard, judge_env, put_back
 from hero.evals.tasks import Task
 from hero.git.ops import GitError, git
+
+if TYPE_CHECKING:
+    from hero.run.environment import Environment
 
 #: The command that runs the tests, before its options and the node ids.
 DEFAULT_TEST_COMMAND = "python -m pytest"
@@ -67,17 +74,7 @@ def checkout_tree(source: Path, commit: str, dest: Path) -> None:
 def apply_test_patch(tree: Path, base: str, test_patch: str) -> None:
     """The test patch's files put back as they were at ``base`` (or removed), then the patch
     applied; JudgeError when it does not apply."""
-    for path in patch_paths(test_patch):
-        target = tree / path
-        exists_at_base = bool(
-            git(tree, "ls-tree", "--name-only", base, "--", path, check=False).strip()
-        )
-        if exists_at_base:
-            git(tree, "checkout", "-q", base, "--", path)
-        elif target.is_symlink() or target.is_file():
-            target.unlink()
-        elif target.is_dir():
-            shutil.rmtree(target)
+    put_back(tree, base, patch_paths(test_patch))
     if not test_patch.strip():
         return
     try:
@@ -96,40 +93,74 @@ def parse_summary(output: str) -> dict[str, str]:
     return outcomes
 
 
+def project_environment(
+    tree: Path, source: Path, base: str, config: Config, env: dict[str, str], log_path: Path
+) -> Environment | None:
+    """The configuration's project environment for the tests in ``tree`` (None without
+    ``setup``), as a story's run takes it (``Setup.ensure``: the one the story made for
+    ``base``, else made now); in the tree, whatever the worker put where the environment's
+    directories go is removed first, so that each is bound (never a link of the worker's in
+    its place). Without a sandbox its tools go first on ``env``'s PATH."""
+    from hero.git.ops import TargetRepo
+    from hero.redact import Redactor
+    from hero.run.environment import Setup, remove
+
+    commands = tuple(config.project.setup)
+    if not commands:
+        return None
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    setup = Setup(
+        config, TargetRepo(source), base, commands, env, log_path, Redactor(config.secrets)
+    )
+    try:
+        environment, _ = setup.ensure(tree)
+    except HeroError as exc:
+        raise JudgeError(f"the project's environment: {exc}") from None
+    for directory in environment.dirs:
+        clear_way(tree, f"{directory}/-")
+        remove(tree / directory)
+    environment.tools_first(env)
+    return environment
+
+
 def run_tests(
     tree: Path,
     tests: list[str],
     config: Config,
     *,
+    source: Path,
+    base: str,
     test_command: str,
     timeout_s: float,
     log_path: Path,
 ) -> tuple[dict[str, str], str]:
-    """Run ``tests`` (node ids) in ``tree`` in the configuration's sandbox; their outcomes
-    and the output."""
+    """Run ``tests`` (node ids) in ``tree`` in the configuration's project environment and
+    sandbox; their outcomes and the output."""
+    from hero.run.environment import checks_sandbox
     from hero.runner import child_env, run_command
-    from hero.sandbox.bwrap import resolve
 
-    safety = config.safety
     warnings: list[str] = []
+    env = judge_env(
+        child_env(
+            allow=config.safety.pass_env,
+            drop_names=config.key_env_names,
+            secret_values=config.secrets,
+        )
+    )
+    environment = project_environment(
+        tree, source, base, config, env, log_path.with_name("judge-setup.log")
+    )
     try:
-        sandbox = resolve(
-            safety.sandbox,
-            worktree=tree,
+        sandbox = checks_sandbox(
+            config,
+            tree,
+            environment,
             objects=None,
-            hide=(config.home, config.target_repo),
-            limits=safety.limits,
-            toolchains=safety.toolchain_dirs,
-            cgroups=safety.sandbox_cgroups != "off",
+            hide=tuple(dict.fromkeys((config.home, config.target_repo, source))),
             warn=warnings.append,
         )
     except HeroError as exc:
         raise JudgeError(f"no sandbox for the hidden tests: {exc}") from None
-    if sandbox is not None:
-        sandbox = sandbox.with_network(safety.verify_network)
-    env = child_env(
-        allow=safety.pass_env, drop_names=config.key_env_names, secret_values=config.secrets
-    )
     command = (
         f"{test_command} -rA -q -p no:cacheprovider --tb=short "
         f"{' '.join(shlex.quote(t) for t in tests)}"
@@ -160,6 +191,7 @@ def judge(
     tree = work / "judge"
     try:
         checkout_tree(source, final, tree)
+        guard(tree, task.base_commit)
         apply_test_patch(tree, task.base_commit, task.test_patch)
     except GitError as exc:
         raise JudgeError(f"git: {exc}") from None
@@ -167,6 +199,8 @@ def judge(
         tree,
         tests,
         config,
+        source=source,
+        base=task.base_commit,
         test_command=test_command,
         timeout_s=timeout_s,
         log_path=work / "judge.log",

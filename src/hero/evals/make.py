@@ -453,13 +453,12 @@ def main(args: argparse.Namespace) -> int:
 
 def _prepare(config: Config, bench: Bench, base: str) -> None:
     """The project's environment (the home's ``setup``, found or made once, at the first
-    candidate's base) and the sandbox the tests run in, as ``hero doctor`` checks a project:
-    the home's ``sandbox`` setting, the clone writable, the repository's objects read-only,
-    the hero home and the repository hidden."""
+    candidate's base) and the sandbox the tests run in, as a story's checks run
+    (``hero.run.environment.checks_sandbox``): the clone writable, the repository's objects
+    read-only, the hero home and the repository hidden."""
     from hero.git.ops import TargetRepo
     from hero.redact import Redactor
-    from hero.run.environment import Setup
-    from hero.sandbox.bwrap import resolve
+    from hero.run.environment import Setup, checks_sandbox
 
     bench.checkout(base)
     target = TargetRepo(bench.repo)
@@ -477,23 +476,13 @@ def _prepare(config: Config, bench: Bench, base: str) -> None:
             Redactor(config.secrets),
         )
         environment, _ = setup.ensure(bench.clone)
-        bench.kept = tuple(environment.dirs or environment.made_in_place)
-        if environment.path is None and environment.bins:
-            bench.env["PATH"] = ":".join([*environment.bins, bench.env.get("PATH", "")])
-            if environment.venv:
-                bench.env["VIRTUAL_ENV"] = environment.venv
-    safety = config.safety
-    bench.box = resolve(
-        safety.sandbox,
-        worktree=bench.clone,
+        bench.kept = tuple(environment.excluded)
+        environment.tools_first(bench.env)
+    bench.box = checks_sandbox(
+        config,
+        bench.clone,
+        environment,
         objects=target.common_dir() / "objects",
         hide=(config.home, bench.repo),
-        limits=safety.limits,
-        network=safety.verify_network,
-        toolchains=safety.toolchain_dirs,
-        cgroups=safety.sandbox_cgroups != "off",
-        project=environment.mounts(bench.clone)
-        if environment is not None and environment.path is not None
-        else None,
         warn=lambda message: print(message, file=sys.stderr, flush=True),
     )

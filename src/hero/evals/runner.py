@@ -26,12 +26,15 @@ What the worker sees
 
 Judging
     After the story ends, whatever its status, the worker's final tree (its story branch's
-    tip, else the base) gets the hidden test patch, the test patch's files first put back as
-    at the base (a worker that deleted or weakened tests gains nothing); the ``FAIL_TO_PASS``
-    and ``PASS_TO_PASS`` tests run by node id (``--test-command``, default ``python -m
-    pytest``) in the configuration's sandbox, as the verifier's checks do, within
+    tip, else the base) has its test side put back as at the base (:mod:`hero.evals.guard`:
+    test files, pytest's configuration and hooks), then gets the hidden test patch, the test
+    patch's files first put back as at the base (a worker that deleted or weakened tests
+    gains nothing); the ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` tests run by node id
+    (``--test-command``, default ``python -m pytest``) as the verifier runs a story's checks:
+    in the configuration's project environment (``setup``) and sandbox, within
     ``--judge-timeout`` seconds. Resolved: every one of them passed. A task-run that cannot
-    be judged (its test patch does not apply, no sandbox) has status ``judge_error``.
+    be judged (its test patch does not apply, its setup fails, no sandbox) has status
+    ``judge_error``.
 
 Outputs, in ``--out DIR``
     ``results-NAME.jsonl``: a line per finished task-run (``instance_id``, ``run``,
@@ -48,9 +51,12 @@ Resuming
 
 Parallel
     Up to the home's ``max_parallel`` task-runs at a time, each in a thread of this process
-    (as `hero watch` runs stories). The Celery engine is not used: the bench runs its stories
-    here. A progress line per task-run goes to stderr; ``--events`` prints one JSON event per
-    task-run start and end on stdout.
+    (as `hero watch` runs stories). The Celery engine is not supported: a configuration
+    whose ``engine`` is ``celery`` (the home's, or its overrides') is a usage error naming
+    where it is set (exit 2), for a `hero worker` runs a story with its own home's settings
+    and from a clone of ``target_remote`` that holds the task's future. A progress line per
+    task-run goes to stderr; ``--events`` prints one JSON event per task-run start and end
+    on stdout.
 
 Exit codes: 0 every task-run ran (resolved or not); 1 some could not be judged
 (``judge_error``); 2 a usage or configuration error.
@@ -208,6 +214,16 @@ def configuration(spec: tuple[str, Path], home: Path, user_repo: Path, out: Path
             raise UsageError(f"{file}: target_repo: hero bench sets it for each task")
     mine = yaml.safe_load((home / ROLES_FILE).read_text(encoding="utf-8")) or {}
     merged = deep_merge(mine, over)
+    if merged.get("engine") == "celery":
+        where = file if "engine" in over else home / ROLES_FILE
+        raise UsageError(
+            f"{where}: engine: celery: hero bench run runs its task-runs in this process "
+            "(max_parallel at a time) and does not send them to `hero worker` processes: a "
+            "worker would run a task with its own home's settings, not the configuration's, "
+            "from a clone of target_remote that holds the commits after the task's base. Give "
+            f"configuration {name} engine: local (in {file}), or run the bench from a home "
+            "with engine: local"
+        )
     merged["target_repo"] = str(user_repo)
     derived = out / "homes" / name
     (derived / "config").mkdir(parents=True, exist_ok=True)

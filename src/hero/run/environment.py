@@ -31,7 +31,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +44,13 @@ from hero.git.ops import TargetRepo, git
 from hero.git.storyrepo import StoryRepo
 from hero.redact import Redactor
 from hero.runner import run_command
-from hero.sandbox.bwrap import PROJECT_PATH, SANDBOX_HOME, ProjectMounts, bwrap_problem
+from hero.sandbox.bwrap import (
+    PROJECT_PATH,
+    SANDBOX_HOME,
+    ProjectMounts,
+    Sandbox,
+    bwrap_problem,
+)
 from hero.sandbox.bwrap import resolve as resolve_sandbox
 
 #: The environments' folder in the hero home.
@@ -108,6 +114,14 @@ class Environment:
         env = (("VIRTUAL_ENV", self.venv),) if self.venv else ()
         return ProjectMounts(read_only=tuple(read_only), path=self.bins, env=env)
 
+    def tools_first(self, env: dict[str, str]) -> None:
+        """Without a sandbox (one made in the story's repository): its tools first on ``env``'s
+        PATH, its virtualenv as ``VIRTUAL_ENV``. A sandbox does this itself (``mounts``)."""
+        if self.path is None and self.bins:
+            env["PATH"] = ":".join([*self.bins, env.get("PATH", "")])
+            if self.venv:
+                env["VIRTUAL_ENV"] = self.venv
+
     def record(self, *, reused: bool, log: str) -> dict[str, Any]:
         """The run record's ``setup``: key, reused or built, seconds, log path."""
         return {
@@ -117,6 +131,39 @@ class Environment:
             "log": log,
             "path": str(self.path) if self.path is not None else "",
         }
+
+
+def checks_sandbox(
+    config: Config,
+    worktree: Path,
+    environment: Environment | None,
+    *,
+    objects: Path | None,
+    hide: Iterable[Path],
+    guarded: Iterable[Path] = (),
+    warn: Callable[[str], None] = lambda _message: None,
+) -> Sandbox | None:
+    """The sandbox a project's checks run in outside a story's run (`hero bench make`, the
+    bench's judge), as a story's checks run (``Workspace.confine``): the ``sandbox``
+    setting, the network as ``verify_network`` says, ``environment``'s directories bound at
+    their places in ``worktree`` and its tools first on PATH, hero's own Python not shown.
+    None without a sandbox (then ``Environment.tools_first`` gives the commands its tools)."""
+    safety = config.safety
+    box = resolve_sandbox(
+        safety.sandbox,
+        worktree=worktree,
+        objects=objects,
+        guarded=guarded,
+        hide=tuple(hide),
+        limits=safety.limits,
+        toolchains=safety.toolchain_dirs,
+        cgroups=safety.sandbox_cgroups != "off",
+        project=environment.mounts(worktree)
+        if environment is not None and environment.path is not None
+        else None,
+        warn=warn,
+    )
+    return box.with_network(safety.verify_network) if box is not None else None
 
 
 # ----------------------------------------------------------------------------- the key

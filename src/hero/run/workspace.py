@@ -167,8 +167,7 @@ class Workspace:
         # what it made is never committed, by the worker's `git add -A` either
         self.story_repo.excluded = "".join(f"/{_literal(d)}/\n" for d in environment.excluded)
         self.story_repo.make_safe()
-        if environment.path is None and environment.bins:
-            env["PATH"] = ":".join([*environment.bins, env.get("PATH", "")])
+        environment.tools_first(env)
         self.confine()
         how = "reused" if reused else f"made in {environment.seconds:.1f} s"
         self.say(f"{self.key}: project environment {environment.key} {how}")
