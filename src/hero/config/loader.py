@@ -70,6 +70,7 @@ from hero.config.sections import (
     WorkerLimits,
 )
 from hero.config.settings import read_all, settings_of
+from hero.config.tools import read_patterns
 from hero.sandbox.limits import Limits
 from hero.yamlio import (
     ValueProblem,
@@ -226,6 +227,11 @@ def _load(
         )
 
     role_blocks = {name: _role_block(data, name) for name in ROLE_NAMES}
+    mcp_servers = read_mcp_servers(data.get("mcp_servers"), local.get("mcp_servers"), secrets)
+    servers = tuple(server.name for server in mcp_servers)
+    for name, block in role_blocks.items():
+        if block is not None:
+            block["tools"] = read_patterns(data[name].get("tools"), role=name, servers=servers)
 
     github = _github(data.get("github"), github_token, env)
     engine = _engine(values, local, env, secrets, notices)
@@ -240,7 +246,6 @@ def _load(
             raise ConfigError(ROLES_FILE, name, _role_missing_message(name))
         loaded[name] = _resolve_role(name, block, providers, local_keys, env)
 
-    mcp_servers = read_mcp_servers(data.get("mcp_servers"), local.get("mcp_servers"), secrets)
     config = Config(
         home=home,
         target_repo=target_repo,
@@ -578,6 +583,7 @@ def _resolve_role(
         api_key=key,
         max_output_tokens=block["max_output_tokens"],
         key_source=source,
+        tools=block.get("tools"),
     )
 
 

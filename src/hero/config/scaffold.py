@@ -90,10 +90,13 @@ worker:
 #   model: gpt-5
 #   reasoning_effort: medium
 
-# The Reviewer reads the diff and the checks' output and approves or asks for changes.
+# The Reviewer reads the diff and the checks' output and approves or asks for changes. With
+# tools (by default the read-only read_file, ls, grep, find, git_log, git_show) it may look
+# at the repository outside the diff first; `tools: []` keeps it to one request.
 reviewer:
   provider: local
   # model: qwen2.5-coder:32b
+  # tools: []
 # Alternative:
 # reviewer:
 #   provider: openai

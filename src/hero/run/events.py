@@ -370,10 +370,13 @@ class StoryEvents:
                 tool_calls=[str(c.get("name")) for c in calls],
             )
         elif kind == Event.REVIEW_ANSWER:
+            calls = record.get("tool_calls") or []
+            for call in calls:
+                self._arguments[str(call.get("id"))] = str(call.get("arguments") or "")
             self.emit(
                 EventType.TURN,
                 role="reviewer",
-                turn=None,
+                turn=record.get("turn"),
                 tokens_in=record.get("tokens_in", 0),
                 tokens_out=record.get("tokens_out", 0),
                 tokens_cached=record.get("tokens_cached", 0),  # in the trace since metrics
@@ -381,7 +384,7 @@ class StoryEvents:
                 duration_s=record.get("http_s"),
                 finish_reason=None,
                 text=self._text(record.get("content")),
-                tool_calls=[],
+                tool_calls=[str(c.get("name")) for c in calls],
             )
         elif kind == Event.TOOL_START:
             call_id = str(record.get("id"))

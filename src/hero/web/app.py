@@ -17,8 +17,10 @@ Safe by default (docs/serve.md, "Security"):
   header.
 
 Pages and API share one source (:mod:`hero.web.data`); each answer has an ETag made from the
-size and mtime of the files it reads, so a page polled while nothing changes costs a few
-``stat`` calls and a 304. The routes are plain functions: Starlette runs them in its
+size, mtime and inode of the files it reads, looked up on every request, so a page polled
+while nothing changes costs a few ``stat`` calls and a 304, and a change is seen by the next
+request. The board and the API's answers are kept by ETag: made once per version however
+many clients ask for it. The routes are plain functions: Starlette runs them in its
 thread pool, so no file read blocks the event loop.
 """
 
@@ -66,12 +68,6 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 #: Answers kept by ETag (:meth:`_Pages._once`).
 MADE_KEPT = 32
-#: The board's version (the size and mtime of its files) is looked up at most this often:
-#: while stories run it changes on every turn of each, and fifty clients polling it would
-#: otherwise have it looked up and rendered again and again, in the daemon's process under
-#: `hero watch --serve` (bench/serve.py). The board is at most this much older than its files.
-BOARD_RECHECK_S = 0.5
-
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -277,8 +273,6 @@ class _Pages:
         # One render at a time: the clients that ask for a version being made wait for it
         # instead of each making it again (they all ask at once when it changes).
         self._making = threading.Lock()
-        self._board_sig = ""
-        self._board_at = -BOARD_RECHECK_S  # time.monotonic() of the last look-up
 
     # -- helpers
 
@@ -308,6 +302,8 @@ class _Pages:
                     kept = self._made.get(etag)
                 if kept is None:
                     made = make()
+                    if made.status_code != 200:  # a refusal: neither kept nor tagged
+                        return made
                     kept = (made.status_code, bytes(made.body), made.media_type or "")
                     with self._lock:
                         self._made[etag] = kept
@@ -323,25 +319,14 @@ class _Pages:
 
     # -- the board
 
-    def _board_signature(self) -> str:
-        """The board's version, looked up again once it is BOARD_RECHECK_S old."""
-        now = time.monotonic()
-        with self._lock:
-            if now - self._board_at < BOARD_RECHECK_S:
-                return self._board_sig
-        sig = data.board_signature(self.site)
-        with self._lock:
-            self._board_sig, self._board_at = sig, now
-        return sig
-
     def board(self, request: Request) -> Response:
-        etag = self._etag("board", self._board_signature())
+        etag = self._etag("board", data.board_signature(self.site))
         return self._fresh(request, etag) or self._once(
             etag, lambda: self._html("board.html", etag, board=data.board(self.site))
         )
 
     def api_stories(self, request: Request) -> Response:
-        etag = self._etag("api-board", self._board_signature())
+        etag = self._etag("api-board", data.board_signature(self.site))
         return self._fresh(request, etag) or self._once(
             etag, lambda: _json(data.board(self.site), etag)
         )
@@ -377,13 +362,14 @@ class _Pages:
         if ref is None:
             return _error(404, "no such story")
         etag = self._etag("api-story", data.story_signature(self.site, ref))
-        fresh = self._fresh(request, etag)
-        if fresh is not None:
-            return fresh
-        found = data.story(self.site, ref)
-        if found is None:
-            return _error(404, f"no story {ref.key} has run")
-        return _json(found, etag)
+
+        def make() -> Response:
+            found = data.story(self.site, ref)
+            return (
+                _error(404, f"no story {ref.key} has run") if found is None else _json(found, etag)
+            )
+
+        return self._fresh(request, etag) or self._once(etag, make)
 
     # -- a plan
 
@@ -409,10 +395,15 @@ class _Pages:
 
     def api_plan(self, request: Request) -> Response:
         name = str(request.path_params["name"])
-        found = data.plan(self.site, name) if len(name) <= 100 else None
-        if found is None:
+        if len(name) > 100:
             return _error(404, "no such plan")
-        return _json(found, None)
+        etag = self._etag("api-plan", data.plan_signature(self.site, name))
+
+        def make() -> Response:
+            found = data.plan(self.site, name)
+            return _error(404, "no such plan") if found is None else _json(found, etag)
+
+        return self._fresh(request, etag) or self._once(etag, make)
 
     # -- raw files
 

@@ -81,7 +81,7 @@ class Site:
 
 
 def signature(*parts: Iterable[Path] | Path | str) -> str:
-    """A short hash of the size and mtime of every path (and the strings) given: the ETag
+    """A short hash of the size, mtime and inode of every path (and the strings) given: the ETag
     of a page, computed without reading or rendering anything, so an idle page costs a
     few ``stat`` calls and a 304."""
     digest = hashlib.blake2b(digest_size=12)
@@ -93,7 +93,10 @@ def signature(*parts: Iterable[Path] | Path | str) -> str:
                 continue
             try:
                 st = item.stat(follow_symlinks=False)
-                digest.update(f"{item}|{st.st_size}|{st.st_mtime_ns}\0".encode("utf-8", "replace"))
+                # the inode too: a file replaced (hero writes its records to a new file, then
+                # renames it) within the clock's tick, at the same size, is still new
+                stamp = f"{item}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}\0"
+                digest.update(stamp.encode("utf-8", "replace"))
             except OSError:
                 digest.update(f"{item}|-\0".encode("utf-8", "replace"))
     return digest.hexdigest()

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from hero.errors import HeroError
 
@@ -49,25 +49,9 @@ class ToolContext:
     # puts back what hero owns of the story's git directory (StoryRepo.make_safe); its note
     # goes to the tool result
     before_git: Callable[[], str] | None = None
-    # tools that are not hero's own (MCP servers' tools: hero.agent.mcp), by the name the
-    # model sees; their schemas go into the request after hero's own
-    external: tuple[External, ...] = ()
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
-
-
-class External(Protocol):
-    """A tool that is not hero's own, as the loop uses it: ``hero.agent.tools.external``'s
-    ``ExternalTool`` (here as a protocol: that module builds on this one)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def call(self) -> Callable[[str | None], ToolOutcome]: ...
-
-    def schema(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
