@@ -289,3 +289,32 @@ def test_an_http_servers_tool_is_called_and_its_header_secret_is_never_shown(
     trace = (home / "runs" / "s1" / "round-1.jsonl").read_text()
     assert '"web__header"' in trace and SECRET not in trace
     assert SECRET not in json.dumps([r.body for r in model.requests])
+
+
+@pytest.mark.slow
+def test_a_workers_tools_setting_picks_a_servers_tools(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    target_repo: Path,
+) -> None:
+    with_server(target_repo)
+    model = scripted(script([call("t__echo", text="picked"), call("t__read_path", path="x")]))
+    home = make_home(model, sandbox="auto")
+    roles = home / "config" / "roles.yaml"
+    roles.write_text(
+        roles.read_text().replace(
+            "worker:\n  provider: scripted\n",
+            "worker:\n  provider: scripted\n  tools: [write_file, bash, t.echo]\n",
+        )
+    )
+    add_servers(home, {"t": stdio()})
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+
+    assert main(["run", str(story), "--home", str(home)]) == 0
+
+    first = [r.body for r in model.requests if not is_review(r.body)][0]
+    assert [t["function"]["name"] for t in first["tools"]] == ["bash", "write_file", "t__echo"]
+    picked, left_out = tool_messages(model)[:2]
+    assert picked == "echo: picked"
+    assert "unknown tool" in left_out and "t__read_path" in left_out
