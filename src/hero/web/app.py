@@ -48,7 +48,7 @@ from starlette.staticfiles import StaticFiles
 from hero import __version__
 from hero.redact import Redactor
 from hero.views.status import format_cost, format_duration, format_tokens, queue_note
-from hero.web import dag, data
+from hero.web import bench, dag, data
 from hero.web.data import Site
 
 HERE = Path(__file__).resolve().parent
@@ -107,6 +107,11 @@ def create_app(
         Route("/api/stories/{key:path}", pages.api_story),
         Route("/api/plans/{name}", pages.api_plan),
         Route("/api/health", pages.api_health),
+        # `hero bench run`'s output folders and their reports (hero.web.bench)
+        Route("/bench", pages.bench_list),
+        Route("/bench/{name}", pages.bench_folder),
+        Route("/api/bench", pages.api_bench_list),
+        Route("/api/bench/{name}", pages.api_bench_folder),
         Route("/raw/stories/{key:path}/round-{n:int}.jsonl", pages.raw_trace),
         Route("/raw/stories/{key:path}/verify-r{n:int}.log", pages.raw_log),
         # /metrics: the Prometheus exposition (hero.web.metrics)
@@ -405,6 +410,48 @@ class _Pages:
 
         return self._fresh(request, etag) or self._once(etag, make)
 
+    # -- bench folders (hero.web.bench)
+
+    def bench_list(self, request: Request) -> Response:
+        etag = self._etag("bench", bench.listing_signature(self.site))
+        return self._fresh(request, etag) or self._html(
+            "bench.html", etag, listing=bench.listing(self.site)
+        )
+
+    def api_bench_list(self, request: Request) -> Response:
+        etag = self._etag("api-bench", bench.listing_signature(self.site))
+        return self._fresh(request, etag) or _json(bench.listing(self.site), etag)
+
+    def bench_folder(self, request: Request) -> Response:
+        folder = bench.find(self.site, str(request.path_params["name"]))
+        if folder is None:
+            return self._not_found(request, "no such bench folder")
+        etag = self._etag("bench-folder", bench.folder_signature(self.site, folder))
+        fresh = self._fresh(request, etag)
+        if fresh is not None:
+            return fresh
+        shown = bench.page(self.site, bench.show(self.site, folder))
+        return self._html(
+            "bench_folder.html",
+            etag,
+            shown=shown,
+            rate_svg=Markup(shown.get("rate_svg", "")),
+            cost_svg=Markup(shown.get("cost_svg", "")),
+        )
+
+    def api_bench_folder(self, request: Request) -> Response:
+        folder = bench.find(self.site, str(request.path_params["name"]))
+        if folder is None:
+            return _error(404, "no such bench folder")
+        etag = self._etag("api-bench-folder", bench.folder_signature(self.site, folder))
+        fresh = self._fresh(request, etag)
+        if fresh is not None:
+            return fresh
+        found = bench.api(self.site, bench.show(self.site, folder))
+        if "error" in found:  # the folder or a file in it cannot be read: no version to keep
+            return _json(found, None, status=422)
+        return _json(found, etag)
+
     # -- raw files
 
     def raw_trace(self, request: Request) -> Response:
@@ -440,10 +487,10 @@ class _Pages:
         return Response(body, media_type=content_type)
 
 
-def _json(value: Any, etag: str | None) -> Response:
+def _json(value: Any, etag: str | None, status: int = 200) -> Response:
     body = json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8")
     headers = {"ETag": etag} if etag else None
-    return Response(body, media_type="application/json", headers=headers)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 def _when(ts: Any) -> str:
