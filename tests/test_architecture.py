@@ -102,6 +102,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     (  # 11 the records hero reads and writes
         "hero.config.loader",
+        "hero.config.mcp",
         "hero.config.home",
         "hero.config.keys",
         "hero.config.sections",

@@ -57,6 +57,9 @@ class Event(StrEnum):
     """The reviewer's answer, as the model gave it."""
     VERDICT = "verdict"
     """The round's verdict (the reviewer's, or the short circuit that stood in for it)."""
+    MCP = "mcp"
+    """The round's MCP servers as the worker's turn begins: each one's tools, or why it has
+    none (it did not start)."""
 
 
 class Trace:
@@ -201,6 +204,11 @@ class Trace:
 
     def verdict(self, record: Mapping[str, Any]) -> None:
         self.event(Event.VERDICT, **record)
+
+    def mcp(self, servers: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        """The round's MCP servers (each one's tools or its problem) and the schemas of
+        their tools as the model was given them (for ``hero export``)."""
+        self.event(Event.MCP, servers=servers, tools=tools)
 
     def close(self) -> None:
         if self._fh is not None:

@@ -37,6 +37,7 @@ from hero.config.keys import (
     url_credentials,
     url_password,
 )
+from hero.config.mcp import read_mcp_servers
 from hero.config.project import ProjectSettings
 from hero.config.providers import ROLE_SETTINGS, Provider, RoleConfig
 from hero.config.schema import (
@@ -226,7 +227,8 @@ def _load(
         )
 
     role_blocks = {name: _role_block(data, name) for name in ROLE_NAMES}
-    servers = configured_servers_of(data)
+    mcp_servers = read_mcp_servers(data.get("mcp_servers"), local.get("mcp_servers"), secrets)
+    servers = tuple(server.name for server in mcp_servers)
     for name, block in role_blocks.items():
         if block is not None:
             block["tools"] = read_patterns(data[name].get("tools"), role=name, servers=servers)
@@ -269,6 +271,7 @@ def _load(
         github_token=github_token,
         serve_token=serve_token,
         github_api_url=github.api_url if github is not None else _api_url_from(None, env),
+        mcp_servers=mcp_servers,
     )
     for name in loaded:  # a cap that leaves no room for the conversation fails at start-up
         context_limits(config, name)
@@ -478,12 +481,6 @@ def _api_url_from(block_url: str | None, env: Mapping[str, str]) -> str:
     """env GITHUB_API_URL, else the github block's api_url, else GitHub's."""
     chosen = (env.get("GITHUB_API_URL") or "").strip() or block_url or GITHUB_API_URL
     return chosen.rstrip("/")
-
-
-def configured_servers_of(data: Mapping[Any, Any]) -> tuple[str, ...]:
-    """The MCP servers roles.yaml names (``mcp_servers``' keys), for the roles' ``tools``."""
-    servers = data.get("mcp_servers")
-    return tuple(str(k) for k in servers) if isinstance(servers, dict) else ()
 
 
 def _role_missing_message(name: str) -> str:

@@ -189,6 +189,9 @@ LOCAL_EXAMPLES = {
     "engine_key": "# engine_key: <64 hex characters>",
     "notify_webhook": "# notify_webhook: https://hooks.example.com/services/...",
     "serve_token": "# serve_token: <at least 24 characters, e.g. secrets.token_urlsafe(32)>",
+    "mcp_servers": "# mcp_servers:   # the secrets of servers named in config/roles.yaml\n"
+    "#   docs: {env: {DOCS_TOKEN: ...}}\n"
+    "#   tracker: {headers: {Authorization: Bearer ...}}",
 }
 LOCAL_HEADER = """\
 Copy this file to config.local.yaml and fill in your keys (uncomment a line to set it).

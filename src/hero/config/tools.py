@@ -149,5 +149,5 @@ def nearest(name: str, known: Iterable[str]) -> str:
 
 def configured_servers(config: object) -> tuple[str, ...]:
     """The names of the MCP servers ``config`` declares (``mcp_servers``), in order."""
-    servers = getattr(config, "mcp_servers", None) or {}
-    return tuple(servers)
+    servers = getattr(config, "mcp_servers", None) or ()
+    return tuple(str(getattr(server, "name", server)) for server in servers)

@@ -63,6 +63,7 @@ class EventType(StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
     CONDENSE = "condense"
+    MCP = "mcp"
     SETUP = "setup"
     BASELINE = "baseline"
     UPDATED_TO_BASE = "updated_to_base"
@@ -416,6 +417,8 @@ class StoryEvents:
                 elided=len(elided) if isinstance(elided, list) else 0,
                 summarized=bool(record.get("summary")),
             )
+        elif kind == Event.MCP:
+            self.emit(EventType.MCP, servers=record.get("servers") or [])
         elif kind == Event.AGENT_END:
             why = str(record.get("stop_reason") or "")
             if why in GUARDRAIL_SETTINGS:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hero.agent.tools import ToolContext
 from hero.agent.tools.external import ExternalTool
@@ -48,6 +49,9 @@ from hero.sandbox.bwrap import resolve as resolve_sandbox
 from hero.sandbox.session import SandboxSession
 from hero.state import RunState
 from hero.story.record import Story, VerifyTier
+
+if TYPE_CHECKING:
+    from hero.agent.mcp.servers import McpServers
 
 Progress = Callable[[str], None]
 
@@ -390,6 +394,31 @@ class Workspace:
             # looks at the worktree during the turn (the scope check)
             before_git=self.story_repo.make_safe,
         )
+
+    def start_mcp(self, ctx: ToolContext) -> McpServers | None:
+        """Start the home's MCP servers for the worker's round (None without any): a stdio
+        server in the worker's sandbox (its own network rule); its tools go into the
+        worker's toolset (``toolset``). The caller closes it when the round's turn ends."""
+        if not self.config.mcp_servers:
+            return None
+        from hero.agent.mcp.servers import McpServers
+
+        box = self.worker_sandbox
+        servers = McpServers(
+            self.config.mcp_servers,
+            cwd=self.path,
+            env=ctx.env,
+            sandbox=None if box is None else self.worker_refit(),
+            max_result_chars=ctx.max_result_chars,
+            cancel=ctx.cancel,
+            secrets=ctx.secrets,
+        )
+        try:
+            servers.start()
+        except BaseException:
+            servers.close()
+            raise
+        return servers
 
     def toolset(self, role: str, external: Sequence[ExternalTool] = ()) -> Toolset:
         """The tools ``role``'s model is given: its ``tools`` (the story's narrowing
