@@ -42,11 +42,25 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.config.settings_doc",
         "hero.plans.drafting",
         "hero.doctor.*",
-        "hero.evals.*",  # `hero bench`: tasks from history, runs under configurations, reports
+        # `hero bench`: tasks from history, runs under configurations
+        "hero.evals.make",
+        "hero.evals.runner",
+        "hero.evals.judge",
+        "hero.evals.guard",
     ),
     # 4  what `hero status` / `hero logs` show, `hero export`'s JSONL, `hero report`'s Markdown;
-    #    `hero serve`'s pages, API and metrics (read-only, like them)
-    ("hero.views.*", "hero.web.*"),
+    #    `hero serve`'s pages, API and metrics (read-only, like them); `hero bench report`
+    #    and what it reads (the tasks, results and folders files, the statistics), which the
+    #    status page shows too
+    (
+        "hero.views.*",
+        "hero.web.*",
+        "hero.evals.report",
+        "hero.evals.results",
+        "hero.evals.stats",
+        "hero.evals.tasks",
+        "hero.evals.folders",
+    ),
     # 5  scheduling, the inbox watcher; the Celery engine (stories sent to `hero worker`
     #    processes, which run the pipeline)
     ("hero.daemon.*", "hero.engine.*"),
@@ -88,6 +102,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     (  # 11 the records hero reads and writes
         "hero.config.loader",
+        "hero.config.mcp",
         "hero.config.home",
         "hero.config.keys",
         "hero.config.sections",
@@ -117,6 +132,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.llm.scripted",
         "hero.llm.refusals",
         "hero.run",
+        "hero.evals",
     ),
 )
 

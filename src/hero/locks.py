@@ -8,6 +8,9 @@
   never run the same story (and its branch ``hero/<id>``) at once. It holds a line of JSON,
   ``{"home": ..., "pid": ...}``, so the refusal can name the other home.
 - The plan lock, ``runs/locks/plans/<plan>.run.lock``: one ``hero run-plan`` per plan.
+- The memory's lock (``memory/<repo-key>.md.lock``) and the bench folders' lock
+  (``runs/bench/folders.json.lock``): one writer at a time of a file read, changed and
+  written whole.
 - ``is_held(path)``: whether some process holds a lock, for ``hero status`` and the
   dispatcher. It never creates a file.
 
@@ -240,6 +243,26 @@ def memory_lock(path: Path, *, wait_s: float = MEMORY_LOCK_WAIT_S) -> Iterator[N
     """Hold the lock of a repository's memory file ``path`` (``<path>.lock`` beside it) for
     a read-modify-write: two stories ending at once in ``hero watch`` both add their facts.
     Waits for another holder up to ``wait_s``, then ``MemoryBusy``."""
+    with _file_lock(path, wait_s, MemoryBusy, "the memory's lock"):
+        yield
+
+
+class BenchFoldersBusy(UsageError):
+    """The home's record of bench folders stayed locked by another process for too long."""
+
+
+@contextmanager
+def bench_folders_lock(path: Path, *, wait_s: float = MEMORY_LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the lock of the home's record of bench output folders ``path``
+    (``runs/bench/folders.json``; ``<path>.lock`` beside it) for a read-modify-write: two
+    `hero bench run` processes of one home may record their folders at once."""
+    with _file_lock(path, wait_s, BenchFoldersBusy, "the bench folders' lock"):
+        yield
+
+
+@contextmanager
+def _file_lock(path: Path, wait_s: float, busy: type[UsageError], what: str) -> Iterator[None]:
+    """An exclusive flock on ``<path>.lock``, waited for up to ``wait_s``, then ``busy``."""
     lock = path.with_name(path.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait_s
@@ -250,8 +273,8 @@ def memory_lock(path: Path, *, wait_s: float = MEMORY_LOCK_WAIT_S) -> Iterator[N
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise MemoryBusy(
-                        f"{path}: another hero process has held the memory's lock ({lock}) "
+                    raise busy(
+                        f"{path}: another hero process has held {what} ({lock}) "
                         f"for over {wait_s:g}s; try again"
                     ) from None
                 time.sleep(_RETRY_S)

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from hero.llm.client import Completion, ToolCallRequest
 
 
+#: The ``by`` of a tool call's events that the reviewer made (hero.roles.looking): the
+#: worker's conversation, replayed from the trace, leaves them out.
+BY_REVIEWER = "reviewer"
+
+
 class Event(StrEnum):
     """The kinds of trace event: the value is each line's ``event``, a contract that
     ``hero logs`` and the replay of a round read."""
@@ -52,6 +57,9 @@ class Event(StrEnum):
     """The reviewer's answer, as the model gave it."""
     VERDICT = "verdict"
     """The round's verdict (the reviewer's, or the short circuit that stood in for it)."""
+    MCP = "mcp"
+    """The round's MCP servers as the worker's turn begins: each one's tools, or why it has
+    none (it did not start)."""
 
 
 class Trace:
@@ -174,18 +182,33 @@ class Trace:
     def review_request(self, content: str) -> None:
         self.event(Event.REVIEW_REQUEST, content=content)
 
-    def review_answer(self, completion: Completion) -> None:
+    def review_answer(self, completion: Completion, *, turn: int | None = None) -> None:
+        """One answer of the reviewer's; ``turn``: its turn when it looks with tools (then
+        its tool calls are written too, and its calls' events carry ``by: reviewer``)."""
+        calls: dict[str, Any] = {}
+        if turn is not None:
+            calls["turn"] = turn
+            calls["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments}
+                for c in completion.tool_calls
+            ]
         self.event(
             Event.REVIEW_ANSWER,
             content=completion.content,
             tokens_in=completion.tokens_in,
             tokens_out=completion.tokens_out,
             http_s=round(completion.http_s, 4),
+            **calls,
             **_call_extras(completion),
         )
 
     def verdict(self, record: Mapping[str, Any]) -> None:
         self.event(Event.VERDICT, **record)
+
+    def mcp(self, servers: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        """The round's MCP servers (each one's tools or its problem) and the schemas of
+        their tools as the model was given them (for ``hero export``)."""
+        self.event(Event.MCP, servers=servers, tools=tools)
 
     def close(self) -> None:
         if self._fh is not None:

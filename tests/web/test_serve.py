@@ -557,7 +557,7 @@ def test_hero_serve_runs_and_stops_on_a_signal(home: Path, stop: signal.Signals)
 
 
 @pytest.mark.slow
-def test_hero_watch_serves_the_page_in_its_process(
+def test_hero_watch_serves_the_page_beside_it(
     tmp_path: Path, make_home: Any, scripted: Any
 ) -> None:
     where = make_home(scripted([]), sandbox="none")

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hero.agent.replay import LOST_NOT_RUN, LOST_RUNNING, Replayed, restart_note
-from hero.agent.tools import ToolContext, execute_tool, tool_schemas
+from hero.agent.tools import ToolContext
+from hero.agent.tools.toolset import Toolset
 from hero.agent.window import UNLIMITED, Context
 from hero.config.sections import WorkerLimits
 from hero.errors import HeroError, Interrupted
@@ -128,6 +129,7 @@ def run_agent(
     context: Context | None = None,
     resume: Replayed | None = None,
     on_condense: Callable[[str], None] | None = None,
+    tools: Toolset | None = None,
 ) -> AgentResult:
     """Run until the model answers without tool calls or a guardrail stops it.
 
@@ -137,8 +139,10 @@ def run_agent(
     ``messages`` is a round's history replayed from its trace (see hero.agent.replay): the
     conversation goes on, its counts and wall time carried over, after one message telling
     the model hero was restarted. ``on_turn`` is called after each turn's tool calls.
+    ``tools``: the role's toolset (hero.agent.tools.toolset); none given: the worker's seven.
     """
-    agent = Agent(model, messages, ctx, trace, context or Context(UNLIMITED, None), on_condense)
+    window = context or Context(UNLIMITED, None)
+    agent = Agent(model, messages, ctx, trace, window, on_condense, tools or Toolset())
     rails = Guardrails(limits, time.monotonic())
     if resume is None:
         agent.begin()
@@ -242,6 +246,7 @@ class Agent:
         trace: Trace,
         context: Context,
         on_condense: Callable[[str], None] | None,
+        toolset: Toolset,
     ) -> None:
         self.model = model
         self.messages = messages
@@ -249,7 +254,8 @@ class Agent:
         self.trace = trace
         self.context = context
         self.on_condense = on_condense
-        self.tools = tool_schemas()
+        self.toolset = toolset
+        self.tools = toolset.schemas()
         self.redactor = Redactor(ctx.secrets)
         self.result = AgentResult()
         # every tool-call id in the history: results are matched to their calls by id (by
@@ -320,7 +326,7 @@ class Agent:
             rails.check(result, call)
             t0 = time.monotonic()
             self.trace.tool_start(result.turns, call)
-            outcome = execute_tool(self.ctx, call.name, call.arguments)
+            outcome = self.toolset.execute(self.ctx, call.name, call.arguments)
             result.tool_calls += 1
             result.command_s += outcome.command_s
             content = self.redactor.redact(outcome.content)

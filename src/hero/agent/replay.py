@@ -25,7 +25,7 @@ from hero.agent.window import apply_condense
 from hero.errors import HeroError
 from hero.llm.client import ToolCallRequest, assistant_message
 from hero.llm.usage import Usage
-from hero.trace import Event
+from hero.trace import BY_REVIEWER, Event
 
 #: What the model is told in place of a result that was lost when hero stopped.
 LOST_RUNNING = (
@@ -203,6 +203,8 @@ def _walk(events: list[dict[str, Any]], name: str) -> Replayed:
             continue
         if isinstance(ts, int | float) and out.ended is None:
             last_ts = ts
+        if e.get("by") == BY_REVIEWER:
+            continue  # the reviewer's tool calls: not the worker's conversation
         if kind == Event.MESSAGE:
             if pending:
                 _raise(f"{name}: a message between a tool call and its result")

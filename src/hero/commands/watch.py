@@ -24,7 +24,7 @@ from hero.errors import EXIT_OK
 
 if TYPE_CHECKING:
     from hero.config.home import Config
-    from hero.web.server import Running
+    from hero.web.apart import ServerProcess
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -51,8 +51,8 @@ def add_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--serve",
         metavar="HOST:PORT",
-        help="serve the status page and its API in this process too, as `hero serve --bind "
-        "HOST:PORT` would (docs/serve.md); stopped with the daemon",
+        help="serve the status page and its API too, as `hero serve --bind HOST:PORT` would "
+        "(docs/serve.md), from a process of its own started and stopped with the daemon",
     )
     add_log_format(parser)
     parser.set_defaults(handler=run)
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     preflight(config, say, repository=True)  # what would fail every story stops it here
     log = configure(json=json_logs(args), secrets=config.secrets)  # on stderr, never stdout
     sink = EventSink(on_gone=reader_gone) if args.events else None
-    server = _start_server(config, args.serve, log) if args.serve else None
+    server = _start_server(config, args.serve, log, args.log_format) if args.serve else None
     try:
         watch.run(config, log, exit_when_idle=args.exit_when_idle, events=sink)
     finally:
@@ -80,14 +80,12 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _start_server(config: Config, bind: str, log: Any) -> Running:
-    """The status page in a thread of the daemon's process: it reads files, takes none of
-    the daemon's locks; a failure of it is logged and never stops the daemon."""
-    from hero.web.server import prepare, start_thread
+def _start_server(config: Config, bind: str, log: Any, log_format: str) -> ServerProcess:
+    """The status page in a process of its own (:mod:`hero.web.apart`): it reads files,
+    takes none of the daemon's locks and none of its CPU turns; it is restarted when it
+    crashes and never stops the daemon. A refusal (no token, the port taken) stops here."""
+    from hero.web import require
+    from hero.web.apart import start
 
-    prepared = prepare(config, bind, log, quiet=True)  # a refusal (no token, port taken) stops here
-
-    def failed(exc: BaseException) -> None:
-        log.error("the status page stopped", error=f"{type(exc).__name__}: {exc}")
-
-    return start_thread(prepared, failed)
+    require()
+    return start(config, bind, log, log_format)

@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hero.config.mcp import SERVER_KEYS_DOC, McpServer
 from hero.config.project import ProjectSettings
 from hero.config.providers import ROLE_SETTINGS, Provider, RoleConfig
 from hero.config.schema import (
     GITHUB_API_URL,
     GITHUB_SECTION,
     KEEP_UP_MODES,
+    MCP_SECTION,
     OVERLAP_MODES,
     PROVIDERS_DIR,
     ROLE_NAMES,
@@ -229,6 +231,20 @@ class Config:
         shown="none",
         repr=False,
         section=SERVE_SECTION,
+    )
+
+    mcp_servers: tuple[McpServer, ...] = knob(
+        "mcp_servers",
+        (),
+        "MCP servers whose tools the Worker gets, by name.",
+        type_doc="mapping of server name -> server",
+        shown="{}",
+        note=SERVER_KEYS_DOC,
+        example="{docs: {command: [python3, tools/docs_mcp.py], env: {DOCS_DIR: docs}}}",
+        custom=True,
+        written=False,
+        local=True,
+        section=MCP_SECTION,
     )
 
     def role(self, name: str) -> RoleConfig:

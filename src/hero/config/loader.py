@@ -37,6 +37,7 @@ from hero.config.keys import (
     url_credentials,
     url_password,
 )
+from hero.config.mcp import read_mcp_servers
 from hero.config.project import ProjectSettings
 from hero.config.providers import ROLE_SETTINGS, Provider, RoleConfig
 from hero.config.schema import (
@@ -69,6 +70,7 @@ from hero.config.sections import (
     WorkerLimits,
 )
 from hero.config.settings import read_all, settings_of
+from hero.config.tools import read_patterns
 from hero.sandbox.limits import Limits
 from hero.yamlio import (
     ValueProblem,
@@ -225,6 +227,11 @@ def _load(
         )
 
     role_blocks = {name: _role_block(data, name) for name in ROLE_NAMES}
+    mcp_servers = read_mcp_servers(data.get("mcp_servers"), local.get("mcp_servers"), secrets)
+    servers = tuple(server.name for server in mcp_servers)
+    for name, block in role_blocks.items():
+        if block is not None:
+            block["tools"] = read_patterns(data[name].get("tools"), role=name, servers=servers)
 
     github = _github(data.get("github"), github_token, env)
     engine = _engine(values, local, env, secrets, notices)
@@ -264,6 +271,7 @@ def _load(
         github_token=github_token,
         serve_token=serve_token,
         github_api_url=github.api_url if github is not None else _api_url_from(None, env),
+        mcp_servers=mcp_servers,
     )
     for name in loaded:  # a cap that leaves no room for the conversation fails at start-up
         context_limits(config, name)
@@ -575,6 +583,7 @@ def _resolve_role(
         api_key=key,
         max_output_tokens=block["max_output_tokens"],
         key_source=source,
+        tools=block.get("tools"),
     )
 
 

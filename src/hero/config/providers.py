@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from hero.config.schema import OUTPUT_TOKENS_PARAMS, check_http_url, choices_of
 from hero.config.settings import Setting, declare, knob
+from hero.config.tools import DOC as TOOLS_DOC
+from hero.config.tools import SHOWN as TOOLS_SHOWN
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,9 @@ class RoleConfig:
     """Who chose this model instead of config/roles.yaml: ``story field model`` (the story
     file), ``--model`` (`hero run`); "". A model the story chose that the provider refuses
     is the story's error, not an outage of the provider (see hero.llm.client)."""
+    tools: tuple[str, ...] | None = None
+    """The role's ``tools`` patterns (hero.config.tools), narrowed by the story's ``tools:``
+    once the story is known (hero.llm.models.story_config); None: the role's default."""
 
     @property
     def context_window(self) -> int | None:
@@ -156,5 +161,13 @@ ROLE_SETTINGS = (
         "than half its context_window.",
         type="int | None",
         shown="not sent (output_reserve_default is kept free)",
+    ),
+    Setting(
+        "tools",
+        TOOLS_DOC,
+        type="tuple[str, ...] | None",
+        type_doc="list of tool names",
+        shown=TOOLS_SHOWN,
+        custom=True,
     ),
 )

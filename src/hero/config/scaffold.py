@@ -90,10 +90,13 @@ worker:
 #   model: gpt-5
 #   reasoning_effort: medium
 
-# The Reviewer reads the diff and the checks' output and approves or asks for changes.
+# The Reviewer reads the diff and the checks' output and approves or asks for changes. With
+# tools (by default the read-only read_file, ls, grep, find, git_log, git_show) it may look
+# at the repository outside the diff first; `tools: []` keeps it to one request.
 reviewer:
   provider: local
   # model: qwen2.5-coder:32b
+  # tools: []
 # Alternative:
 # reviewer:
 #   provider: openai
@@ -186,6 +189,9 @@ LOCAL_EXAMPLES = {
     "engine_key": "# engine_key: <64 hex characters>",
     "notify_webhook": "# notify_webhook: https://hooks.example.com/services/...",
     "serve_token": "# serve_token: <at least 24 characters, e.g. secrets.token_urlsafe(32)>",
+    "mcp_servers": "# mcp_servers:   # the secrets of servers named in config/roles.yaml\n"
+    "#   docs: {env: {DOCS_TOKEN: ...}}\n"
+    "#   tracker: {headers: {Authorization: Bearer ...}}",
 }
 LOCAL_HEADER = """\
 Copy this file to config.local.yaml and fill in your keys (uncomment a line to set it).

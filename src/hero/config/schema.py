@@ -319,6 +319,14 @@ ROLES_SECTIONS = (
         "a story's commands run, and what hero's own commits leave out (docs/environment.md). "
         "Without setup, commands run with this machine's tools.",
     ),
+    Section(
+        "MCP servers",
+        "Model Context Protocol servers whose tools the Worker may call (docs/tools.md): a "
+        "stdio server runs inside the story's sandbox, with its network rules; an HTTP server "
+        "is reached by hero itself at its URL alone. The model sees a tool as "
+        "<server>__<tool>. Secrets for a server (an env value, a header) go in "
+        "config.local.yaml under the same mcp_servers key, never here.",
+    ),
 )
 TARGET_SECTION, ROUNDS_SECTION, SANDBOX_SECTION, LIMITS_SECTION, POLICY_SECTION = (
     s.title for s in ROLES_SECTIONS[:5]
@@ -331,5 +339,6 @@ ALERTS_SECTION = ROLES_SECTIONS[12].title
 SERVE_SECTION = ROLES_SECTIONS[13].title
 MEMORY_SECTION = ROLES_SECTIONS[14].title
 PROJECT_SECTION = ROLES_SECTIONS[15].title
+MCP_SECTION = ROLES_SECTIONS[16].title
 #: The shortest serve_token hero accepts (``secrets.token_urlsafe(32)`` makes 43 characters).
 SERVE_TOKEN_MIN_CHARS = 24

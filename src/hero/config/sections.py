@@ -88,6 +88,15 @@ class WorkerLimits:
         minimum=0,
         section=WORKER_SECTION,
     )
+    review_tool_calls: int = knob(
+        "reviewer_max_tool_calls",
+        12,
+        "Tool calls the Reviewer may make in one review before it must give its verdict.",
+        note="Only with tools in the reviewer's `tools:` (its default: read_file, ls, grep, "
+        "find, git_log, git_show); each result is cut to 8000 characters. Once they are "
+        "used up the Reviewer is asked for its verdict without tools.",
+        section=WORKER_SECTION,
+    )
 
 
 @dataclass(frozen=True)

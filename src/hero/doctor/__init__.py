@@ -8,7 +8,8 @@ The checks, in order: the configuration loads; git is new enough; the target rep
 and its base ref; the sandbox works when it is on; ripgrep; free disk in the home; the
 repository's memory file reads; a USD budget has prices to count by; the project's
 environment is made (``setup``, or with ``quick`` found made) and the default checks run on
-the base commit in it. Then,
+the base commit in it; each MCP server starts and lists its tools (``quick``: the stdio
+ones). Then,
 unless ``quick``, the ones that talk to something else: each configured role's model
 answers one tiny request with a tool call; the push remote answers ``git ls-remote``; the
 GitHub token can reach the repository with the scopes hero needs; Redis answers a PING.
@@ -46,6 +47,7 @@ from hero.doctor.local import (
     sandbox,
     target_repository,
 )
+from hero.doctor.mcp import mcp_servers
 from hero.doctor.network import (
     MODEL_TIMEOUT_S,
     github_token,
@@ -110,6 +112,7 @@ def run_all(
         yield limits(config)
         yield home_tools(config)
     yield from project(config, quick=quick)
+    yield from mcp_servers(config, quick=quick)
     if quick:
         return
     yield from models(config, model_timeout_s)

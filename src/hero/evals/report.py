@@ -31,6 +31,7 @@ import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,11 @@ class Configuration:
 
     def outcomes(self) -> dict[str, bool]:
         """Each task's outcome: resolved by a strict majority of its runs."""
+        return dict(self._outcomes)
+
+    @cached_property
+    def _outcomes(self) -> dict[str, bool]:
+        # made once: every paired comparison of this configuration asks for it
         runs: dict[str, list[bool]] = {}
         for result in self.results:
             runs.setdefault(result.instance_id, []).append(result.resolved)
@@ -193,6 +199,8 @@ def load(folder: Path, swebench: Iterable[Path] = ()) -> list[Configuration]:
     configurations: list[Configuration] = []
     for path in sorted(folder.glob("results-*.jsonl")):
         name = path.name[len("results-") : -len(".jsonl")]
+        if path.is_symlink() or not path.is_file():  # a FIFO would block its reader
+            raise ReportError(f"{path}: not a regular file (a link, a FIFO?); not read")
         results = _last_of_each(read_results(path))
         for r in results:
             for key, value in (("cost_usd", r.cost_usd), ("wall_s", r.wall_s)):
@@ -443,7 +451,7 @@ def render_text(report: Report) -> str:
         if number == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines.append("")
-    lines.extend(_notes(report))
+    lines.extend(notes(report))
     if report.comparisons:
         lines.append("")
         lines.append(
@@ -460,27 +468,26 @@ def render_text(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _notes(report: Report) -> list[str]:
-    notes = []
+def notes(report: Report) -> list[str]:
+    """The lines said under the table: how runs and unknown costs were counted."""
+    out: list[str] = []
     if any(s.runs > 1 for s in report.configurations):
-        notes.append(
+        out.append(
             "A task run several times counts as resolved when most of its runs resolved it "
             "(a tie does not)."
         )
         for s in report.configurations:
             if s.runs > 1:
-                notes.append(
+                out.append(
                     f"  {s.name}: task-runs resolved {s.runs_resolved} of {s.task_runs} "
                     f"({_percent(s.run_resolve_rate)})"
                 )
     if any(s.source == "swebench" for s in report.configurations):
-        notes.append(
-            "swebench:* rows come from SWE-bench's harness: cost, time, tokens unknown (-)."
-        )
-    notes.append(
+        out.append("swebench:* rows come from SWE-bench's harness: cost, time, tokens unknown (-).")
+    out.append(
         "Cost, time, tokens and rounds are means per task-run; per resolved = total / task-runs resolved."
     )
-    return notes
+    return out
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -539,7 +546,7 @@ def render_html(report: Report) -> str:
         f"<td>{'yes' if c.significant else 'no'}</td></tr>"
         for c in report.comparisons
     )
-    notes = "".join(f"<p>{e(n.strip())}</p>" for n in _notes(report))
+    said = "".join(f"<p>{e(n.strip())}</p>" for n in notes(report))
     pair_table = (
         "<h2>Paired comparison</h2><p>On the tasks both configurations ran; the p-value is the "
         f"exact McNemar test on the tasks only one resolves, significant below {ALPHA}.</p>"
@@ -562,7 +569,7 @@ def render_html(report: Report) -> str:
         f"<h1>hero bench report</h1><p>{e(report.folder)}</p>"
         "<h2>Resolve rate (95% Wilson interval)</h2>"
         f"{svg_chart(report)}"
-        f"<table><tr>{head}</tr>{body}</table>{notes}{pair_table}"
+        f"<table><tr>{head}</tr>{body}</table>{said}{pair_table}"
         "</body></html>\n"
     )
 

@@ -124,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     user = load_config(home)
     configs = [configuration(spec, home, user.target_repo, out) for spec in _specs(args.config)]
+    _record(home, out, [c.name for c in configs])  # for the status page's /bench
     todo: list[tuple[Configuration, Task, int]] = []
     for c in configs:
         done = resume(out, c.name)
@@ -163,10 +164,23 @@ def main(args: argparse.Namespace) -> int:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
+    _record(home, out, [c.name for c in configs])
     errors = 0
     for c in configs:
         errors += sum(1 for r in _read(results_path(out, c.name)) if r.get("status") == JUDGE_ERROR)
     return 1 if errors else 0
+
+
+def _record(home: Path, out: Path, names: list[str]) -> None:
+    """The output folder recorded in the home (runs/bench/folders.json) for `hero serve`'s
+    /bench; a record that cannot be written is said, and the bench goes on."""
+    from hero.errors import HeroError
+    from hero.evals.folders import record_folder
+
+    try:
+        record_folder(home, out, names)
+    except HeroError as exc:
+        print(f"hero bench: warning: {exc}", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- configurations

@@ -118,7 +118,7 @@ def json_lines(
         where = f"{path}:{number}"
         try:
             out.append((where, json.loads(line)))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise error(f"{where}: not JSON: {exc}") from None
     return out
 

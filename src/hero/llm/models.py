@@ -23,6 +23,7 @@ from hero.config.home import Config, context_limits
 from hero.config.keys import provider_key
 from hero.config.providers import RoleConfig
 from hero.config.schema import ConfigError
+from hero.config.tools import configured_servers, narrow, role_patterns
 from hero.errors import UsageError
 from hero.story.fields import effort_problem, model_problem, role_value
 from hero.story.record import EFFORT_NOT_SENT, MODEL_ROLES, Story, StoryError
@@ -115,16 +116,29 @@ def roles_for(
         effort, effort_by = _pick(
             override.reasoning_effort, story.reasoning_effort, name, "reasoning_effort"
         )
+        role = _narrowed(config, story, base)
         if model is None and effort is None:
-            out[name] = base
+            out[name] = role
             continue
-        role = base
         if model is not None:
-            role = _with_model(config, story, base, model, model_by)
+            role = _with_model(config, story, role, model, model_by)
         if effort is not None:
             role = replace(role, reasoning_effort=None if effort == EFFORT_NOT_SENT else effort)
         out[name] = replace(role, chosen_by=model_by or effort_by)
     return out
+
+
+def _narrowed(config: Config, story: Story, base: RoleConfig) -> RoleConfig:
+    """``base`` with the story's ``tools:`` for it (narrowing only: StoryError naming the
+    field and the tool the role does not have); ``base`` itself when the story names none."""
+    wanted = (story.tools or {}).get(base.role)
+    if wanted is None:
+        return base
+    has = role_patterns(base.tools, base.role, configured_servers(config))
+    problem = narrow(base.role, has, wanted)
+    if problem:
+        raise StoryError(story.path, f"tools.{base.role}", problem)
+    return replace(base, tools=tuple(wanted))
 
 
 def _pick(

@@ -1,4 +1,5 @@
-"""The reviewer: one LLM call that judges the diff against the story, answering JSON."""
+"""The reviewer: judges the diff against the story, answering JSON: one LLM call, or, with
+tools, a bounded read-only look around the repository first (hero.roles.looking)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hero.agent.tools.context import ToolContext
+from hero.agent.tools.toolset import Toolset
 from hero.git.ops import Bounded, diff_since, log_since
 from hero.git.output import added_build_output, build_output_line
 from hero.llm.client import Model
@@ -21,10 +24,28 @@ CHANGES_REQUESTED = "CHANGES_REQUESTED"
 #: no reviewer takes an empty change for a small one.
 NO_COMMITS = "(none: there is no commit on the branch since the base)"
 NO_FILES_CHANGED = "(none: no file differs from the base)"
+#: What the task says, after the diff, to a reviewer with tools (hero.roles.looking).
+LOOKING = (
+    "\n\n## Looking outside the diff\n"
+    "You may look beyond the diff before you answer: your tools ({tools}) read the story's "
+    "repository as the branch's tip has it, read-only, at most {calls} calls. Check what the "
+    "change relies on or what the code outside the diff already does. Then answer with the "
+    "JSON verdict alone."
+)
 EMPTY_DIFF = (
     "THE DIFF IS EMPTY: the branch's files are exactly those of the base; this story's work "
     "changed nothing."
 )
+
+
+@dataclass(frozen=True)
+class Looking:
+    """What a reviewer that can look is given: its toolset (read-only) and the context its
+    tools run in (the story's repository), and the most tool calls it may make."""
+
+    tools: Toolset
+    ctx: ToolContext
+    max_tool_calls: int = 12
 
 
 @dataclass(frozen=True)
@@ -128,6 +149,7 @@ def review_commits(
     trace: Trace,
     recap: str = "",
     build_output: Sequence[str] = (),
+    looking: Looking | None = None,
 ) -> Verdict:
     """Review the story's commits from ``base_sha`` to ``tip``, read in ``repo`` (the user's
     repository, where hero brought them): their log and their diff, cut for size with a
@@ -151,6 +173,7 @@ def review_commits(
         trace=trace,
         recap=recap,
         build_output=committed,
+        looking=looking,
     )
 
 
@@ -180,8 +203,10 @@ def review(
     trace: Trace,
     recap: str = "",
     build_output: str = "",
+    looking: Looking | None = None,
 ) -> Verdict:
-    """One model call; raises PromptError for a template that does not fit its values.
+    """One model call (with ``looking`` and tools in it: a bounded, read-only tool loop
+    first, hero.roles.looking); raises PromptError for a template that does not fit its values.
     ``recap``: the last stories on the repository (hero.memory.recall.render_recap), ""
     for none (the prompt is then as without memory). ``build_output``: the line naming the
     build output the branch adds (hero.git.output.build_output_line), "" for none (the
@@ -189,7 +214,11 @@ def review(
     task = render_added(
         "reviewer_task.md",
         home,
-        {"recap": recap, "build_output": f"\n{build_output}\n" if build_output else ""},
+        {
+            "recap": recap,
+            "build_output": f"\n{build_output}\n" if build_output else "",
+            "looking": _looking_note(looking),
+        },
         id=story.id,
         title=story.title,
         body=story.body.strip(),
@@ -207,9 +236,27 @@ def review(
         {"role": "user", "content": task},
     ]
     trace.review_request(task)
+    if looking is not None and looking.tools:
+        from hero.roles.looking import look_and_answer
+
+        answer = look_and_answer(
+            model,
+            messages,
+            looking.ctx,
+            looking.tools,
+            trace,
+            max_tool_calls=looking.max_tool_calls,
+        )
+        return parse_verdict(answer)
     completion = model.complete(messages)
     trace.review_answer(completion)
     return parse_verdict(completion.content)
+
+
+def _looking_note(looking: Looking | None) -> str:
+    if looking is None or not looking.tools:
+        return ""
+    return LOOKING.format(tools=", ".join(looking.tools.names()), calls=looking.max_tool_calls)
 
 
 def _list(value: Any) -> list[Any]:

@@ -63,6 +63,7 @@ class EventType(StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
     CONDENSE = "condense"
+    MCP = "mcp"
     SETUP = "setup"
     BASELINE = "baseline"
     UPDATED_TO_BASE = "updated_to_base"
@@ -369,10 +370,13 @@ class StoryEvents:
                 tool_calls=[str(c.get("name")) for c in calls],
             )
         elif kind == Event.REVIEW_ANSWER:
+            calls = record.get("tool_calls") or []
+            for call in calls:
+                self._arguments[str(call.get("id"))] = str(call.get("arguments") or "")
             self.emit(
                 EventType.TURN,
                 role="reviewer",
-                turn=None,
+                turn=record.get("turn"),
                 tokens_in=record.get("tokens_in", 0),
                 tokens_out=record.get("tokens_out", 0),
                 tokens_cached=record.get("tokens_cached", 0),  # in the trace since metrics
@@ -380,7 +384,7 @@ class StoryEvents:
                 duration_s=record.get("http_s"),
                 finish_reason=None,
                 text=self._text(record.get("content")),
-                tool_calls=[],
+                tool_calls=[str(c.get("name")) for c in calls],
             )
         elif kind == Event.TOOL_START:
             call_id = str(record.get("id"))
@@ -413,6 +417,8 @@ class StoryEvents:
                 elided=len(elided) if isinstance(elided, list) else 0,
                 summarized=bool(record.get("summary")),
             )
+        elif kind == Event.MCP:
+            self.emit(EventType.MCP, servers=record.get("servers") or [])
         elif kind == Event.AGENT_END:
             why = str(record.get("stop_reason") or "")
             if why in GUARDRAIL_SETTINGS:

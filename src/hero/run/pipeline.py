@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
-from hero.agent.tools import tool_schemas
+from hero.agent.tools import ToolContext
+from hero.agent.tools.external import ExternalTool
 from hero.agent.window import Context, ContextOverflow, window_for
 from hero.config.home import Config
 from hero.errors import Interrupted
@@ -481,7 +483,12 @@ class StoryRun:
             failed = [c.command for c in verify.commands if c.exit_code != 0]
             return verify, short_circuit("verification failed: " + "; ".join(failed))
         self.record.phase("review", f"round {n}: review", self.cancel)
-        verdict = review_commits(
+        with self.workspace.own_git():  # the reviewer's git_log / git_show: in the sandbox
+            verdict = self._review(n, verify, trace)
+        return verify, verdict
+
+    def _review(self, n: int, verify: VerifyResult, trace: Trace) -> Verdict:
+        return review_commits(
             RedactingModel(self.meter.wrap(self.reviewer_model), self.redactor),
             self.revision.for_review(self.story) if self.revision else self.story,
             repo=self.repo.path,  # the user's repository, where hero brought the commits
@@ -494,8 +501,8 @@ class StoryRun:
             trace=trace,
             recap=self._recall(facts=False).recap,
             build_output=self.config.project.build_output,
+            looking=self.workspace.looking(),
         )
-        return verify, verdict
 
     # -- the end -----------------------------------------------------------------------
 
@@ -517,26 +524,29 @@ def _work(
 ) -> AgentResult:
     """The worker's turn, watched by ``guard``. A turn stopped midway still has the
     user's refs put back; the rest waits for the round to go on (from its trace)."""
-    context = Context(
-        window_for(run.config, "worker"),
-        tool_schemas(),
-        head=replayed.head if replayed is not None else len(messages),
-        render_summary_prompt=condense_prompt(run.home),
-    )
     ctx = run.workspace.tool_context(env, run.cancel)
     try:
         try:
-            return run_agent(
-                run.meter.wrap(run.worker_model),
-                messages,
-                ctx,
-                run.config.worker_limits,
-                trace,
-                context=context,
-                resume=replayed,
-                on_condense=lambda what: run.say(f"{run.key}: {what}"),
-                on_turn=run._turn_done,
-            )
+            with _mcp_servers(run, ctx, trace) as external:
+                tools = run.workspace.toolset("worker", external)
+                context = Context(
+                    window_for(run.config, "worker"),
+                    tools.schemas(),
+                    head=replayed.head if replayed is not None else len(messages),
+                    render_summary_prompt=condense_prompt(run.home),
+                )
+                return run_agent(
+                    run.meter.wrap(run.worker_model),
+                    messages,
+                    ctx,
+                    run.config.worker_limits,
+                    trace,
+                    context=context,
+                    resume=replayed,
+                    on_condense=lambda what: run.say(f"{run.key}: {what}"),
+                    on_turn=run._turn_done,
+                    tools=tools,
+                )
         finally:
             run.workspace.end_sandbox(ctx)
     except BaseException:
@@ -546,6 +556,26 @@ def _work(
         except GitError as exc:
             run.say(f"{run.key}: could not check the repository after the stop: {exc}")
         raise
+
+
+@contextmanager
+def _mcp_servers(
+    run: StoryRun, ctx: ToolContext, trace: Trace
+) -> Iterator[tuple[ExternalTool, ...]]:
+    """The home's MCP servers for the worker's turn: their tools (``ExternalTool``, for the
+    worker's toolset), the servers stopped when it ends; a server that did not start is said
+    in the trace, the events and the log, and the round goes on without its tools."""
+    servers = run.workspace.start_mcp(ctx)
+    if servers is None:
+        yield ()
+        return
+    try:
+        trace.mcp(servers.report(), [tool.schema() for tool in servers.tools])
+        for name, why in servers.problems.items():
+            run.say(f"{run.key}: MCP server {name}: no tools this round: {why}")
+        yield tuple(servers.tools)
+    finally:
+        servers.close()
 
 
 def _before_round_1(

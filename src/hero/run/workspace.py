@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hero.agent.tools import ToolContext
+from hero.agent.tools.external import ExternalTool
 from hero.agent.tools.policy import Policy
 from hero.agent.tools.scope import path_rules, undo_outside, unhide_outside
+from hero.agent.tools.toolset import Toolset, select_tools
 from hero.config.home import Config
+from hero.config.tools import configured_servers, role_patterns
 from hero.git.guard import push_refusals
 from hero.git.ops import GitError, TargetRepo, clear_stale_locks, confined, git
 from hero.git.output import commit_all
@@ -36,6 +40,7 @@ from hero.git.wip import (
 )
 from hero.github.defang import commit_message_rule
 from hero.redact import Redactor
+from hero.roles.reviewer import Looking
 from hero.run.baseline import run_baseline
 from hero.run.environment import Environment, Setup, setup_commands
 from hero.runner import RUN_MARKER, child_env, kill_marked
@@ -44,6 +49,9 @@ from hero.sandbox.bwrap import resolve as resolve_sandbox
 from hero.sandbox.session import SandboxSession
 from hero.state import RunState
 from hero.story.record import Story, VerifyTier
+
+if TYPE_CHECKING:
+    from hero.agent.mcp.servers import McpServers
 
 Progress = Callable[[str], None]
 
@@ -386,6 +394,60 @@ class Workspace:
             # looks at the worktree during the turn (the scope check)
             before_git=self.story_repo.make_safe,
         )
+
+    def start_mcp(self, ctx: ToolContext) -> McpServers | None:
+        """Start the home's MCP servers for the worker's round (None without any): a stdio
+        server in the worker's sandbox (its own network rule); its tools go into the
+        worker's toolset (``toolset``). The caller closes it when the round's turn ends."""
+        if not self.config.mcp_servers:
+            return None
+        from hero.agent.mcp.servers import McpServers
+
+        box = self.worker_sandbox
+        servers = McpServers(
+            self.config.mcp_servers,
+            cwd=self.path,
+            env=ctx.env,
+            sandbox=None if box is None else self.worker_refit(),
+            max_result_chars=ctx.max_result_chars,
+            cancel=ctx.cancel,
+            secrets=ctx.secrets,
+        )
+        try:
+            servers.start()
+        except BaseException:
+            servers.close()
+            raise
+        return servers
+
+    def toolset(self, role: str, external: Sequence[ExternalTool] = ()) -> Toolset:
+        """The tools ``role``'s model is given: its ``tools`` (the story's narrowing
+        applied by hero.llm.models.story_config) selected from hero's and ``external``."""
+        servers = configured_servers(self.config)
+        patterns = role_patterns(self.config.role(role).tools, role, servers)
+        tools = select_tools(patterns, external, role=role, servers=servers)
+        for note in tools.notes:
+            self.warn_once(f"{self.key}: {note}")
+        return tools
+
+    def looking(self) -> Looking | None:
+        """What the reviewer looks around with (hero.roles.looking): its toolset, read-only,
+        in the story's repository; None when its ``tools`` are empty (one call, as ever)."""
+        tools = self.toolset("reviewer")
+        if not tools:
+            return None
+        ctx = ToolContext(
+            root=self.path,
+            env={},
+            secrets=self.config.secrets,
+            before_git=self.story_repo.make_safe,
+        )
+        return Looking(tools, ctx, self.config.worker_limits.review_tool_calls)
+
+    def own_git(self) -> AbstractContextManager[None]:
+        """The block within which hero's git in the story's repository (the reviewer's
+        git_log and git_show too) runs in the sandbox of hero's own git."""
+        return self._own_git()
 
     def end_sandbox(self, ctx: ToolContext) -> None:
         """End the round's sandbox (the worker's turn is over, or stopped) and every process

@@ -340,6 +340,15 @@ FIELDS = (
         "another provider",
     ),
     StoryField(
+        "tools",
+        "mapping of worker / reviewer -> list of tool names",
+        "Narrows the tools a role's model is given, for this story: each list holds names "
+        "the role has in config/roles.yaml (hero's tool names, `<server>.<tool>`, "
+        "`<server>.*`); `[]`: none. It cannot add a tool the role does not have.",
+        lambda value, path, fields: _tools(value, path),
+        "the role's tools in config/roles.yaml",
+    ),
+    StoryField(
         "source",
         "mapping: " + ", ".join(SOURCE_KEYS),
         "Where a story taken from a GitHub issue came from (hero writes it): OWNER/NAME, the "
@@ -367,6 +376,32 @@ def validate_fields(meta: dict[Any, Any], path: Path) -> dict[str, Any]:
     for f in FIELDS:
         values[f.name] = f.read(meta.get(f.name), path, values)
     return values
+
+
+def _tools(value: Any, path: Path) -> dict[str, tuple[str, ...]] | None:
+    """``tools:``: a mapping of :data:`MODEL_ROLES` to lists of tool names (checked against
+    the roles' own lists once the configuration is known: hero.llm.models)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise StoryError(
+            path,
+            "tools",
+            "expected a mapping like `{worker: [read_file, grep], reviewer: []}`; found "
+            f"{describe(value)}",
+        )
+    out: dict[str, tuple[str, ...]] = {}
+    for role, names in value.items():
+        if role not in MODEL_ROLES:
+            raise StoryError(
+                path, "tools", f"unknown role {quote(str(role))}; expected worker or reviewer"
+            )
+        if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+            raise StoryError(
+                path, f"tools.{role}", f"expected a list of tool names; found {describe(names)}"
+            )
+        out[role] = tuple(dict.fromkeys(n.strip() for n in names))
+    return out
 
 
 def _source(value: Any, path: Path) -> dict[str, Any] | None:

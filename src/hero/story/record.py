@@ -83,6 +83,9 @@ class Story:
     # {worker: ..., reviewer: ...}; None: config/roles.yaml's (resolved by hero.llm.models)
     model: str | Mapping[str, str] | None = field(default=None, hash=False)
     reasoning_effort: str | Mapping[str, str] | None = field(default=None, hash=False)
+    # the story's narrowing of its roles' tools: {worker: [...], reviewer: [...]}; a role it
+    # leaves out keeps config/roles.yaml's list (applied by hero.llm.models.story_config)
+    tools: Mapping[str, tuple[str, ...]] | None = field(default=None, hash=False)
     # where the story came from: {repo, issue, url, author} of a GitHub issue; None: a person
     source: Mapping[str, Any] | None = field(default=None, hash=False)
     body: str = ""

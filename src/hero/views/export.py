@@ -195,6 +195,19 @@ def read_events(path: Path) -> TraceRead:
 # ----------------------------------------------------------------------------- the export
 
 
+def _external_tools(read: TraceRead) -> list[dict[str, Any]]:
+    """The MCP servers' tools the round's model was given (the trace's ``mcp`` events)."""
+    found: dict[str, dict[str, Any]] = {}
+    for event in read.events:
+        if event.get("event") != Event.MCP or not isinstance(event.get("tools"), list):
+            continue
+        for tool in event["tools"]:
+            fn = tool.get("function") if isinstance(tool, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                found.setdefault(fn["name"], tool)
+    return list(found.values())
+
+
 def export(
     home: Path,
     states: Sequence[RunState],
@@ -227,7 +240,7 @@ def export(
             if line is None:
                 out.notes.append(f"{where} left out: its trace holds no conversation")
                 continue
-            line["tools"] = tools
+            line["tools"] = tools + _external_tools(read)
             if redactor:
                 line = redactor.redact_value(line)
             problem = chat_problem(line)

@@ -557,6 +557,22 @@ def _generic(e: dict[str, Any]) -> list[str]:
     return _lines(e, str(e.get("event", "?")), body)
 
 
+def _mcp(e: dict[str, Any]) -> list[str]:
+    """The round's MCP servers: each one's tools, or why it has none."""
+    out: list[str] = []
+    for server in e.get("servers") or []:
+        if not isinstance(server, dict):
+            continue
+        name = _one_line(server.get("name"))
+        if server.get("problem"):
+            shown = f"{name}: no tools: {_one_line(server.get('problem'))}"
+        else:
+            tools = [str(t) for t in server.get("tools") or []]
+            shown = f"{name}: {len(tools)} tools: {', '.join(tools)}"
+        out += _lines(None if out else e, "mcp", shown)
+    return out or _lines(e, "mcp", "(no servers)")
+
+
 _FORMATTERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     Event.ROUND_START: _round_start,
     Event.RESUME_FAILED: _resume_failed,
@@ -570,6 +586,7 @@ _FORMATTERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     Event.REVIEW_REQUEST: _review_request,
     Event.REVIEW_ANSWER: _review_answer,
     Event.VERDICT: _verdict,
+    Event.MCP: _mcp,
 }
 
 

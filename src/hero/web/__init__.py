@@ -10,8 +10,8 @@ hero imports them otherwise.
 - :mod:`hero.web.dag`: a plan's DAG drawn as SVG;
 - :mod:`hero.web.metrics`: ``/metrics``, the Prometheus text, from the home's files;
 - :mod:`hero.web.app`: the Starlette application, its guard (token, read-only, headers);
-- :mod:`hero.web.server`: uvicorn in the foreground (``hero serve``) or in a thread
-  (``hero watch --serve``).
+- :mod:`hero.web.server`: the address bound, uvicorn in the foreground (``hero serve``);
+- :mod:`hero.web.apart`: ``hero watch --serve``'s server, in a process of its own.
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ Safe by default (docs/serve.md, "Security"):
   header.
 
 Pages and API share one source (:mod:`hero.web.data`); each answer has an ETag made from the
-size and mtime of the files it reads, so a page polled while nothing changes costs a few
-``stat`` calls and a 304. The routes are plain functions: Starlette runs them in its
+size, mtime and inode of the files it reads, looked up on every request, so a page polled
+while nothing changes costs a few ``stat`` calls and a 304, and a change is seen by the next
+request. The board and the API's answers are kept by ETag: made once per version however
+many clients ask for it. The routes are plain functions: Starlette runs them in its
 thread pool, so no file read blocks the event loop.
 """
 
@@ -46,7 +48,7 @@ from starlette.staticfiles import StaticFiles
 from hero import __version__
 from hero.redact import Redactor
 from hero.views.status import format_cost, format_duration, format_tokens, queue_note
-from hero.web import dag, data
+from hero.web import bench, dag, data, overview
 from hero.web.data import Site
 
 HERE = Path(__file__).resolve().parent
@@ -66,12 +68,6 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 READ_METHODS = frozenset({"GET", "HEAD"})
 #: Answers kept by ETag (:meth:`_Pages._once`).
 MADE_KEPT = 32
-#: The board's version (the size and mtime of its files) is looked up at most this often:
-#: while stories run it changes on every turn of each, and fifty clients polling it would
-#: otherwise have it looked up and rendered again and again, in the daemon's process under
-#: `hero watch --serve` (bench/serve.py). The board is at most this much older than its files.
-BOARD_RECHECK_S = 0.5
-
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -111,6 +107,11 @@ def create_app(
         Route("/api/stories/{key:path}", pages.api_story),
         Route("/api/plans/{name}", pages.api_plan),
         Route("/api/health", pages.api_health),
+        # `hero bench run`'s output folders and their reports (hero.web.bench)
+        Route("/bench", pages.bench_list),
+        Route("/bench/{name}", pages.bench_folder),
+        Route("/api/bench", pages.api_bench_list),
+        Route("/api/bench/{name}", pages.api_bench_folder),
         Route("/raw/stories/{key:path}/round-{n:int}.jsonl", pages.raw_trace),
         Route("/raw/stories/{key:path}/verify-r{n:int}.log", pages.raw_log),
         # /metrics: the Prometheus exposition (hero.web.metrics)
@@ -269,6 +270,8 @@ class _Pages:
             status_class=dag.status_class,
             story_url=_story_url,
             queue_note=queue_note,
+            diff_view=overview.diff_view,
+            round_chart=lambda rounds: Markup(overview.round_chart(rounds)),
         )
         env.globals.update(version=__version__)
         self.env = env
@@ -277,8 +280,6 @@ class _Pages:
         # One render at a time: the clients that ask for a version being made wait for it
         # instead of each making it again (they all ask at once when it changes).
         self._making = threading.Lock()
-        self._board_sig = ""
-        self._board_at = -BOARD_RECHECK_S  # time.monotonic() of the last look-up
 
     # -- helpers
 
@@ -308,6 +309,8 @@ class _Pages:
                     kept = self._made.get(etag)
                 if kept is None:
                     made = make()
+                    if made.status_code != 200:  # a refusal: neither kept nor tagged
+                        return made
                     kept = (made.status_code, bytes(made.body), made.media_type or "")
                     with self._lock:
                         self._made[etag] = kept
@@ -323,25 +326,20 @@ class _Pages:
 
     # -- the board
 
-    def _board_signature(self) -> str:
-        """The board's version, looked up again once it is BOARD_RECHECK_S old."""
-        now = time.monotonic()
-        with self._lock:
-            if now - self._board_at < BOARD_RECHECK_S:
-                return self._board_sig
-        sig = data.board_signature(self.site)
-        with self._lock:
-            self._board_sig, self._board_at = sig, now
-        return sig
-
     def board(self, request: Request) -> Response:
-        etag = self._etag("board", self._board_signature())
-        return self._fresh(request, etag) or self._once(
-            etag, lambda: self._html("board.html", etag, board=data.board(self.site))
-        )
+        query = dict(request.query_params)  # the filters (hero.web.overview)
+        hour = str(int(time.time() // 3600))  # the charts and "today" move on each hour
+        sig = data.board_signature(self.site) + data.signature(repr(sorted(query.items())), hour)
+        etag = self._etag("board", sig)
+
+        def make() -> Response:
+            found = overview.view(data.board(self.site), self.site.home, query)
+            return self._html("board.html", etag, board=self.site.clean(found))
+
+        return self._fresh(request, etag) or self._once(etag, make)
 
     def api_stories(self, request: Request) -> Response:
-        etag = self._etag("api-board", self._board_signature())
+        etag = self._etag("api-board", data.board_signature(self.site))
         return self._fresh(request, etag) or self._once(
             etag, lambda: _json(data.board(self.site), etag)
         )
@@ -377,13 +375,14 @@ class _Pages:
         if ref is None:
             return _error(404, "no such story")
         etag = self._etag("api-story", data.story_signature(self.site, ref))
-        fresh = self._fresh(request, etag)
-        if fresh is not None:
-            return fresh
-        found = data.story(self.site, ref)
-        if found is None:
-            return _error(404, f"no story {ref.key} has run")
-        return _json(found, etag)
+
+        def make() -> Response:
+            found = data.story(self.site, ref)
+            return (
+                _error(404, f"no story {ref.key} has run") if found is None else _json(found, etag)
+            )
+
+        return self._fresh(request, etag) or self._once(etag, make)
 
     # -- a plan
 
@@ -409,10 +408,57 @@ class _Pages:
 
     def api_plan(self, request: Request) -> Response:
         name = str(request.path_params["name"])
-        found = data.plan(self.site, name) if len(name) <= 100 else None
-        if found is None:
+        if len(name) > 100:
             return _error(404, "no such plan")
-        return _json(found, None)
+        etag = self._etag("api-plan", data.plan_signature(self.site, name))
+
+        def make() -> Response:
+            found = data.plan(self.site, name)
+            return _error(404, "no such plan") if found is None else _json(found, etag)
+
+        return self._fresh(request, etag) or self._once(etag, make)
+
+    # -- bench folders (hero.web.bench)
+
+    def bench_list(self, request: Request) -> Response:
+        etag = self._etag("bench", bench.listing_signature(self.site))
+        return self._fresh(request, etag) or self._html(
+            "bench.html", etag, listing=bench.listing(self.site)
+        )
+
+    def api_bench_list(self, request: Request) -> Response:
+        etag = self._etag("api-bench", bench.listing_signature(self.site))
+        return self._fresh(request, etag) or _json(bench.listing(self.site), etag)
+
+    def bench_folder(self, request: Request) -> Response:
+        folder = bench.find(self.site, str(request.path_params["name"]))
+        if folder is None:
+            return self._not_found(request, "no such bench folder")
+        etag = self._etag("bench-folder", bench.folder_signature(self.site, folder))
+        fresh = self._fresh(request, etag)
+        if fresh is not None:
+            return fresh
+        shown = bench.page(self.site, bench.show(self.site, folder))
+        return self._html(
+            "bench_folder.html",
+            etag,
+            shown=shown,
+            rate_svg=Markup(shown.get("rate_svg", "")),
+            cost_svg=Markup(shown.get("cost_svg", "")),
+        )
+
+    def api_bench_folder(self, request: Request) -> Response:
+        folder = bench.find(self.site, str(request.path_params["name"]))
+        if folder is None:
+            return _error(404, "no such bench folder")
+        etag = self._etag("api-bench-folder", bench.folder_signature(self.site, folder))
+        fresh = self._fresh(request, etag)
+        if fresh is not None:
+            return fresh
+        found = bench.api(self.site, bench.show(self.site, folder))
+        if "error" in found:  # the folder or a file in it cannot be read: no version to keep
+            return _json(found, None, status=422)
+        return _json(found, etag)
 
     # -- raw files
 
@@ -449,10 +495,10 @@ class _Pages:
         return Response(body, media_type=content_type)
 
 
-def _json(value: Any, etag: str | None) -> Response:
+def _json(value: Any, etag: str | None, status: int = 200) -> Response:
     body = json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8")
     headers = {"ETag": etag} if etag else None
-    return Response(body, media_type="application/json", headers=headers)
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 def _when(ts: Any) -> str:

@@ -37,6 +37,7 @@ from hero.views.logs import story_ref
 from hero.views.status import collect_status, estimated_text, overlap_of
 from hero.web.memory import facts as memory_facts
 from hero.web.memory import path_of as memory_path_of
+from hero.web.overview import dependency_order
 
 #: A trace read for a page: its first this many bytes (the raw link has the rest).
 TRACE_READ_BYTES = 16 << 20
@@ -81,7 +82,7 @@ class Site:
 
 
 def signature(*parts: Iterable[Path] | Path | str) -> str:
-    """A short hash of the size and mtime of every path (and the strings) given: the ETag
+    """A short hash of the size, mtime and inode of every path (and the strings) given: the ETag
     of a page, computed without reading or rendering anything, so an idle page costs a
     few ``stat`` calls and a 304."""
     digest = hashlib.blake2b(digest_size=12)
@@ -93,7 +94,10 @@ def signature(*parts: Iterable[Path] | Path | str) -> str:
                 continue
             try:
                 st = item.stat(follow_symlinks=False)
-                digest.update(f"{item}|{st.st_size}|{st.st_mtime_ns}\0".encode("utf-8", "replace"))
+                # the inode too: a file replaced (hero writes its records to a new file, then
+                # renames it) within the clock's tick, at the same size, is still new
+                stamp = f"{item}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}\0"
+                digest.update(stamp.encode("utf-8", "replace"))
             except OSError:
                 digest.update(f"{item}|-\0".encode("utf-8", "replace"))
     return digest.hexdigest()
@@ -550,6 +554,8 @@ def plan(site: Site, name: str) -> dict[str, Any] | None:
                 "unknown_deps": [d for d in item.depends_on if d not in nodes],
             }
         )
+    order = {sid: i for i, sid in enumerate(dependency_order(nodes))}
+    stories.sort(key=lambda s: order.get(str(s["id"]), len(order)))  # dependencies first
     data = {
         "name": name,
         "folder": str(found.folder.relative_to(site.home)),

@@ -1,5 +1,5 @@
-"""Running the application: uvicorn in the foreground (``hero serve``) or in a thread of the
-daemon (``hero watch --serve ADDR``).
+"""Running the application: uvicorn in the foreground (``hero serve``), or in a process of its
+own beside the daemon (``hero watch --serve ADDR``, :mod:`hero.web.apart`).
 
 The listening socket is bound here, before uvicorn starts, so that a bind error (the port
 taken, an address not of this machine) is a one-line error, and so that the real port of
@@ -8,17 +8,14 @@ taken, an address not of this machine) is a one-line error, and so that the real
 Binding to anything but loopback needs ``serve_token`` (config.local.yaml or
 HERO_SERVE_TOKEN): :func:`check_bind` refuses to start without one.
 
-In the daemon's process the server has its own thread and event loop; it reads files only
-and takes none of the daemon's locks, so it cannot hold a story up. It stops with the
-daemon (:meth:`Running.stop`).
+The server reads files only and takes none of the daemon's locks, so it cannot hold a story
+up; beside the daemon it has a process of its own, so it cannot slow one down either.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +25,6 @@ if TYPE_CHECKING:
     from hero.config.home import Config
 
 DEFAULT_BIND = "127.0.0.1:8765"
-#: How long stopping waits for the server's thread (open connections are closed after it).
-STOP_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -110,13 +105,22 @@ class Prepared:
     url: str
 
 
-def prepare(config: Config, bind: str, log: Any, *, quiet: bool = False) -> Prepared:
-    """The application over ``config``'s home, and its socket bound to ``bind``; logs
-    ``serving on URL``. ``quiet``: log only the requests that failed (in the daemon)."""
+def listen(config: Config, bind: str) -> tuple[socket.socket, Address, str]:
+    """The socket bound to ``bind`` for ``config``'s home, its address and its URL (the
+    real port); ServeError when the extra is missing, the address is bad, it is not
+    loopback and no token is set, or it cannot be listened on."""
     from hero.web import require
 
     require()
     address = parse_bind(bind)
+    check_bind(address, config.serve_token)
+    sock = open_socket(address)
+    return sock, address, address.url(sock.getsockname()[1])
+
+
+def make_app(config: Config, address: Address, log: Any, *, quiet: bool = False) -> Any:
+    """The application over ``config``'s home, served at ``address``. ``quiet``: log only
+    the requests that failed (beside the daemon)."""
     token = config.serve_token
     check_bind(address, token)
     from hero.web.app import create_app
@@ -125,7 +129,7 @@ def prepare(config: Config, bind: str, log: Any, *, quiet: bool = False) -> Prep
         if not quiet or int(fields.get("status") or 0) >= 400:
             log.info(event, **fields)
 
-    app = create_app(
+    return create_app(
         config.home,
         token=token,
         repo=config.target_repo if config.target_repo.is_dir() else None,
@@ -134,13 +138,22 @@ def prepare(config: Config, bind: str, log: Any, *, quiet: bool = False) -> Prep
         loopback=address.loopback,
         log=request_log,
     )
-    sock = open_socket(address)
-    url = address.url(sock.getsockname()[1])
-    log.info(f"serving on {url}", url=url, token=bool(token))
+
+
+def prepare(config: Config, bind: str, log: Any) -> Prepared:
+    """The application over ``config``'s home, and its socket bound to ``bind``; logs
+    ``serving on URL``."""
+    sock, address, url = listen(config, bind)
+    try:
+        app = make_app(config, address, log)
+    except BaseException:
+        sock.close()
+        raise
+    log.info(f"serving on {url}", url=url, token=bool(config.serve_token))
     return Prepared(app, sock, url)
 
 
-def _server(prepared: Prepared) -> Any:
+def uvicorn_server(prepared: Prepared) -> Any:
     import uvicorn
 
     config = uvicorn.Config(
@@ -157,42 +170,8 @@ def _server(prepared: Prepared) -> Any:
 def serve_forever(prepared: Prepared) -> None:
     """Serve until SIGTERM or Ctrl-C (uvicorn's handlers stop it cleanly; then the
     signal is raised again, to the handlers the caller set)."""
-    server = _server(prepared)
+    server = uvicorn_server(prepared)
     try:
         server.run(sockets=[prepared.sock])
     finally:
         prepared.sock.close()
-
-
-@dataclass
-class Running:
-    """A server running in a thread of this process."""
-
-    server: Any
-    thread: threading.Thread
-    sock: socket.socket
-    url: str
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(STOP_WAIT_S)
-        if self.thread.is_alive():
-            self.server.force_exit = True
-            self.thread.join(STOP_WAIT_S)
-        self.sock.close()
-
-
-def start_thread(prepared: Prepared, on_error: Callable[[BaseException], None]) -> Running:
-    """Run the server in a daemon thread with its own event loop (uvicorn installs no
-    signal handler outside the main thread: the daemon keeps its own)."""
-    server = _server(prepared)
-
-    def main() -> None:
-        try:
-            server.run(sockets=[prepared.sock])
-        except BaseException as exc:  # noqa: BLE001 - said by the daemon's log, never raised
-            on_error(exc)
-
-    thread = threading.Thread(target=main, name="hero-serve", daemon=True)
-    thread.start()
-    return Running(server, thread, prepared.sock, prepared.url)

@@ -2,7 +2,8 @@
 
 # Layout: context (shared types), schemas (names and arguments: a contract), args (validation),
 # paths (confinement to the worktree), text (shared text rules), files (read_file, write_file,
-# edit_file, ls), search (grep, find), shell (bash). Modules import downwards only.
+# edit_file, ls), search (grep, find), shell (bash), gitread (git_log, git_show); toolset (a
+# role's selection of them and of external tools: the loop's one way to run a call). Modules import downwards only.
 
 from __future__ import annotations
 
@@ -12,14 +13,23 @@ from types import MappingProxyType
 from hero.agent.tools.args import parse_arguments
 from hero.agent.tools.context import ToolContext, ToolError, ToolOutcome
 from hero.agent.tools.files import tool_edit_file, tool_ls, tool_read_file, tool_write_file
+from hero.agent.tools.gitread import tool_git_log, tool_git_show
 from hero.agent.tools.paths import resolve_path, write_text_file
-from hero.agent.tools.schemas import SPEC_BY_NAME, TOOL_NAMES, tool_schemas
+from hero.agent.tools.schemas import (
+    HERO_TOOLS,
+    READ_ONLY_TOOLS,
+    SPEC_BY_NAME,
+    TOOL_NAMES,
+    tool_schemas,
+)
 from hero.agent.tools.scope import glob_to_regex
 from hero.agent.tools.search import tool_find, tool_grep
 from hero.agent.tools.shell import tool_bash
 from hero.runner import truncate_middle
 
 __all__ = [
+    "HERO_TOOLS",
+    "READ_ONLY_TOOLS",
     "TOOL_NAMES",
     "ToolContext",
     "ToolError",
@@ -40,6 +50,8 @@ _HANDLERS: Mapping[str, Callable[..., ToolOutcome]] = MappingProxyType(
         "grep": tool_grep,
         "find": tool_find,
         "ls": tool_ls,
+        "git_log": tool_git_log,
+        "git_show": tool_git_show,
     }
 )
 
@@ -51,7 +63,7 @@ def execute_tool(ctx: ToolContext, name: str, raw_arguments: str | None) -> Tool
         spec = SPEC_BY_NAME.get(name)
         if spec is None:
             return ToolOutcome(
-                f"unknown tool '{name}'; available tools: {', '.join(TOOL_NAMES)}", is_error=True
+                f"unknown tool '{name}'; available tools: {', '.join(HERO_TOOLS)}", is_error=True
             )
         args = parse_arguments(spec, raw_arguments)
         outcome = _HANDLERS[name](ctx, **args)

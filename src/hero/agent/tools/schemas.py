@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from hero.agent.tools.files import READ_DEFAULT_LIMIT
+from hero.agent.tools.gitread import LOG_DEFAULT
+from hero.config.tools import READ_ONLY_TOOLS as READ_ONLY_TOOLS
+from hero.config.tools import WORKER_TOOLS
 
 OUTPUT_MODES = ("content", "files_with_matches", "count")  # grep's output_mode values
 
@@ -80,16 +83,38 @@ SPECS: tuple[ToolSpec, ...] = (
         (Param("pattern", "string", True), Param("path", "string")),
     ),
     ToolSpec("ls", "List a directory.", (Param("path", "string"),)),
+    ToolSpec(
+        "git_log",
+        "The repository's commit history from HEAD, newest first (read-only).",
+        (
+            Param("path", "string", description="only commits touching this file or dir"),
+            Param("max_count", "integer", description=f"max commits, default {LOG_DEFAULT}"),
+        ),
+    ),
+    ToolSpec(
+        "git_show",
+        "Show a commit (message and diff) or, as REV:PATH, a file as of a commit (read-only).",
+        (
+            Param("rev", "string", True, "a commit, branch or tag; or REV:PATH for a file"),
+            Param("path", "string", description="only this file or dir of the commit's diff"),
+        ),
+    ),
 )
 
-TOOL_NAMES: tuple[str, ...] = tuple(spec.name for spec in SPECS)
+#: hero's own tools, every one a role may list (hero.config.tools names them for the checks).
+HERO_TOOLS: tuple[str, ...] = tuple(spec.name for spec in SPECS)
+#: The worker's seven: its default list (hero.config.tools.ROLE_DEFAULTS).
+TOOL_NAMES: tuple[str, ...] = WORKER_TOOLS
 SPEC_BY_NAME: Mapping[str, ToolSpec] = MappingProxyType({s.name: s for s in SPECS})
 
 
-def tool_schemas() -> list[dict[str, Any]]:
-    """The OpenAI ``tools`` parameter for all tools (a fresh list each call)."""
+def tool_schemas(names: Sequence[str] = TOOL_NAMES) -> list[dict[str, Any]]:
+    """The OpenAI ``tools`` parameter for hero's tools ``names`` (default: the worker's
+    seven), in hero's order (a fresh list each call)."""
     schemas: list[dict[str, Any]] = []
     for spec in SPECS:
+        if spec.name not in names:
+            continue
         props: dict[str, dict[str, Any]] = {}
         for p in spec.params:
             prop: dict[str, Any] = {"type": p.type}
