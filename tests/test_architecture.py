@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         # `hero bench`: tasks from history, runs under configurations
         "hero.evals.make",
         "hero.evals.runner",
+        "hero.evals.dispatch",
         "hero.evals.judge",
         "hero.evals.guard",
     ),
@@ -110,6 +111,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.config.providers",
         "hero.config.schema",
         "hero.config.overrides",
+        "hero.config.tools",
         "hero.story.*",
         "hero.state",
         "hero.llm.models",
