@@ -86,10 +86,8 @@ from hero.evals.results import (
     Result,
     check_name,
     predictions_path,
+    read_lines,
     results_path,
-)
-from hero.evals.results import (
-    read_lines as _read,
 )
 from hero.evals.tasks import Task, read_tasks
 from hero.git.ops import GitError, git
@@ -167,7 +165,9 @@ def main(args: argparse.Namespace) -> int:
     _record(home, out, [c.name for c in configs])
     errors = 0
     for c in configs:
-        errors += sum(1 for r in _read(results_path(out, c.name)) if r.get("status") == JUDGE_ERROR)
+        errors += sum(
+            1 for r in read_lines(results_path(out, c.name)) if r.get("status") == JUDGE_ERROR
+        )
     return 1 if errors else 0
 
 
@@ -231,7 +231,7 @@ def resume(out: Path, name: str) -> set[tuple[str, int]]:
     from hero.fsio import atomic_write
 
     results = results_path(out, name)
-    rows = _read(results)
+    rows = read_lines(results)
     done: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
         key = (str(row.get("instance_id")), int(row.get("run") or 1))
@@ -241,7 +241,7 @@ def resume(out: Path, name: str) -> set[tuple[str, int]]:
     preds = predictions_path(out, name)
     if preds.exists():
         kept: dict[tuple[str, int], dict[str, Any]] = {}
-        for row in _read(preds):
+        for row in read_lines(preds):
             key = (str(row.get("instance_id")), int(row.get("run") or 1))
             if key in done:
                 kept.setdefault(key, row)
