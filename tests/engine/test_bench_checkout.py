@@ -63,7 +63,15 @@ def test_overrides_apply_over_the_workers_own_settings_for_one_story(tmp_path: P
 
 @pytest.mark.parametrize(
     ("overrides", "named"),
-    [({"max_retriez": 1}, "max_retriez"), ({"max_retries": "many"}, "max_retries")],
+    [
+        ({"max_retriez": 1}, "max_retriez"),
+        ({"max_retries": "many"}, "max_retries"),
+        # what keeps the worker's machine safe is the worker's own choice, not the sender's
+        ({"sandbox": "none"}, "sandbox: a worker keeps its own safety settings"),
+        ({"verify_network": True}, "verify_network: a worker keeps"),
+        ({"pass_env": ["HOME"]}, "pass_env: a worker keeps"),
+        ({"mcp_servers": {"x": {"command": ["sh"]}}}, "mcp_servers: a worker keeps"),
+    ],
 )
 def test_overrides_the_worker_cannot_apply_name_story_and_key(
     tmp_path: Path, overrides: dict[str, object], named: str

@@ -20,6 +20,7 @@ from typing import Any
 
 from hero.config.home import Config
 from hero.engine.trust import Untrusted
+from hero.errors import UsageError
 from hero.git.ops import git
 from hero.git.refs import Change, read_refs, update_refs
 
@@ -81,6 +82,17 @@ def sync_clone(remote: str, path: Path, *, fresh: bool = False) -> None:
     git(path, "fetch", "--quiet", "--prune", "origin", timeout_s=600)
 
 
+def worker_kept_keys() -> frozenset[str]:
+    """The settings a bench configuration's overrides may not change on a worker: what keeps
+    the worker's machine safe is the worker's own choice, not the sender's."""
+    from hero.config.sections import Safety
+    from hero.config.settings import settings_of
+    from hero.sandbox.limits import Limits
+
+    keys = {s.key for s in (*settings_of(Safety), *settings_of(Limits))}
+    return frozenset({*keys, "mcp_servers"})
+
+
 def bench_config(config: Config, bench: BenchRun, derived: Path, key: str) -> Config:
     """The worker's ``config`` with the bench configuration's overrides applied (its own
     home, engine and secrets kept); UsageError naming the story and key when they cannot be
@@ -91,6 +103,13 @@ def bench_config(config: Config, bench: BenchRun, derived: Path, key: str) -> Co
 
     where = f"the overrides sent with bench story {key}"
     over = check_overrides(bench.overrides, where)
+    kept = sorted(set(over) & worker_kept_keys())
+    if kept:
+        raise UsageError(
+            f"{where}: {kept[0]}: a worker keeps its own safety settings (the sandbox, its "
+            "limits and network, the environment passed, the command rules, MCP servers); "
+            "a bench configuration may not change them on a worker"
+        )
     merged = merged_roles(config.home, over)
     merged.pop("target_repo", None)  # the worker has the remote only
     loaded = derived_home(config.home, merged, derived, where, worker=True)
