@@ -45,6 +45,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         # `hero bench`: tasks from history, runs under configurations
         "hero.evals.make",
         "hero.evals.runner",
+        "hero.evals.dispatch",
         "hero.evals.judge",
         "hero.evals.guard",
     ),
@@ -109,6 +110,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.config.project",
         "hero.config.providers",
         "hero.config.schema",
+        "hero.config.overrides",
+        "hero.config.tools",
         "hero.story.*",
         "hero.state",
         "hero.llm.models",

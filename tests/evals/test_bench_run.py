@@ -8,135 +8,30 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from bench_support import COMMIT, make_home, overrides
+from bench_support import make_home, overrides
+from bench_tasks import (
+    GATE,
+    N_TASKS,
+    bench_args,
+    commit,
+    diff,
+    handler,
+    make_repo,
+)
 from conftest import GIT_ENV, git
-from helpers import is_review, step_of, task_text, verdict
+from helpers import is_review, task_text
 
 from hero.cli import main
 from hero.evals.results import predictions_path, read_results, results_path
 from hero.evals.tasks import Task, write_tasks
-from hero.llm.scripted import Reply, ScriptedModel, call, text
-
-N_TASKS = 3
-BUGGY = "def f{i}(x):\n    return x + {i}  # planted bug: should multiply\n"
-FIXED = "def f{i}(x):\n    return x * {i}\n"
-TEST = "from pkg.m{i} import f{i}\n\n\ndef test_fixed():\n    assert f{i}(3) == 3 * {i}\n"
-CHEAT = "def test_fixed():\n    pass\n"
-#: A conftest.py that reports every test as passed (the ``conftester``'s).
-FORCE_PASS = (
-    "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\n"
-    "def pytest_runtest_makereport(item, call):\n    outcome = yield\n"
-    "    report = outcome.get_result()\n    report.outcome = 'passed'\n    report.longrepr = None\n"
-)
-#: A pytest.ini that deselects the task's hidden test (the ``deselector``'s).
-DESELECT = "[pytest]\naddopts = --deselect tests/test_m{i}.py::test_fixed\n"
-#: What the spying worker runs: every object and ref its repository can reach.
-#: Set when the worker of ``gated`` may answer for the second task (the kill test).
-GATE = threading.Event()
-SPY = "git cat-file --batch-all-objects --batch-check; git for-each-ref; git log --all --format=%H"
-
-
-def _commit(repo: Path, message: str) -> str:
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD").strip()
-
-
-def _diff(repo: Path, a: str, b: str, *paths: str) -> str:
-    return git(repo, "diff", a, b, "--", *paths)
-
-
-def make_repo(tmp_path: Path) -> tuple[Path, list[Task], dict[str, list[str]]]:
-    """A repository with N_TASKS planted bugs, each fixed (with its test) by a commit of its
-    own, and a later docs-only commit; the tasks, and per task the shas that are its future
-    (the fix commit, the fixed module's blob, the test's blob)."""
-    repo = tmp_path / "user-repo"
-    (repo / "pkg").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "pkg" / "__init__.py").write_text("")
-    (repo / "tests" / "__init__.py").write_text("")
-    for i in range(1, N_TASKS + 1):
-        (repo / "pkg" / f"m{i}.py").write_text(BUGGY.format(i=i))
-    (repo / "tests" / "test_base.py").write_text("def test_ok():\n    assert 1 + 1 == 2\n")
-    git(repo, "init", "-q", "-b", "main")
-    base = _commit(repo, "initial")
-    tasks, future = [], {}
-    for i in range(1, N_TASKS + 1):
-        (repo / "pkg" / f"m{i}.py").write_text(FIXED.format(i=i))
-        (repo / "tests" / f"test_m{i}.py").write_text(TEST.format(i=i))
-        fix = _commit(repo, f"fix f{i}")
-        iid = f"repo__m{i}"
-        tasks.append(
-            Task(
-                instance_id=iid,
-                repo="local/repo",
-                base_commit=base,
-                patch=_diff(repo, base, fix, f"pkg/m{i}.py"),
-                test_patch=_diff(repo, base, fix, f"tests/test_m{i}.py"),
-                problem_statement=f"TASK-m{i}: f{i}(x) must return x * {i}, not x + {i}.",
-                FAIL_TO_PASS=[f"tests/test_m{i}.py::test_fixed"],
-                PASS_TO_PASS=["tests/test_base.py::test_ok"],
-            )
-        )
-        future[iid] = [
-            fix,
-            git(repo, "rev-parse", f"{fix}:pkg/m{i}.py").strip(),
-            git(repo, "rev-parse", f"{fix}:tests/test_m{i}.py").strip(),
-        ]
-        base = fix
-    (repo / "README.md").write_text("docs\n")
-    later = _commit(repo, "docs")
-    for iid in future:
-        future[iid].append(later)
-    return repo, tasks, future
-
-
-def handler(body: dict[str, Any]) -> Reply:
-    """The reviewer approves; the worker, by its model: ``fixer`` writes the reference fix,
-    ``idle`` writes nothing, ``cheater`` writes the hidden test file itself, as a test that
-    always passes, ``conftester`` a conftest.py that reports every test passed,
-    ``deselector`` a pytest.ini that deselects the hidden test, ``spy`` lists what its
-    repository holds."""
-    if is_review(body):
-        return verdict()
-    m = re.search(r"TASK-m(\d+)", task_text(body))
-    assert m, "a worker request without its task"
-    i = int(m.group(1))
-    step = step_of(body)
-    model = body["model"]
-    if model == "gated" and i == 2:
-        GATE.wait(120)  # the run is killed while its worker waits here
-    if model in ("fixer", "gated"):
-        plan = [call("write_file", path=f"pkg/m{i}.py", content=FIXED.format(i=i))]
-    elif model == "cheater":
-        plan = [call("write_file", path=f"tests/test_m{i}.py", content=CHEAT)]
-    elif model == "conftester":
-        plan = [call("write_file", path="conftest.py", content=FORCE_PASS)]
-    elif model == "deselector":
-        plan = [call("write_file", path="pytest.ini", content=DESELECT.format(i=i))]
-    elif model == "spy":
-        plan = [call("bash", command=SPY)]
-    else:
-        plan = []
-    plan = [*plan, call("bash", command=COMMIT)] if plan else plan
-    return plan[step] if step < len(plan) else text("Done.")
-
-
-def bench_args(home: Path, tasks: Path, out: Path, *configs: str) -> list[str]:
-    args = ["bench", "run", str(tasks), "--home", str(home), "--out", str(out)]
-    for c in configs:
-        args += ["-c", c]
-    return [*args, "--test-command", f"{shlex.quote(sys.executable)} -m pytest"]
+from hero.llm.scripted import ScriptedModel
 
 
 @pytest.fixture
@@ -328,17 +223,17 @@ def test_the_hidden_test_files_win_over_the_workers(tmp_path: Path) -> None:
     (repo / "tests" / "test_a.py").write_text("def test_a():\n    assert 1\n")
     (repo / "tests" / "test_b.py").write_text("def test_b():\n    assert 1\n")
     git(repo, "init", "-q", "-b", "main")
-    base = _commit(repo, "base")
+    base = commit(repo, "base")
     (repo / "tests" / "test_a.py").write_text("def test_a():\n    assert 2 == 2\n")
     (repo / "tests" / "test_new.py").write_text("def test_new():\n    assert 0\n")
-    hidden = _commit(repo, "hidden")
-    test_patch = _diff(repo, base, hidden)
+    hidden = commit(repo, "hidden")
+    test_patch = diff(repo, base, hidden)
     assert patch_paths(test_patch) == ["tests/test_a.py", "tests/test_new.py"]
     git(repo, "checkout", "-q", "-b", "worker", base)
     (repo / "tests" / "test_a.py").write_text("def test_a():\n    pass  # weakened\n")
     (repo / "tests" / "test_new.py").write_text("def test_new():\n    pass  # the worker's\n")
     (repo / "tests" / "test_b.py").unlink()
-    worker = _commit(repo, "worker")
+    worker = commit(repo, "worker")
     tree = tmp_path / "tree"
     checkout_tree(repo, worker, tree)
     apply_test_patch(tree, base, test_patch)
@@ -354,7 +249,7 @@ def test_a_test_patch_that_applies_nowhere_is_a_judge_error(tmp_path: Path) -> N
     repo.mkdir()
     (repo / "a.py").write_text("x = 1\n")
     git(repo, "init", "-q", "-b", "main")
-    base = _commit(repo, "base")
+    base = commit(repo, "base")
     tree = tmp_path / "tree"
     checkout_tree(repo, base, tree)
     bad = "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-y = 2\n+y = 3\n"
@@ -420,8 +315,9 @@ def test_resume_drops_a_torn_line_and_an_orphan_prediction(tmp_path: Path) -> No
 
 
 def test_bad_configuration_specs_are_usage_errors(tmp_path: Path) -> None:
+    from hero.config.overrides import deep_merge
     from hero.errors import UsageError
-    from hero.evals.runner import _specs, deep_merge
+    from hero.evals.runner import _specs
 
     for bad in ("A", "A=", "a b=x.yaml"):
         with pytest.raises(UsageError):
@@ -437,16 +333,18 @@ def test_bad_configuration_specs_are_usage_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_celery_engine_is_refused_naming_where_it_is_set(setup, tmp_path: Path, capsys) -> None:
-    """`hero bench run` does not send task-runs to `hero worker`s: engine: celery, in the home
-    or in a configuration's overrides, is a usage error naming the file; nothing runs."""
+def test_an_engine_per_configuration_its_errors_naming_where(setup, tmp_path: Path, capsys) -> None:
+    """Each configuration runs on its own engine (the home's, or its overrides'): a Celery
+    engine that is not set up is a usage error naming the overrides file and the setting,
+    before anything runs; a configuration that sets engine: local, in a home set up for the
+    Celery engine, runs here (tests/evals/test_bench_celery.py runs one on workers)."""
     model, home, tasks_file, _, _ = setup
     roles = home / "config" / "roles.yaml"
     out = tmp_path / "out"
     spec = overrides(tmp_path, "C", "worker: {model: fixer}\nengine: celery\n")
     assert main(bench_args(home, tasks_file, out, spec)) == 2
     err = capsys.readouterr().err
-    assert f"{tmp_path / 'C.yaml'}: engine: celery" in err and "engine: local" in err
+    assert f"{tmp_path / 'C.yaml'} (over {roles}): broker_url" in err
     # a home set up for the engine (docs/celery.md)
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
@@ -455,13 +353,10 @@ def test_the_celery_engine_is_refused_naming_where_it_is_set(setup, tmp_path: Pa
         + f"engine: celery\nbroker_url: redis://127.0.0.1:9/0\ntarget_remote: {remote}\n"
     )
     (home / "config.local.yaml").write_text(f"engine_key: {'5c' * 32}\n")
-    spec = overrides(tmp_path, "A", "worker: {model: fixer}\n")
-    assert main(bench_args(home, tasks_file, out, spec)) == 2
-    err = capsys.readouterr().err
-    assert f"{roles}: engine: celery" in err
     # a configuration that sets engine: local runs from that home
     spec = overrides(tmp_path, "L", "worker: {model: idle}\nengine: local\n")
     assert main(bench_args(home, tasks_file, out, spec)) == 0
-    assert not results_path(out, "A").exists() and not results_path(out, "C").exists()
+    assert not (out / "dispatched-L.jsonl").exists()
+    assert not results_path(out, "C").exists()
     assert len(read_results(results_path(out, "L"))) == N_TASKS
     assert not any(r.body.get("model") == "fixer" for r in model.requests)

@@ -102,6 +102,12 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="S",
         help="time limit of the hidden tests' run, in seconds (600)",
     )
+    run.add_argument(
+        "--remote-root",
+        metavar="DIR",
+        help="engine: celery: where each task-run's own repository is made, a folder the "
+        "workers reach (default: DIR/remotes of --out)",
+    )
     run.set_defaults(handler=_run)
 
     report = sub.add_parser(

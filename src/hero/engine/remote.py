@@ -109,6 +109,10 @@ class RemoteRun:
         self.send_lock = send_lock or threading.Lock()
         #: called with each record mirrored here (the dispatcher sees a probe answered)
         self.on_record: Callable[[RunState], None] | None = None
+        #: what the payload carries besides the story (`hero bench`: its ``bench`` part,
+        #: hero.engine.checkout), and where the story's branch is fetched from at its end
+        self.extra: dict[str, Any] = {}
+        self.remote = config.engine.target_remote
 
     # -- the StoryRun interface ------------------------------------------------------------
 
@@ -256,6 +260,7 @@ class RemoteRun:
             or _current_branch(self.repo),
             "dispatch": self.dispatch,
             "memory": self._recalled(),
+            **self.extra,
         }
 
     def _recalled(self) -> dict[str, str]:
@@ -541,7 +546,7 @@ class RemoteRun:
         if not state.head_sha:
             return
         branch = self.ref.branch
-        remote = self.config.engine.target_remote
+        remote = self.remote
         try:
             git(
                 self.repo.path,

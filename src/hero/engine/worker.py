@@ -19,6 +19,8 @@ home of its own (``home/``: worktrees, run records, traces). For each story it i
 5. it lays the story out as the coordinator's record (or, newer, the last worker's
    published one) has it: the record, the current round's trace (so a round stopped
    mid-conversation goes on, see hero.agent.replay), the branch as the remote holds it.
+   A `hero bench` task-run names a repository of its own instead of target_remote, and
+   its configuration's overrides (hero.engine.checkout).
    Everything read from the task or from Redis is checked first (hero.engine.trust): the
    story's key by the story-id rule, records against the story they claim to be,
    dependencies' keys, file names, sizes;
@@ -43,6 +45,7 @@ from typing import Any
 from hero import __version__
 from hero.config.home import Config
 from hero.engine.app import TASK_NAME
+from hero.engine.checkout import REMOTE_REFS, BenchRun, bench_config, bench_of, sync_clone
 from hero.engine.seal import Seal
 from hero.engine.store import LeaseLost, Store
 from hero.engine.trust import (
@@ -57,10 +60,9 @@ from hero.engine.trust import (
     task_of,
 )
 from hero.engine.wip import WipKeeper
-from hero.errors import Interrupted
+from hero.errors import HeroError, Interrupted
 from hero.fsio import atomic_write
 from hero.git.ops import GitError, TargetRepo, branch_tip, commit_of, git
-from hero.git.refs import Change, read_refs, update_refs
 from hero.git.remote import push_env
 from hero.git.storyrepo import StoryRepo
 from hero.llm.models import story_config
@@ -75,9 +77,6 @@ LOG = logging.getLogger("hero.worker")
 PUBLISH_S = 0.25
 #: How often its branch is looked at: a commit the worker made reaches the remote within it.
 TIP_CHECK_S = 1.0
-#: Where a worker's clone keeps the remote's branches (``refs/hero/`` is hero's own).
-REMOTE_REFS = "refs/hero/origin/"
-REMOTE_REFSPEC = f"+refs/heads/*:{REMOTE_REFS}*"
 #: Statuses after which a second delivery has nothing to do.
 _ENDED = frozenset({Status.PASSED, Status.SKIPPED})
 #: How soon a lease renewal that failed (Redis away) is tried again.
@@ -246,6 +245,11 @@ class _Run:
         self._laid_out = False
         self._last_state = ""  # the record as last published
         self.redactor = Redactor(fleet.config.secrets)  # errors may quote a remote's URL
+        #: a bench task-run's own repository and overrides (hero.engine.checkout), checked in go
+        self.bench: BenchRun | None = None
+        self.repo_path = fleet.repo_path
+        if task.payload.get("bench") is not None:
+            self.repo_path = fleet.workdir / "bench" / self.key.replace("/", "--") / "repo"
         #: the worktree's uncommitted work, kept on the remote after each turn
         self.wip = WipKeeper(
             fleet.store,
@@ -253,7 +257,7 @@ class _Run:
             self.ref.branch,
             owner,
             self.dispatch,
-            fleet.repo_path,
+            self.repo_path,
             fleet.repo_lock,
             self.redactor,
         )
@@ -279,14 +283,14 @@ class _Run:
             )
         try:
             sent = contents(self.task)
+            self.bench = bench_of(self.task.payload)
         except Untrusted as exc:
             return self._refuse(f"worker {self.fleet.name} refused the task: {exc}")
         try:
             repo = self._sync_repo()
         except GitError as exc:
             return self._refuse(
-                f"worker {self.fleet.name} cannot reach target_remote "
-                f"{self.fleet.config.engine.target_remote}: {exc}",
+                f"worker {self.fleet.name} cannot reach {self._remote_name()}: {exc}",
             )
         story_path = self._lay_out(sent, repo)
         self._laid_out = True
@@ -470,23 +474,21 @@ class _Run:
 
     # -- laying the story out --------------------------------------------------------------
 
+    def _remote_name(self) -> str:
+        if self.bench is not None:
+            return f"the bench's repository {self.bench.remote}"
+        return f"target_remote {self.fleet.config.engine.target_remote}"
+
     def _sync_repo(self) -> TargetRepo:
-        """The clone of target_remote, fetched now (every branch, as the remote's)."""
-        remote = self.fleet.config.engine.target_remote
-        path = self.fleet.repo_path
+        """The clone of target_remote, fetched now (every branch, as the remote's); for a
+        bench task-run, its own repository cloned fresh (hero.engine.checkout)."""
+        if self.bench is not None:
+            with self.fleet.repo_lock:
+                sync_clone(self.bench.remote, self.repo_path, fresh=True)
+            return TargetRepo(self.repo_path)
         with self.fleet.repo_lock:
-            if not (path / ".git").exists():
-                if path.exists():
-                    shutil.rmtree(path)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                git(path.parent, "clone", "--quiet", "--", remote, str(path), timeout_s=600)
-                # the remote's branches under refs/hero/origin/: hero's own namespace, which
-                # the ref guard of the stories running here leaves alone (a fetch or a push
-                # for one story must not look like another story's worker moving refs)
-                git(path, "config", "--replace-all", "remote.origin.fetch", REMOTE_REFSPEC)
-                update_refs(path, [Change(ref) for ref in read_refs(path, "refs/remotes")])
-            git(path, "fetch", "--quiet", "--prune", "origin", timeout_s=600)
-        return TargetRepo(path)
+            sync_clone(self.fleet.config.engine.target_remote, self.repo_path)
+        return TargetRepo(self.repo_path)
 
     def _lay_out(self, sent: Contents, repo: TargetRepo) -> Path:
         """The story's file, record, current round's trace, its dependencies' records and
@@ -595,9 +597,15 @@ class _Run:
             target_base = f"{REMOTE_REFS}{base}"
             if story.base_ref:
                 story = replace(story, base_ref=target_base)
-        config = replace(
-            self.fleet.config, home=self.home, target_repo=repo.path, target_base_ref=target_base
-        )
+        config = self.fleet.config
+        if self.bench is not None:  # the bench configuration's settings, for this story only
+            try:
+                derived = self.repo_path.parent / "settings"
+                config = bench_config(config, self.bench, derived, self.key)
+            except HeroError as exc:
+                self._record_error(f"worker {self.fleet.name}: {exc}")
+                return load_state(self.home, self.ref)
+        config = replace(config, home=self.home, target_repo=repo.path, target_base_ref=target_base)
         # the story's own model: fields, against this worker's providers (hero.llm.models); a
         # `hero run --model` override never comes here: it is not in the story file
         try:
@@ -765,12 +773,12 @@ class _Run:
             self._published[name] = len(data)
 
     def _branch_tip(self) -> str:
-        return branch_tip(self.fleet.repo_path, self.ref.branch)
+        return branch_tip(self.repo_path, self.ref.branch)
 
     def _push(self, head: str) -> None:
         """The story branch to the remote, at ``head`` (forced: the branch is hero's)."""
         branch = self.ref.branch
-        repo = self.fleet.repo_path
+        repo = self.repo_path
         # forced (the branch is hero's), but only over what this run last saw there: a
         # run that lost its story cannot push over the commits of the run that took it
         try:

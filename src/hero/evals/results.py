@@ -122,3 +122,21 @@ def _str(data: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{key}: expected a non-empty string; found {value!r}")
     return value
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The whole JSON lines of a file (none when it is missing); a torn last line is left
+    out."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            out.append(data)
+    return out

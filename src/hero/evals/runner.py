@@ -51,12 +51,12 @@ Resuming
 
 Parallel
     Up to the home's ``max_parallel`` task-runs at a time, each in a thread of this process
-    (as `hero watch` runs stories). The Celery engine is not supported: a configuration
-    whose ``engine`` is ``celery`` (the home's, or its overrides') is a usage error naming
-    where it is set (exit 2), for a `hero worker` runs a story with its own home's settings
-    and from a clone of ``target_remote`` that holds the task's future. A progress line per
-    task-run goes to stderr; ``--events`` prints one JSON event per task-run start and end
-    on stdout.
+    (as `hero watch` runs stories). A configuration whose ``engine`` is ``celery`` (the
+    home's, or its overrides') sends its task-runs to `hero worker` processes
+    (:mod:`hero.evals.dispatch`: each task-run's own repository, the overrides sealed in the
+    task, a record of each dispatch so that a resumed bench awaits what it sent rather than
+    sending it again); it is judged here as any. A progress line per task-run goes to
+    stderr; ``--events`` prints one JSON event per task-run start and end on stdout.
 
 Exit codes: 0 every task-run ran (resolved or not); 1 some could not be judged
 (``judge_error``); 2 a usage or configuration error.
@@ -79,12 +79,14 @@ from typing import Any
 
 from hero.config.home import Config
 from hero.errors import UsageError
+from hero.evals.dispatch import CeleryBench
 from hero.evals.judge import DEFAULT_TEST_COMMAND, JudgeError, judge
 from hero.evals.results import (
     Prediction,
     Result,
     check_name,
     predictions_path,
+    read_lines,
     results_path,
 )
 from hero.evals.tasks import Task, read_tasks
@@ -100,6 +102,8 @@ class Configuration:
     name: str
     overrides: Path
     config: Config
+    #: the overrides themselves (sent to the worker with the Celery engine)
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -128,6 +132,7 @@ def main(args: argparse.Namespace) -> int:
             for t in tasks
             if (t.instance_id, n) not in done
         ]
+    root = getattr(args, "remote_root", None)
     bench = Bench(
         out=out,
         user_repo=user.target_repo,
@@ -135,7 +140,10 @@ def main(args: argparse.Namespace) -> int:
         events=bool(getattr(args, "events", False)),
         test_command=getattr(args, "test_command", None) or DEFAULT_TEST_COMMAND,
         judge_timeout_s=float(getattr(args, "judge_timeout", None) or 600.0),
+        remote_root=Path(root).expanduser().resolve() if root else out / "remotes",
     )
+    for c in configs:
+        bench.engine_for(c)  # a Celery engine that cannot be used fails here, before any run
     parallel = max(1, user.max_parallel)
     if parallel == 1 or len(todo) <= 1:
         for item in todo:
@@ -147,14 +155,19 @@ def main(args: argparse.Namespace) -> int:
                 future.result()
         except BaseException:
             # Ctrl-C (or a bug): the task-runs not started yet are dropped; those under way
-            # end as their stories do, and the next run starts them afresh
+            # end as their stories do, and the next run starts them afresh; those sent to
+            # workers run on there, and the next run awaits them (hero.evals.dispatch)
+            for engine in bench.engines.values():
+                engine.cancel.set()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
     _record(home, out, [c.name for c in configs])
     errors = 0
     for c in configs:
-        errors += sum(1 for r in _read(results_path(out, c.name)) if r.get("status") == JUDGE_ERROR)
+        errors += sum(
+            1 for r in read_lines(results_path(out, c.name)) if r.get("status") == JUDGE_ERROR
+        )
     return 1 if errors else 0
 
 
@@ -186,97 +199,30 @@ def _specs(values: list[str]) -> list[tuple[str, Path]]:
     return specs
 
 
-def deep_merge(base: Mapping[Any, Any], over: Mapping[Any, Any]) -> dict[Any, Any]:
-    """``over`` over ``base``: mappings merged key by key, anything else replaced."""
-    merged = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def configuration(spec: tuple[str, Path], home: Path, user_repo: Path, out: Path) -> Configuration:
     """The configuration's own home (``out/homes/NAME``) with the overrides merged into its
     roles.yaml, loaded; UsageError naming the overrides file and key for a bad one."""
     import yaml
 
-    from hero.config.home import ROLES_FILE_KEYS
-    from hero.config.loader import load_config
-    from hero.config.schema import ROLES_FILE, ConfigError
-    from hero.fsio import atomic_write
-    from hero.yamlio import did_you_mean
+    from hero.config.overrides import check_overrides, derived_home, merged_roles
 
     name, file = spec
     try:
-        over = yaml.safe_load(file.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"-c {name}={file}: no such file") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"{file}: cannot be read as YAML: {exc}") from None
-    over = {} if over is None else over
-    if not isinstance(over, dict):
-        raise UsageError(f"{file}: expected a mapping of settings of config/roles.yaml")
-    for key in over:
-        if key not in ROLES_FILE_KEYS:
-            raise UsageError(
-                f"{file}: {key}: unknown setting{did_you_mean(str(key), ROLES_FILE_KEYS)} "
-                "(the keys of config/roles.yaml)"
-            )
-        if key == "target_repo":
-            raise UsageError(f"{file}: target_repo: hero bench sets it for each task")
-    mine = yaml.safe_load((home / ROLES_FILE).read_text(encoding="utf-8")) or {}
-    merged = deep_merge(mine, over)
-    if merged.get("engine") == "celery":
-        where = file if "engine" in over else home / ROLES_FILE
-        raise UsageError(
-            f"{where}: engine: celery: hero bench run runs its task-runs in this process "
-            "(max_parallel at a time) and does not send them to `hero worker` processes: a "
-            "worker would run a task with its own home's settings, not the configuration's, "
-            "from a clone of target_remote that holds the commits after the task's base. Give "
-            f"configuration {name} engine: local (in {file}), or run the bench from a home "
-            "with engine: local"
-        )
+    over = check_overrides(raw, str(file))
+    if "target_repo" in over:
+        raise UsageError(f"{file}: target_repo: hero bench sets it for each task")
+    merged = merged_roles(home, over)
     merged["target_repo"] = str(user_repo)
-    derived = out / "homes" / name
-    (derived / "config").mkdir(parents=True, exist_ok=True)
-    for entry in (home / "config").iterdir():
-        if entry.name == Path(ROLES_FILE).name:
-            continue
-        link = derived / "config" / entry.name
-        if not link.is_symlink():
-            link.symlink_to(entry.resolve())
-    local = "config.local.yaml"
-    if (home / local).exists() and not (derived / local).is_symlink():
-        (derived / local).symlink_to((home / local).resolve())
-    atomic_write(derived / ROLES_FILE, yaml.safe_dump(merged, sort_keys=False).encode("utf-8"))
-    try:
-        config = load_config(derived)
-    except ConfigError as exc:
-        raise UsageError(f"{file} (over {home / ROLES_FILE}): {exc.key}: {exc.message}") from None
-    return Configuration(name, file, config)
+    config = derived_home(home, merged, out / "homes" / name, str(file))
+    return Configuration(name, file, config, over)
 
 
 # ----------------------------------------------------------------------------- resuming
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    """The whole JSON lines of a file (none when it is missing); a torn last line is left
-    out."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out
 
 
 def resume(out: Path, name: str) -> set[tuple[str, int]]:
@@ -285,7 +231,7 @@ def resume(out: Path, name: str) -> set[tuple[str, int]]:
     from hero.fsio import atomic_write
 
     results = results_path(out, name)
-    rows = _read(results)
+    rows = read_lines(results)
     done: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
         key = (str(row.get("instance_id")), int(row.get("run") or 1))
@@ -295,7 +241,7 @@ def resume(out: Path, name: str) -> set[tuple[str, int]]:
     preds = predictions_path(out, name)
     if preds.exists():
         kept: dict[tuple[str, int], dict[str, Any]] = {}
-        for row in _read(preds):
+        for row in read_lines(preds):
             key = (str(row.get("instance_id")), int(row.get("run") or 1))
             if key in done:
                 kept.setdefault(key, row)
@@ -358,10 +304,27 @@ class Bench:
     events: bool
     test_command: str
     judge_timeout_s: float
+    remote_root: Path
 
     def __post_init__(self) -> None:
         self.lock = threading.Lock()
         self.finished = 0
+        #: per configuration on the Celery engine: its engine, and its task-runs already
+        #: sent ((instance_id, run) -> story id, hero.evals.dispatch)
+        self.engines: dict[str, CeleryBench] = {}
+        self.dispatched: dict[str, dict[tuple[str, int], str]] = {}
+
+    def engine_for(self, c: Configuration) -> CeleryBench | None:
+        """The Celery engine configuration ``c`` runs on, or None for the local engine."""
+        if not c.config.engine.remote:
+            return None
+        with self.lock:
+            if c.name not in self.engines:
+                from hero.evals.dispatch import CeleryBench, read_dispatched
+
+                self.engines[c.name] = CeleryBench(c.config, self.out, self.remote_root)
+                self.dispatched[c.name] = read_dispatched(self.out, c.name)
+            return self.engines[c.name]
 
     def emit(self, event: dict[str, Any]) -> None:
         if self.events:
@@ -378,7 +341,10 @@ class Bench:
         started = time.monotonic()
         base_id = story_base_id(c.name, task, run)
         work_root = self.out / "work" / c.name
-        story_id = _claim(work_root, base_id)
+        engine = self.engine_for(c)
+        # a task-run sent to a worker before this bench was stopped: awaited, not sent again
+        sent = self.dispatched.get(c.name, {}).get((task.instance_id, run))
+        story_id = sent or _claim(work_root, base_id)
         work = work_root / story_id
         source = work / "repo"
         self.emit(
@@ -392,7 +358,8 @@ class Bench:
         )
         status, error, rounds, tokens, cost = "error", "", 0, 0, 0.0
         try:
-            make_source(self.user_repo, task.base_commit, source)
+            if not sent:
+                make_source(self.user_repo, task.base_commit, source)
         except (GitError, OSError) as exc:
             error = f"the base commit {task.base_commit} cannot be had from {self.user_repo}: {exc}"
             return self._end(
@@ -402,14 +369,26 @@ class Bench:
         story_path = config.home / "inbox" / f"{story_id}.md"
         story_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            write_story(
-                story_path,
-                {"id": story_id, "title": title_of(task.problem_statement)},
-                f"## Goal\n\n{contain_sections(task.problem_statement.strip())}\n",
-            )
-            from hero.run.launch import run_with_config
+            if not sent:
+                write_story(
+                    story_path,
+                    {"id": story_id, "title": title_of(task.problem_statement)},
+                    f"## Goal\n\n{contain_sections(task.problem_statement.strip())}\n",
+                )
+            if engine is not None:
+                record = {"story_id": story_id, "instance_id": task.instance_id, "run": run}
+                state = engine.run(
+                    c.name,
+                    dict(c.values),
+                    config,
+                    story_path,
+                    source,
+                    None if sent else {**record, "config": c.name},
+                )
+            else:
+                from hero.run.launch import run_with_config
 
-            state = run_with_config(story_path, config)
+                state = run_with_config(story_path, config)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the story is its result
