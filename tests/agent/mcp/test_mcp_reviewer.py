@@ -54,6 +54,7 @@ def test_a_reviewer_given_a_servers_tool_calls_it_and_the_server_runs_for_the_re
     write_story: Callable[..., Path],
     target_repo: Path,
     tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     starts = tmp_path / "server starts.txt"
     with_server(target_repo)
@@ -89,6 +90,10 @@ def test_a_reviewer_given_a_servers_tool_calls_it_and_the_server_runs_for_the_re
     (ended,) = [e for e in trace if e["event"] == "tool_result" and e["name"] == "t__echo"]
     assert ended["content"] == "echo: looked" and ended["is_error"] is False
     assert ended["by"] == "reviewer"
+    # hero logs says whose servers they were
+    assert main(["logs", "s1", "--home", str(home)]) == 0
+    shown = capsys.readouterr().out
+    assert "for the reviewer: t: " in shown
 
 
 @pytest.mark.slow
