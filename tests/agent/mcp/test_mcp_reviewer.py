@@ -124,3 +124,30 @@ def test_a_reviewer_with_the_default_tools_starts_no_server(
     assert wait_dead(int(pid))
     trace = read_trace(home / "runs" / "s1" / "round-1.jsonl")
     assert [e.get("by") for e in trace if e["event"] == "mcp"] == [None]
+
+
+@pytest.mark.slow
+def test_a_reviewers_server_that_does_not_start_leaves_the_review_its_other_tools(
+    scripted: Callable[..., ScriptedModel],
+    make_home: Callable[..., Path],
+    write_story: Callable[..., Path],
+    target_repo: Path,
+    tmp_path: Path,
+) -> None:
+    seen: list[list[str]] = []
+    review = [call("read_file", path="calc/__init__.py"), verdict()]
+    model = scripted(script(review, tmp_path / "none.txt", seen))
+    home = make_home(model, sandbox="none")
+    set_tools(home, "worker", HERO_SEVEN)
+    set_tools(home, "reviewer", "[read_file, t.*]")
+    add_servers(home, {"t": stdio(command=["/no such/server"], start_timeout_s=5)})
+    story = write_story(home, "s1", verify=VERIFY_SUB)
+
+    code = main(["run", str(story), "--home", str(home)])
+
+    assert code == 0
+    reviews = [r.body for r in model.requests if is_review(r.body)]
+    assert [t["function"]["name"] for t in reviews[0]["tools"]] == ["read_file"]
+    trace = read_trace(home / "runs" / "s1" / "round-1.jsonl")
+    (servers,) = [e for e in trace if e["event"] == "mcp"]
+    assert servers["by"] == "reviewer" and servers["servers"][0]["problem"]
