@@ -104,6 +104,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (  # 11 the records hero reads and writes
         "hero.config.loader",
         "hero.config.mcp",
+        "hero.config.tools",
         "hero.config.home",
         "hero.config.keys",
         "hero.config.sections",

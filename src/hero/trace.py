@@ -205,10 +205,16 @@ class Trace:
     def verdict(self, record: Mapping[str, Any]) -> None:
         self.event(Event.VERDICT, **record)
 
-    def mcp(self, servers: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+    def mcp(
+        self, servers: list[dict[str, Any]], tools: list[dict[str, Any]], *, by: str = ""
+    ) -> None:
         """The round's MCP servers (each one's tools or its problem) and the schemas of
-        their tools as the model was given them (for ``hero export``)."""
-        self.event(Event.MCP, servers=servers, tools=tools)
+        their tools as the model was given them (for ``hero export``); ``by``: the role
+        they were started for when not the worker (``reviewer``)."""
+        if by:
+            self.event(Event.MCP, servers=servers, tools=tools, by=by)
+        else:
+            self.event(Event.MCP, servers=servers, tools=tools)
 
     def close(self) -> None:
         if self._fh is not None:

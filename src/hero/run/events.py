@@ -417,7 +417,7 @@ class StoryEvents:
                 elided=len(elided) if isinstance(elided, list) else 0,
                 summarized=bool(record.get("summary")),
             )
-        elif kind == Event.MCP:
+        elif kind == Event.MCP and not record.get("by"):  # the worker's round's servers
             self.emit(EventType.MCP, servers=record.get("servers") or [])
         elif kind == Event.AGENT_END:
             why = str(record.get("stop_reason") or "")

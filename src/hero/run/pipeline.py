@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hero.agent.loop import AgentResult, run_agent
 from hero.agent.replay import Replayed, Unreplayable, replay_round, round_start_fields
-from hero.agent.tools import ToolContext
-from hero.agent.tools.external import ExternalTool
 from hero.agent.window import Context, ContextOverflow, window_for
 from hero.config.home import Config
 from hero.errors import Interrupted
@@ -34,7 +31,7 @@ from hero.locks import StoryBusy as StoryBusy  # re-exported: callers catch it f
 from hero.memory.recall import Recalled, recall_for
 from hero.redact import RedactingModel, Redactor
 from hero.roles.prompting import PromptError
-from hero.roles.reviewer import APPROVED, Verdict, review_commits, short_circuit
+from hero.roles.reviewer import APPROVED, Looking, Verdict, review_commits, short_circuit
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.roles.worker import build_messages, condense_prompt
 from hero.run.baseline import worker_note
@@ -484,10 +481,17 @@ class StoryRun:
             return verify, short_circuit("verification failed: " + "; ".join(failed))
         self.record.phase("review", f"round {n}: review", self.cancel)
         with self.workspace.own_git():  # the reviewer's git_log / git_show: in the sandbox
-            verdict = self._review(n, verify, trace)
+            verdict = self._review(n, verify, env, trace)
         return verify, verdict
 
-    def _review(self, n: int, verify: VerifyResult, trace: Trace) -> Verdict:
+    def _review(self, n: int, verify: VerifyResult, env: dict[str, str], trace: Trace) -> Verdict:
+        """The reviewer's verdict; the MCP servers its tools name run for the review only."""
+        with self.workspace.looking(env, self.cancel, trace=trace, say=self.say) as looking:
+            return self._verdict(n, verify, trace, looking)
+
+    def _verdict(
+        self, n: int, verify: VerifyResult, trace: Trace, looking: Looking | None
+    ) -> Verdict:
         return review_commits(
             RedactingModel(self.meter.wrap(self.reviewer_model), self.redactor),
             self.revision.for_review(self.story) if self.revision else self.story,
@@ -501,7 +505,7 @@ class StoryRun:
             trace=trace,
             recap=self._recall(facts=False).recap,
             build_output=self.config.project.build_output,
-            looking=self.workspace.looking(),
+            looking=looking,
         )
 
     # -- the end -----------------------------------------------------------------------
@@ -527,7 +531,7 @@ def _work(
     ctx = run.workspace.tool_context(env, run.cancel)
     try:
         try:
-            with _mcp_servers(run, ctx, trace) as external:
+            with run.workspace.mcp_for("worker", ctx, trace=trace, say=run.say) as external:
                 tools = run.workspace.toolset("worker", external)
                 context = Context(
                     window_for(run.config, "worker"),
@@ -556,26 +560,6 @@ def _work(
         except GitError as exc:
             run.say(f"{run.key}: could not check the repository after the stop: {exc}")
         raise
-
-
-@contextmanager
-def _mcp_servers(
-    run: StoryRun, ctx: ToolContext, trace: Trace
-) -> Iterator[tuple[ExternalTool, ...]]:
-    """The home's MCP servers for the worker's turn: their tools (``ExternalTool``, for the
-    worker's toolset), the servers stopped when it ends; a server that did not start is said
-    in the trace, the events and the log, and the round goes on without its tools."""
-    servers = run.workspace.start_mcp(ctx)
-    if servers is None:
-        yield ()
-        return
-    try:
-        trace.mcp(servers.report(), [tool.schema() for tool in servers.tools])
-        for name, why in servers.problems.items():
-            run.say(f"{run.key}: MCP server {name}: no tools this round: {why}")
-        yield tuple(servers.tools)
-    finally:
-        servers.close()
 
 
 def _before_round_1(

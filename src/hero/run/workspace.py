@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,7 +51,7 @@ from hero.state import RunState
 from hero.story.record import Story, VerifyTier
 
 if TYPE_CHECKING:
-    from hero.agent.mcp.servers import McpServers
+    from hero.trace import Trace
 
 Progress = Callable[[str], None]
 
@@ -395,17 +395,38 @@ class Workspace:
             before_git=self.story_repo.make_safe,
         )
 
-    def start_mcp(self, ctx: ToolContext) -> McpServers | None:
-        """Start the home's MCP servers for the worker's round (None without any): a stdio
-        server in the worker's sandbox (its own network rule); its tools go into the
-        worker's toolset (``toolset``). The caller closes it when the round's turn ends."""
-        if not self.config.mcp_servers:
-            return None
+    def servers_for(self, role: str) -> tuple[str, ...]:
+        """The MCP servers ``role``'s ``tools`` name (``<server>.<tool>`` or ``<server>.*``),
+        in the order they are configured: the only ones started for it."""
+        servers = configured_servers(self.config)
+        patterns = role_patterns(self.config.role(role).tools, role, servers)
+        named = {p.partition(".")[0] for p in patterns if "." in p}
+        return tuple(name for name in servers if name in named)
+
+    @contextmanager
+    def mcp_for(
+        self,
+        role: str,
+        ctx: ToolContext,
+        *,
+        trace: Trace | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> Iterator[tuple[ExternalTool, ...]]:
+        """The MCP servers ``role``'s tools name, started for the block (the worker's turn,
+        the reviewer's look) and stopped when it ends, also on an error or a cancel: their
+        tools (``ExternalTool``, for ``toolset``). A stdio server runs in the worker's
+        sandbox (its own network rule) with ``ctx``'s environment. A role that names no
+        server starts nothing. A server that did not start is said in ``trace`` and by
+        ``say``; the block goes on without its tools."""
+        names = self.servers_for(role)
+        if not names:
+            yield ()
+            return
         from hero.agent.mcp.servers import McpServers
 
         box = self.worker_sandbox
         servers = McpServers(
-            self.config.mcp_servers,
+            [server for server in self.config.mcp_servers if server.name in names],
             cwd=self.path,
             env=ctx.env,
             sandbox=None if box is None else self.worker_refit(),
@@ -415,10 +436,16 @@ class Workspace:
         )
         try:
             servers.start()
-        except BaseException:
+            if trace is not None:
+                by = "" if role == "worker" else role
+                trace.mcp(servers.report(), [tool.schema() for tool in servers.tools], by=by)
+            when = "this round" if role == "worker" else f"for the {role}"
+            for name, why in servers.problems.items():
+                if say is not None:
+                    say(f"{self.key}: MCP server {name}: no tools {when}: {why}")
+            yield tuple(servers.tools)
+        finally:
             servers.close()
-            raise
-        return servers
 
     def toolset(self, role: str, external: Sequence[ExternalTool] = ()) -> Toolset:
         """The tools ``role``'s model is given: its ``tools`` (the story's narrowing
@@ -430,19 +457,35 @@ class Workspace:
             self.warn_once(f"{self.key}: {note}")
         return tools
 
-    def looking(self) -> Looking | None:
-        """What the reviewer looks around with (hero.roles.looking): its toolset, read-only,
-        in the story's repository; None when its ``tools`` are empty (one call, as ever)."""
-        tools = self.toolset("reviewer")
-        if not tools:
-            return None
+    @contextmanager
+    def looking(
+        self,
+        env: dict[str, str],
+        cancel: threading.Event | None = None,
+        *,
+        trace: Trace | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> Iterator[Looking | None]:
+        """What the reviewer looks around with (hero.roles.looking) for the block: its
+        toolset, hero's tools read-only in the story's repository, plus the tools of the MCP
+        servers its ``tools`` name (started as for the worker, with ``env``, by
+        :meth:`mcp_for`, and stopped when the block ends); None when its ``tools`` are empty
+        (one call, as ever)."""
+        servers = configured_servers(self.config)
+        if not role_patterns(self.config.role("reviewer").tools, "reviewer", servers):
+            yield None
+            return
         ctx = ToolContext(
             root=self.path,
             env={},
+            cancel=cancel,
             secrets=self.config.secrets,
             before_git=self.story_repo.make_safe,
         )
-        return Looking(tools, ctx, self.config.worker_limits.review_tool_calls)
+        server_ctx = ToolContext(root=self.path, env=env, cancel=cancel, secrets=ctx.secrets)
+        with self.mcp_for("reviewer", server_ctx, trace=trace, say=say) as external:
+            tools = self.toolset("reviewer", external)
+            yield Looking(tools, ctx, self.config.worker_limits.review_tool_calls)
 
     def own_git(self) -> AbstractContextManager[None]:
         """The block within which hero's git in the story's repository (the reviewer's

@@ -201,6 +201,8 @@ def _external_tools(read: TraceRead) -> list[dict[str, Any]]:
     for event in read.events:
         if event.get("event") != Event.MCP or not isinstance(event.get("tools"), list):
             continue
+        if event.get("by"):  # another role's (the reviewer's): not the worker's tools
+            continue
         for tool in event["tools"]:
             fn = tool.get("function") if isinstance(tool, dict) else None
             if isinstance(fn, dict) and isinstance(fn.get("name"), str):

@@ -558,7 +558,9 @@ def _generic(e: dict[str, Any]) -> list[str]:
 
 
 def _mcp(e: dict[str, Any]) -> list[str]:
-    """The round's MCP servers: each one's tools, or why it has none."""
+    """The round's MCP servers: each one's tools, or why it has none (``by``: the role they
+    were started for when not the worker)."""
+    by = f"for the {_one_line(e['by'])}: " if e.get("by") else ""
     out: list[str] = []
     for server in e.get("servers") or []:
         if not isinstance(server, dict):
@@ -569,8 +571,8 @@ def _mcp(e: dict[str, Any]) -> list[str]:
         else:
             tools = [str(t) for t in server.get("tools") or []]
             shown = f"{name}: {len(tools)} tools: {', '.join(tools)}"
-        out += _lines(None if out else e, "mcp", shown)
-    return out or _lines(e, "mcp", "(no servers)")
+        out += _lines(None if out else e, "mcp", by + shown)
+    return out or _lines(e, "mcp", by + "(no servers)")
 
 
 _FORMATTERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {

@@ -92,7 +92,17 @@ def big(megabytes: int = 10) -> str:
     return "x" * (megabytes * 1024 * 1024)
 
 
+def note_start() -> None:
+    """Append this process's id to the file ``MCP_STARTS`` names, when it is set (a test
+    counts the server's starts and checks it is gone after)."""
+    path = os.environ.get("MCP_STARTS")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()}\n")
+
+
 if __name__ == "__main__":
+    note_start()
     if len(sys.argv) > 2 and sys.argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
