@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from hero.config.home import Config
     from hero.config.sections import Safety
     from hero.roles.planner import Draft
+    from hero.roles.reviewer import Looking
 
 #: The largest plan file hero reads.
 MAX_PLAN_BYTES = 1 << 20
@@ -108,6 +109,7 @@ def draft_plan(
             home=config.home,
             check=lambda d: _policy_problems(config.safety, d),
             recap=plan_recap(config),
+            looking=planner_looking(config),
         )
     except PromptError as exc:
         raise Refusal(str(exc)) from None
@@ -118,6 +120,25 @@ def draft_plan(
         source=plan_file.resolve(),
         sha256=hashlib.sha256(data).hexdigest(),
     )
+
+
+def planner_looking(config: Config) -> Looking | None:
+    """What the planner looks around with (hero.roles.looking): its toolset (the planner's
+    ``tools``, by default the read-only set) in the target repository, reading only; None
+    when its ``tools`` are empty (one request, as ever). Its git_log and git_show run as
+    hero's own git in that repository does (repo_layout): the user's own repository."""
+    from hero.agent.tools.context import ToolContext
+    from hero.agent.tools.toolset import select_tools
+    from hero.config.tools import configured_servers, role_patterns
+    from hero.roles.reviewer import Looking
+
+    servers = configured_servers(config)
+    patterns = role_patterns(config.role("planner").tools, "planner", servers)
+    tools = select_tools(patterns, (), role="planner", servers=servers)
+    if not tools:
+        return None
+    ctx = ToolContext(root=config.target_repo, env={}, secrets=config.secrets)
+    return Looking(tools, ctx, config.worker_limits.plan_tool_calls)
 
 
 def plan_recap(config: Config) -> str:
