@@ -48,7 +48,7 @@ from starlette.staticfiles import StaticFiles
 from hero import __version__
 from hero.redact import Redactor
 from hero.views.status import format_cost, format_duration, format_tokens, queue_note
-from hero.web import bench, dag, data
+from hero.web import bench, dag, data, overview
 from hero.web.data import Site
 
 HERE = Path(__file__).resolve().parent
@@ -270,6 +270,8 @@ class _Pages:
             status_class=dag.status_class,
             story_url=_story_url,
             queue_note=queue_note,
+            diff_view=overview.diff_view,
+            round_chart=lambda rounds: Markup(overview.round_chart(rounds)),
         )
         env.globals.update(version=__version__)
         self.env = env
@@ -325,10 +327,16 @@ class _Pages:
     # -- the board
 
     def board(self, request: Request) -> Response:
-        etag = self._etag("board", data.board_signature(self.site))
-        return self._fresh(request, etag) or self._once(
-            etag, lambda: self._html("board.html", etag, board=data.board(self.site))
-        )
+        query = dict(request.query_params)  # the filters (hero.web.overview)
+        hour = str(int(time.time() // 3600))  # the charts and "today" move on each hour
+        sig = data.board_signature(self.site) + data.signature(repr(sorted(query.items())), hour)
+        etag = self._etag("board", sig)
+
+        def make() -> Response:
+            found = overview.view(data.board(self.site), self.site.home, query)
+            return self._html("board.html", etag, board=self.site.clean(found))
+
+        return self._fresh(request, etag) or self._once(etag, make)
 
     def api_stories(self, request: Request) -> Response:
         etag = self._etag("api-board", data.board_signature(self.site))

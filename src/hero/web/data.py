@@ -37,6 +37,7 @@ from hero.views.logs import story_ref
 from hero.views.status import collect_status, estimated_text, overlap_of
 from hero.web.memory import facts as memory_facts
 from hero.web.memory import path_of as memory_path_of
+from hero.web.overview import dependency_order
 
 #: A trace read for a page: its first this many bytes (the raw link has the rest).
 TRACE_READ_BYTES = 16 << 20
@@ -553,6 +554,8 @@ def plan(site: Site, name: str) -> dict[str, Any] | None:
                 "unknown_deps": [d for d in item.depends_on if d not in nodes],
             }
         )
+    order = {sid: i for i, sid in enumerate(dependency_order(nodes))}
+    stories.sort(key=lambda s: order.get(str(s["id"]), len(order)))  # dependencies first
     data = {
         "name": name,
         "folder": str(found.folder.relative_to(site.home)),
