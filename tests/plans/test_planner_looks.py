@@ -180,3 +180,38 @@ def test_the_planner_reads_nothing_outside_the_target_repository(
     results = tool_results(model.requests[1].body)
     assert len(results) == 3
     assert not any("OUTSIDE-SECRET-99" in r for r in results)
+
+
+def test_the_planner_reads_the_base_not_the_users_working_tree_or_git_config(
+    scripted: Callable[..., ScriptedModel], tmp_path: Path, repo: Path
+) -> None:
+    """The planner's tools read a checkout of the base made for the look: an untracked
+    ``.env``, an uncommitted edit and a credential in the user's ``.git/config`` stay out of
+    the model's reach, and the checkout is gone after the plan."""
+    (repo / ".env").write_text("TOKEN=UNTRACKED-ENV-4411\n")
+    (repo / "NOTES.md").write_text("UNCOMMITTED-EDIT-5522\n")
+    git(repo, "config", "remote.origin.url", "https://user:GITCONFIG-CRED-6633@example.com/r.git")
+    model = scripted(
+        [
+            calls(
+                ToolCall("read_file", {"path": ".env"}, id="e1"),
+                ToolCall("read_file", {"path": "NOTES.md"}, id="e2"),
+                ToolCall("read_file", {"path": ".git/config"}, id="e3"),
+                ToolCall("grep", {"pattern": "CRED|UNTRACKED|UNCOMMITTED"}, id="e4"),
+            ),
+            text(PLAN),
+        ]
+    )
+    home = make_home(tmp_path, repo, model)
+
+    assert plan(home, tmp_path) == 0
+
+    results = tool_results(model.requests[1].body)
+    assert len(results) == 4
+    joined = "\n".join(results)
+    for leaked in ("UNTRACKED-ENV-4411", "UNCOMMITTED-EDIT-5522", "GITCONFIG-CRED-6633"):
+        assert leaked not in joined
+    assert SECRET_NOTE in results[1]  # the committed NOTES.md, as at the base
+    # the user's working tree is as they left it
+    assert (repo / "NOTES.md").read_text() == "UNCOMMITTED-EDIT-5522\n"
+    assert (repo / ".env").exists()
