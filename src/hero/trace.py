@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 #: The ``by`` of a tool call's events that the reviewer made (hero.roles.looking): the
 #: worker's conversation, replayed from the trace, leaves them out.
 BY_REVIEWER = "reviewer"
+BY_PLANNER = "planner"
 
 
 class Event(StrEnum):

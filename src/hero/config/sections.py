@@ -97,6 +97,16 @@ class WorkerLimits:
         "used up the Reviewer is asked for its verdict without tools.",
         section=WORKER_SECTION,
     )
+    plan_tool_calls: int = knob(
+        "planner_max_tool_calls",
+        12,
+        "Tool calls the Planner may make in one `hero plan` before it must give its plan.",
+        note="Only with tools in the planner's `tools:` (its default: read_file, ls, grep, "
+        "find, git_log, git_show), which read the target repository read-only; each result "
+        "is cut to 8000 characters. Once they are used up the Planner is asked for its plan "
+        "without tools.",
+        section=WORKER_SECTION,
+    )
 
 
 @dataclass(frozen=True)

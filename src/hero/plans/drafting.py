@@ -17,7 +17,9 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from hero.config.home import Config
     from hero.config.sections import Safety
     from hero.roles.planner import Draft
+    from hero.roles.reviewer import Looking
 
 #: The largest plan file hero reads.
 MAX_PLAN_BYTES = 1 << 20
@@ -99,16 +102,18 @@ def draft_plan(
     try:
         # the plan, the layout and the rules files are the user's: no key of theirs goes out
         client = RedactingModel(make_client(config, "planner"), Redactor(config.secrets))
-        draft = plan_stories(
-            client,
-            text,
-            plan_file=plan_file.name,
-            layout=layout,
-            rules=repo_rules(config.target_repo),
-            home=config.home,
-            check=lambda d: _policy_problems(config.safety, d),
-            recap=plan_recap(config),
-        )
+        with planner_looking(config) as looking:
+            draft = plan_stories(
+                client,
+                text,
+                plan_file=plan_file.name,
+                layout=layout,
+                rules=repo_rules(config.target_repo),
+                home=config.home,
+                check=lambda d: _policy_problems(config.safety, d),
+                recap=plan_recap(config),
+                looking=looking,
+            )
     except PromptError as exc:
         raise Refusal(str(exc)) from None
     return Drafted(
@@ -118,6 +123,57 @@ def draft_plan(
         source=plan_file.resolve(),
         sha256=hashlib.sha256(data).hexdigest(),
     )
+
+
+@contextmanager
+def planner_looking(config: Config) -> Iterator[Looking | None]:
+    """What the planner looks around with (hero.roles.looking) while it plans: its toolset
+    (the planner's ``tools``, by default the read-only set), None when they are empty (one
+    request, as ever). Its tools read a checkout of the base (``target_base_ref``, else
+    HEAD) made for the look and removed after it, never the user's working tree: not their
+    uncommitted or untracked files (an ``.env``), not their ``.git/config`` (a credential in
+    a remote's URL). The checkout borrows the repository's objects (``clone --shared``), so
+    it costs the files' writing, not a copy of the history."""
+    from hero.agent.tools.context import ToolContext
+    from hero.agent.tools.toolset import select_tools
+    from hero.config.tools import configured_servers, role_patterns
+    from hero.git.ops import GitError, git
+    from hero.roles.reviewer import Looking
+
+    servers = configured_servers(config)
+    patterns = role_patterns(config.role("planner").tools, "planner", servers)
+    tools = select_tools(patterns, (), role="planner", servers=servers)
+    if not tools:
+        yield None
+        return
+    base = config.target_base_ref or "HEAD"
+    with tempfile.TemporaryDirectory(prefix="hero-plan-look-") as tmp:
+        checkout = Path(tmp) / "repo"
+        try:
+            commit = git(
+                config.target_repo,
+                "rev-parse",
+                "--verify",
+                "--end-of-options",
+                f"{base}^{{commit}}",
+            ).strip()
+            git(
+                Path(tmp),
+                "clone",
+                "-q",
+                "--shared",
+                "--no-checkout",
+                "--",
+                str(config.target_repo),
+                "repo",
+            )
+            git(checkout, "-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit)
+        except GitError as exc:
+            raise Refusal(
+                f"cannot check out {base} of the target repository for the planner: {exc}"
+            ) from None
+        ctx = ToolContext(root=checkout, env={}, secrets=config.secrets)
+        yield Looking(tools, ctx, config.worker_limits.plan_tool_calls)
 
 
 def plan_recap(config: Config) -> str:

@@ -1,4 +1,7 @@
-"""A reviewer that can look: the agent loop, read-only, bounded, before the verdict.
+"""A role that can look: the agent loop, read-only, bounded, before the role's answer.
+
+One loop for every role that looks before it answers: the reviewer (before its verdict) and
+the planner (before its plan, hero.roles.planner: its calls are marked ``by: planner``).
 
 The reviewer's model gets its read-only toolset (hero.agent.tools.toolset: by default
 read_file, ls, grep, find, git_log, git_show; never a tool that writes or runs a command)
@@ -14,6 +17,7 @@ marked ``by: reviewer`` (which the replay of the worker's conversation leaves ou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hero.agent.loop import DONE, run_agent
@@ -21,7 +25,7 @@ from hero.agent.tools.context import ToolContext
 from hero.agent.tools.toolset import Toolset
 from hero.config.sections import WorkerLimits
 from hero.llm.client import Completion, Model, ToolCallRequest
-from hero.trace import BY_REVIEWER, Event, Trace
+from hero.trace import BY_PLANNER, BY_REVIEWER, Event, Trace
 
 #: The most characters of one tool result the reviewer reads.
 RESULT_CHARS = 8_000
@@ -32,8 +36,18 @@ ANSWER_NOW = (
     "You cannot call tools any more in this review ({why}). Give your verdict now, as the "
     "JSON object asked for, from what you have read."
 )
+#: What the planner is told when its tool calls are used up.
+PLAN_NOW = (
+    "You cannot call tools any more ({why}). Give the plan now, as the JSON object asked "
+    "for, from what you have read."
+)
 #: The result of a call the loop stopped before running.
 NOT_RUN = "not run: the review's tool calls are used up"
+#: The same, for the planner's calls.
+PLAN_NOT_RUN = "not run: the planner's tool calls are used up"
+#: Records one answer of the looking role's (its turn, None for the answer asked for
+#: without tools).
+OnAnswer = Callable[[Completion, "int | None"], None]
 
 
 def look_and_answer(
@@ -44,8 +58,15 @@ def look_and_answer(
     trace: Trace,
     *,
     max_tool_calls: int,
+    by: str = BY_REVIEWER,
+    on_answer: OnAnswer | None = None,
 ) -> str:
-    """The reviewer's final answer after it looked around with ``tools`` in ``ctx.root``."""
+    """The role's final answer after it looked around with ``tools`` in ``ctx.root``.
+
+    ``by``: the role (BY_REVIEWER or BY_PLANNER), which marks its tool calls' events and
+    chooses what it is told once its calls are used up; ``on_answer``: records each of its
+    answers (default: the trace's ``review_answer``)."""
+    record = on_answer or (lambda c, turn: trace.review_answer(c, turn=turn))
     ctx.max_result_chars = min(ctx.max_result_chars, RESULT_CHARS)
     limits = WorkerLimits(
         max_turns=max_tool_calls + 2,
@@ -54,18 +75,20 @@ def look_and_answer(
         loop_repeats=3,
         max_tool_errors=max(3, max_tool_calls // 2),
     )
-    result = run_agent(model, messages, ctx, limits, ReviewTrace(trace), tools=tools)
+    looks = ReviewTrace(trace, by=by, on_answer=record)
+    result = run_agent(model, messages, ctx, limits, looks, tools=tools)
     if result.stop_reason == DONE:
         return result.final_message
-    _answer_lost_calls(messages)
-    note = ANSWER_NOW.format(why=result.detail)
+    planner = by == BY_PLANNER
+    _answer_lost_calls(messages, PLAN_NOT_RUN if planner else NOT_RUN)
+    note = (PLAN_NOW if planner else ANSWER_NOW).format(why=result.detail)
     messages.append({"role": "user", "content": note})
     completion = model.complete(messages)
-    trace.review_answer(completion)
+    record(completion, None)
     return completion.content
 
 
-def _answer_lost_calls(messages: list[dict[str, Any]]) -> None:
+def _answer_lost_calls(messages: list[dict[str, Any]], not_run: str = NOT_RUN) -> None:
     """A result for each call of the last answer that the loop stopped before running (the
     request must pair every call with its result)."""
     last = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
@@ -74,24 +97,29 @@ def _answer_lost_calls(messages: list[dict[str, Any]]) -> None:
     answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
     for call in last.get("tool_calls") or ():
         if call.get("id") not in answered:
-            messages.append({"role": "tool", "tool_call_id": call.get("id"), "content": NOT_RUN})
+            messages.append({"role": "tool", "tool_call_id": call.get("id"), "content": not_run})
 
 
 class ReviewTrace(Trace):
-    """The agent loop's trace calls, written into the round's trace as the reviewer's."""
+    """The agent loop's trace calls, written into ``inner`` as the looking role's (``by``):
+    its answers through ``on_answer``, its calls as events marked ``by``."""
 
-    def __init__(self, inner: Trace) -> None:
+    def __init__(
+        self, inner: Trace, *, by: str = BY_REVIEWER, on_answer: OnAnswer | None = None
+    ) -> None:
         super().__init__(None)
         self.inner = inner
+        self.by = by
+        self.on_answer: OnAnswer = on_answer or (lambda c, t: inner.review_answer(c, turn=t))
 
     def message(self, role: str, content: Any, *, restart: bool = False) -> None:
         """The first messages: the reviewer's task is in ``review_request`` already."""
 
     def assistant(self, turn: int, completion: Completion, *, estimate: int | None) -> None:
-        self.inner.review_answer(completion, turn=turn)
+        self.on_answer(completion, turn)
 
     def tool_start(self, turn: int, call: ToolCallRequest) -> None:
-        self.inner.event(Event.TOOL_START, turn=turn, id=call.id, name=call.name, by=BY_REVIEWER)
+        self.inner.event(Event.TOOL_START, turn=turn, id=call.id, name=call.name, by=self.by)
 
     def tool_result(
         self,
@@ -112,7 +140,7 @@ class ReviewTrace(Trace):
             is_error=is_error,
             content=content,
             duration_s=round(duration_s or 0.0, 4),
-            by=BY_REVIEWER,
+            by=self.by,
         )
 
     def condense(self, fields: Any) -> None:

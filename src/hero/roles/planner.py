@@ -9,18 +9,23 @@ with ``verify`` a mapping of tier -> commands (the tiers' order kept) or a flat 
 fences and prose around the object are tolerated. hero checks the answer (see
 :func:`check_answer`) and, when it is not usable, sends it back once with the exact list
 of problems; an answer still unusable raises :class:`PlanInvalid` with that list.
+
+With tools (its ``tools:`` in config/roles.yaml, by default the read-only set) the planner
+first looks around the target repository, read-only and with at most
+``planner_max_tool_calls`` calls (hero.roles.looking, the reviewer's loop), then gives the
+same answer; the corrected answer is asked for without tools. ``tools: []``: one request.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hero.errors import HeroError
-from hero.llm.client import Model
+from hero.llm.client import Completion, Model
 from hero.names import ID_RE, is_story_id
 from hero.plans.dag import problems as dag_problems
 from hero.roles.answers import FENCE, find_object
@@ -29,6 +34,18 @@ from hero.story.format import dumps_story, parse_story_text
 from hero.story.record import Story, StoryError
 from hero.yamlio import ValueProblem, describe, string_list
 
+if TYPE_CHECKING:
+    from hero.roles.reviewer import Looking
+    from hero.trace import Trace
+
+#: What the task says, at its end, to a planner with tools (hero.roles.looking).
+LOOKING = (
+    "\n\n## Looking at the repository\n"
+    "You may look at the target repository before you answer: your tools ({tools}) read it "
+    "read-only, at most {calls} calls. Read the files the plan touches, search for what it "
+    "names, look at its history, so that each story's scope and verify commands fit the code "
+    "as it is. Then answer with the JSON object alone."
+)
 #: The keys of one story in the planner's answer (``body`` is the markdown; the rest are
 #: the story file's frontmatter fields).
 STORY_KEYS = ("id", "title", "priority", "verify", "scope", "depends_on", "body")
@@ -75,6 +92,9 @@ class Draft:
     plan: str
     stories: tuple[DraftStory, ...]
     answers: int = 1  # how many answers it took
+    tokens_in: int = 0  # over every request of the planner's (its looking too)
+    tokens_out: int = 0
+    requests: int = 0  # the planner's model requests, its looking's included
 
     def deps(self) -> dict[str, tuple[str, ...]]:
         return {s.id: s.depends_on for s in self.stories}
@@ -94,10 +114,11 @@ def planner_messages(
     rules: str,
     home: Path | None,
     recap: str = "",
+    looking: str = "",
 ) -> list[dict[str, Any]]:
     """The system and task messages; PromptError for a template that does not fit.
     ``recap``: the last stories on the repository (hero.memory.recall.render_recap), ""
-    for none."""
+    for none; ``looking``: the note telling a planner with tools it may look, "" for none."""
     task = render_added(
         "planner_task.md",
         home,
@@ -109,8 +130,27 @@ def planner_messages(
     )
     return [
         {"role": "system", "content": render("planner_system.md", home)},
-        {"role": "user", "content": task},
+        {"role": "user", "content": task + looking},
     ]
+
+
+class _Tally:
+    """The model, counting the tokens and requests of every answer it gives."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.requests = 0
+
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> Completion:
+        completion = self.model.complete(messages, tools)
+        self.tokens_in += completion.tokens_in
+        self.tokens_out += completion.tokens_out
+        self.requests += 1
+        return completion
 
 
 def plan_stories(
@@ -123,6 +163,8 @@ def plan_stories(
     home: Path | None,
     check: Callable[[Draft], list[str]] | None = None,
     recap: str = "",
+    looking: Looking | None = None,
+    trace: Trace | None = None,
 ) -> Draft:
     """Ask the planner for the plan's stories and check its answer.
 
@@ -130,23 +172,46 @@ def plan_stories(
     problem; PlanInvalid (with the last answer's problems) if the second is unusable too.
     ``check`` adds the caller's problems with a well-formed answer (the command policy's
     refusals of its verify commands). LlmError from the model passes through.
+    ``looking`` with tools: the first answer comes after a bounded, read-only look around
+    (hero.roles.looking), its calls and answers written to ``trace``.
     """
+    looks = looking is not None and bool(looking.tools)
+    note = ""
+    if looking is not None and looks:
+        note = LOOKING.format(tools=", ".join(looking.tools.names()), calls=looking.max_tool_calls)
     messages = planner_messages(
-        plan_text, plan_file=plan_file, layout=layout, rules=rules, home=home, recap=recap
+        plan_text,
+        plan_file=plan_file,
+        layout=layout,
+        rules=rules,
+        home=home,
+        recap=recap,
+        looking=note,
     )
+    tally = _Tally(model)
     errors: list[str] = []
     for answer in range(1, MAX_ANSWERS + 1):
-        completion = model.complete(messages)
+        if answer == 1 and looking is not None and looks:
+            text = _look_and_answer(tally, messages, looking, trace)
+        else:
+            text = tally.complete(messages).content
         try:
-            draft = check_answer(completion.content)
+            draft = check_answer(text)
             errors = check(draft) if check is not None else []
         except PlanInvalid as exc:
             errors = exc.errors
         if not errors:
-            return Draft(draft.plan, draft.stories, answers=answer)
+            return Draft(
+                draft.plan,
+                draft.stories,
+                answers=answer,
+                tokens_in=tally.tokens_in,
+                tokens_out=tally.tokens_out,
+                requests=tally.requests,
+            )
         messages = [
             *messages,
-            {"role": "assistant", "content": completion.content},
+            {"role": "assistant", "content": text},
             {
                 "role": "user",
                 "content": render(
@@ -155,6 +220,31 @@ def plan_stories(
             },
         ]
     raise PlanInvalid(errors)
+
+
+def _look_and_answer(
+    model: Model, messages: list[dict[str, Any]], looking: Looking, trace: Trace | None
+) -> str:
+    """The planner's first answer after its look around (hero.roles.looking); ``messages``
+    end with that answer as plain text (its tool calls and their results left out, so that
+    a corrected answer is asked for on the same footing as without tools)."""
+    from hero.roles.looking import look_and_answer
+    from hero.trace import BY_PLANNER
+    from hero.trace import Trace as TraceFile
+
+    def record(completion: Completion, turn: int | None) -> None:
+        """Its answers' tokens are in the Draft (counted by the tally); its calls are traced."""
+
+    return look_and_answer(
+        model,
+        list(messages),
+        looking.ctx,
+        looking.tools,
+        trace if trace is not None else TraceFile(None),
+        max_tool_calls=looking.max_tool_calls,
+        by=BY_PLANNER,
+        on_answer=record,
+    )
 
 
 # ----------------------------------------------------------------------------- the answer
