@@ -469,3 +469,35 @@ def test_story_xor_task(args: list[str], says: str, capsys: pytest.CaptureFixtur
         main(["run", *args])
     assert exc.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_task_the_daemon_ran_to_its_end_before_it_was_read_is_its_record(
+    tmp_path: Path,
+) -> None:
+    """`hero watch` took the task's story, ran it and moved it to done/ before `hero run
+    --task` read the file: the daemon's record is the answer, not "cannot read the file"."""
+    from hero.run.adhoc import run_or_follow
+    from hero.state import RunState, Status, save_state
+    from hero.story.record import StoryError
+
+    home = tmp_path / "home"
+    (home / "inbox").mkdir(parents=True)
+    said: list[str] = []
+
+    def gone() -> RunState:
+        raise StoryError(home / "inbox" / "t1.md", "file", "cannot read the file: gone")
+
+    with pytest.raises(StoryError):  # no record: the error is the story's own
+        run_or_follow(gone, home, "t1", said.append)
+    save_state(home, RunState(id="t1", status=Status.RUNNING))
+    with pytest.raises(StoryError):  # a run not ended is not an answer
+        run_or_follow(gone, home, "t1", said.append)
+    save_state(home, RunState(id="t1", status=Status.PASSED))
+    (home / "inbox" / "t1.md").write_text("broken\n")
+    with pytest.raises(StoryError):  # the file still there: its error is its own
+        run_or_follow(gone, home, "t1", said.append)
+    (home / "inbox" / "t1.md").unlink()
+    state, followed = run_or_follow(gone, home, "t1", said.append)
+    assert followed and state.status == Status.PASSED and "ran this task's story first" in said[-1]
+    with pytest.raises(StoryError):  # a STORY file's run (no task id) is never followed
+        run_or_follow(gone, home, None, said.append)

@@ -185,6 +185,7 @@ def run_or_follow(
     to follow the story. Without a ``story_id``, StoryBusy goes up as it is."""
     from hero.locks import StoryBusy, is_held, story_lock_path
     from hero.state import TERMINAL, load_state
+    from hero.story.record import StoryError
 
     while True:
         try:
@@ -193,6 +194,14 @@ def run_or_follow(
             if story_id is None:
                 raise
             busy = exc
+        except StoryError:
+            # the daemon may have taken the task's story, run it to its end and moved its file
+            # to done/ before this process read it: that run's record is the answer
+            ended = None if story_id is None else load_state(home, story_id)
+            if ended is None or ended.status not in TERMINAL or _in_inbox(home, story_id):
+                raise
+            say(f"another hero process (hero watch?) ran this task's story first: {story_id}")
+            return ended, True
         lock = story_lock_path(home, story_id)
         held = is_held(lock)
         if held:
@@ -207,6 +216,12 @@ def run_or_follow(
             return state, True
         if not held:  # not this home's lock: another home runs the id in the same repository
             raise taken_elsewhere(story_id, str(busy)) from None
+
+
+def _in_inbox(home: Path, story_id: str | None) -> bool:
+    """Whether the task's story file is still in the inbox (then its error is its own)."""
+    path = Path(home) / "inbox" / f"{story_id}.md"
+    return path.exists() or path.is_symlink()
 
 
 def taken_elsewhere(story_id: str, reason: str) -> UsageError:
