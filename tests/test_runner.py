@@ -405,3 +405,67 @@ def test_truncate_middle_tiny_limit_still_reports() -> None:
     out = truncate_middle("x" * 500, 5)
     _, cut, _ = _split(out)
     assert cut == 500
+
+
+# -- a stop signal while the child is being started ---------------------------------------
+
+
+def _interrupted_in_popen(monkeypatch: pytest.MonkeyPatch, pid_file: Path) -> None:
+    """Make the next Popen receive SIGINT after its child runs and before Popen returns, as
+    on a loaded machine where the parent is not scheduled for a while after the fork."""
+    import subprocess
+
+    real = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def execute_child(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
+        real(self, *args, **kwargs)
+        deadline = time.monotonic() + HANG_BOUND_S
+        while not pid_file.is_file() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline, "the child never wrote its pid"
+            time.sleep(0.01)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", execute_child)
+
+
+def test_ctrl_c_while_popen_starts_the_command_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    pid_file = tmp_path / "pid"
+    _interrupted_in_popen(monkeypatch, pid_file)
+    with pytest.raises(KeyboardInterrupt):
+        run_command(
+            f"sleep 30 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; wait",
+            tmp_path,
+            timeout_s=60,
+        )
+    assert _wait_dead(int(pid_file.read_text())), "the command's child outlived the interrupt"
+
+
+def test_ctrl_c_while_popen_starts_a_program_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid_file = tmp_path / "pid"
+    _interrupted_in_popen(monkeypatch, pid_file)
+    with pytest.raises(KeyboardInterrupt):
+        run_process(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 30"], tmp_path, timeout_s=60)
+    assert _wait_dead(int(pid_file.read_text())), "the program outlived the interrupt"
+
+
+def test_a_stop_signal_whose_handler_returns_lets_the_command_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon's handler only notes the stop: the command it held off runs on, and the
+    handler is told once, after Popen."""
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda n, _f: seen.append(n))
+    try:
+        pid_file = tmp_path / "pid"
+        _interrupted_in_popen(monkeypatch, pid_file)
+        result = run_command(f"echo $$ > {pid_file}; echo done", tmp_path, timeout_s=60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.exit_code == 0 and "done" in result.output
+    assert seen == [signal.SIGINT]
+    assert signal.getsignal(signal.SIGINT) is previous

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 from hero.sandbox.limits import Confinement, Limits, confine
 
@@ -534,15 +534,65 @@ def _exit_code(proc: subprocess.Popen[bytes], timed_out: bool, cancelled: bool) 
     return 128 - rc if rc < 0 else rc
 
 
+#: The signals that stop hero (Ctrl-C, and SIGTERM where a command makes it KeyboardInterrupt).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _popen(
+    started: list[subprocess.Popen[bytes]], argv: Sequence[str], **kwargs: object
+) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **kwargs)``, with Ctrl-C and SIGTERM held off until the child
+    is in ``started`` (where the caller's cleanup finds it).
+
+    A KeyboardInterrupt raised inside Popen, after the fork and before it returns, would lose
+    the child: nobody would hold its pid to end its group, and it would outlive hero (seen on a
+    loaded machine, where the child can run for a while before Popen returns). In the main
+    thread (the only one a signal's handler runs in) the signals that arrive meanwhile are
+    noted, then raised again once the handlers are back: a handler that raises has the
+    child's group killed and reaped first."""
+    held: list[int] = []
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for stop in _STOP_SIGNALS:
+            if signal.getsignal(stop) is not None:  # None: a handler set outside Python
+                previous[stop] = signal.signal(stop, lambda n, _f: held.append(n))
+    try:
+        proc: subprocess.Popen[bytes] = subprocess.Popen(list(argv), **kwargs)  # type: ignore[call-overload]
+        started.append(proc)
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
+    try:
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)  # its handler runs here, and may raise
+    except BaseException:
+        _killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc
+
+
+def _end_started(started: list[subprocess.Popen[bytes]]) -> None:
+    """Kill the group of a child that was started but is not reaped yet, and reap it (a child
+    that ``_supervise`` ended is reaped already: its pid may be another's by now)."""
+    for proc in started:
+        if proc.returncode is None:
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def _start(
     argv: Sequence[str],
     cwd: Path,
     env: Mapping[str, str] | None,
     pass_fds: Sequence[int] = (),
+    started: list[subprocess.Popen[bytes]] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start a command of ``run_command``: own session, stdin from /dev/null, one pipe."""
-    return subprocess.Popen(
-        list(argv),
+    """Start a command of ``run_command``: own session, stdin from /dev/null, one pipe. The
+    child is put in ``started`` as soon as it exists (see ``_popen``)."""
+    return _popen(
+        [] if started is None else started,
+        argv,
         cwd=str(cwd),
         env=None if env is None else dict(env),
         stdin=subprocess.DEVNULL,
@@ -560,6 +610,7 @@ def _start_sandboxed(
     env: Mapping[str, str] | None,
     *,
     deadline: float,
+    started: list[subprocess.Popen[bytes]] | None = None,
 ) -> tuple[subprocess.Popen[bytes], NamespaceInit | None, int, Confinement | None]:
     """Start ``argv`` in ``sandbox``, and the init of its PID namespace, got hold of before
     the sandbox is let start the command (so it cannot have exited, its pid reused). Also
@@ -577,7 +628,7 @@ def _start_sandboxed(
             # sandbox's unprivileged uid where it has one
             wrap = getattr(sandbox, "wrap_command", sandbox.wrap)
             wrapped = wrap(argv, cwd, info_fd=info_w, block_fd=block_r)
-            proc = _start(wrapped, cwd, env, pass_fds=(info_w, block_r))
+            proc = _start(wrapped, cwd, env, pass_fds=(info_w, block_r), started=started)
         finally:
             os.close(info_w)
             os.close(block_r)
@@ -651,12 +702,17 @@ def _run_command(
     init: NamespaceInit | None = None
     confinement: Confinement | None = None
     info = -1
-    if sandbox is None:
-        proc = _start(argv, cwd, env)
-    else:
-        proc, init, info, confinement = _start_sandboxed(
-            sandbox, argv, cwd, env, deadline=start + timeout_s
-        )
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        if sandbox is None:
+            proc = _start(argv, cwd, env, started=started)
+        else:
+            proc, init, info, confinement = _start_sandboxed(
+                sandbox, argv, cwd, env, deadline=start + timeout_s, started=started
+            )
+    except BaseException:
+        _end_started(started)  # stopped between the child's start and its supervision
+        raise
     capture = Capture(max_output_bytes)
 
     def end_leftovers() -> None:
@@ -678,6 +734,9 @@ def _run_command(
             cancel=cancel,
             end_leftovers=end_leftovers,
         )
+    except BaseException:
+        _end_started(started)
+        raise
     finally:
         if confinement is not None:
             confinement.end()
@@ -719,20 +778,26 @@ def run_process(
     if the program cannot be started (not installed, or ``cwd`` does not exist).
     """
     start = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=str(cwd),
-        env=None if env is None else dict(env),
-        stdin=subprocess.DEVNULL if stdin is None else stdin,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    budget = _UNBOUNDED if max_output is None else max_output
-    out, err = Capture(budget), Capture(budget)
-    timed_out, _ = _supervise(
-        proc, [(proc.stdout, out), (proc.stderr, err)], deadline=start + timeout_s, cancel=None
-    )
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        proc = _popen(
+            started,
+            argv,
+            cwd=str(cwd),
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL if stdin is None else stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        budget = _UNBOUNDED if max_output is None else max_output
+        out, err = Capture(budget), Capture(budget)
+        timed_out, _ = _supervise(
+            proc, [(proc.stdout, out), (proc.stderr, err)], deadline=start + timeout_s, cancel=None
+        )
+    except BaseException:
+        _end_started(started)  # stopped before its supervision began
+        raise
     stdout, cut = out.result()
     return ProcessResult(
         argv=tuple(argv),
