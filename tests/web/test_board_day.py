@@ -114,11 +114,39 @@ def test_each_story_links_its_branch_pull_request_and_issue(
     assert '<code class="branch">hero/login-form</code>' in other.group(1)
 
 
+def test_the_pull_request_the_report_back_recorded_is_linked_itself(
+    day: tuple[Path, TestClient],
+) -> None:
+    home, client = day
+    etag = client.get("/").headers["etag"]
+    reported = home / "runs" / "github" / "reported.json"
+    reported.parent.mkdir(parents=True, exist_ok=True)
+    pull = f"https://github.com/{GH_REPO}/pull/7"
+    reported.write_text(json.dumps({"done": {}, "pulls": {"gh-42": pull}}))
+    response = client.get("/", headers={"if-none-match": etag})
+    assert response.status_code == 200  # the record changed the page
+    row = re.search(r'<tr class="story" data-key="gh-42">(.*?)</tr>', response.text, re.S)
+    assert row
+    hrefs = dict(re.findall(r'<a class="(\w+)" href="([^"]+)"', row.group(1)))
+    assert hrefs["pull"] == pull
+
+
 def test_a_hostile_source_makes_no_link() -> None:
     row = {"branch": "x"}
     assert overview.links(row, {"repo": "javascript:alert(1)//x", "issue": 1}) == {}
     bad = overview.links(row, {"repo": "a/b", "url": "javascript:alert(1)", "issue": True})
     assert "issue" not in bad and bad["branch"] == "https://github.com/a/b/tree/x"
+    for pull in (
+        "javascript:alert(1)",
+        "https://github.com/other/repo/pull/1",
+        'https://github.com/a/b/pull/1"><script>',
+    ):
+        assert overview.links(row, {"repo": "a/b"}, pull)["pull"].startswith(
+            "https://github.com/a/b/pulls?q="
+        )
+    assert overview.links(row, {"repo": "a/b"}, "https://github.com/a/b/pull/3")["pull"] == (
+        "https://github.com/a/b/pull/3"
+    )
 
 
 def test_a_plan_lists_its_stories_in_dependency_order(day: tuple[Path, TestClient]) -> None:

@@ -130,6 +130,7 @@ def board_signature(site: Site) -> str:
         _listing(home / "inbox", depth=2),
         _listing(home / "done"),
         [daemon_lock_path(home), home / "runs" / "breakers.json"],
+        [home / "runs" / "github" / "reported.json"],  # the pull requests the board links
         f"daemon={held}",
     )
 

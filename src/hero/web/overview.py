@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import html
+import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +24,7 @@ from hero.names import StoryRef
 from hero.state import StateError, load_state
 from hero.story.format import parse_story
 from hero.story.record import StoryError
-from hero.yamlio import ValueProblem
+from hero.yamlio import ValueProblem, read_file
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
@@ -33,6 +34,7 @@ FAILED = frozenset({"gave_up", "error", "budget_exceeded"})
 FILTER_CHARS = 200
 #: A GitHub repository's name as ``owner/name``: anything else makes no link.
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,38}/[A-Za-z0-9._-]{1,100}$")
+_PULL_RE = re.compile(r"^https://github\.com/[A-Za-z0-9._/-]+/pull/[0-9]{1,12}$")
 _FILE_RE = re.compile(r"^diff --git a/(.*) b/(.*)$")
 
 
@@ -167,10 +169,32 @@ def source_of(home: Path, row: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
-def links(row: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, str]:
-    """The story's branch, pull request and issue on GitHub, where its record has them.
-    Only an ``https://github.com/`` URL, or one made from a well-formed ``owner/name``,
-    is ever a link."""
+#: Where `hero watch`'s report-back records, per story, the pull request it opened or found
+#: (``hero.github.report.REPORTED_FILE``, a layer above this one), relative to the home.
+REPORTED_FILE = Path("runs") / "github" / "reported.json"
+MAX_REPORTED_BYTES = 4 * 1024 * 1024
+
+
+def pulls_of(home: Path) -> dict[str, str]:
+    """``{story id: pull request URL}`` from the report-back's record; {} when it is missing,
+    unreadable or not hero's."""
+    try:
+        data = json.loads(read_file(home / REPORTED_FILE, limit=MAX_REPORTED_BYTES))
+    except (OSError, ValueProblem, ValueError):
+        return {}
+    pulls = data.get("pulls") if isinstance(data, dict) else None
+    if not isinstance(pulls, dict):
+        return {}
+    return {str(k): v for k, v in pulls.items() if isinstance(v, str)}
+
+
+def links(
+    row: Mapping[str, Any], source: Mapping[str, Any], pull: str | None = None
+) -> dict[str, str]:
+    """The story's branch, pull request and issue on GitHub, where its record has them: the
+    pull request's own URL when the report-back recorded it, else a search for the branch's
+    pull requests (records from before it did). Only an ``https://github.com/`` URL, or one
+    made from a well-formed ``owner/name``, is ever a link."""
     repo = str(source.get("repo") or "")
     branch = str(row.get("branch") or "")
     out: dict[str, str] = {}
@@ -186,6 +210,8 @@ def links(row: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, str]:
     if branch:
         out["branch"] = f"{base}/tree/{quote(branch, safe='/')}"
         out["pull"] = f"{base}/pulls?q={quote('is:pr head:' + branch, safe='')}"
+    if pull and _PULL_RE.match(pull) and pull.startswith(base + "/pull/"):
+        out["pull"] = pull
     return out
 
 
@@ -355,8 +381,9 @@ def view(
     """The board with its totals, charts, filters (applied to its groups) and links."""
     rows = board["stories"]
     chosen = filters(query)
+    pulls = pulls_of(home)
     for row in rows:
-        row["links"] = links(row, source_of(home, row))
+        row["links"] = links(row, source_of(home, row), pulls.get(str(row.get("id") or "")))
         row["left"] = budget_left(row)
     shown = [r for r in rows if keep(r, chosen)]
     groups: dict[str, list[dict[str, Any]]] = {}
