@@ -97,6 +97,49 @@ def test_filters_by_status_plan_and_text_without_javascript(
     assert "<option selected>gave_up</option>" in selected
 
 
+def test_filters_by_label_in_the_page_and_in_the_api(day: tuple[Path, TestClient]) -> None:
+    _, client = day
+    assert sorted(_rows(client.get("/?label=auth").text)) == ["login-form", "login-rate"]
+    assert _rows(client.get("/?label=AUTH&status=passed").text) == ["login-form"]  # any case
+    assert _rows(client.get("/?label=needs+design+review").text) == ["login-rate"]
+    assert _rows(client.get("/?label=auth&q=rate").text) == ["login-rate"]
+    assert _rows(client.get("/?label=nobody").text) == []
+    page = client.get("/?label=bug").text
+    assert _rows(page) == ["gh-42"] and "<option selected>bug</option>" in page
+    # the form offers every label once; each row shows its labels, each a link to its filter
+    form = re.search(r'<select name="label">(.*?)</select>', page, re.S)
+    assert form and re.findall(r"<option[^>]*>([^<]+)</option>", form.group(1)) == [
+        "any", "auth", "bug", "needs design review", "ui",
+    ]  # fmt: skip
+    row = re.search(
+        r'<tr class="story" data-key="login-rate">(.*?)</tr>', client.get("/").text, re.S
+    )
+    assert row and re.findall(r'<a class="label" href="([^"]+)">([^<]+)</a>', row.group(1)) == [
+        ("/?label=auth", "auth"),
+        ("/?label=needs%20design%20review", "needs design review"),
+    ]
+
+    api = client.get("/api/stories?label=Auth&status=passed").json()
+    assert [s["key"] for s in api["stories"]] == ["login-form"]
+    assert [g["stories"][0]["key"] for g in api["groups"]] == ["login-form"]
+    assert api["filters"] == {"status": "passed", "plan": "", "label": "Auth", "q": ""}
+    assert api["stories"][0]["labels"] == ["ui", "auth"]
+    everything = client.get("/api/stories").json()
+    assert len(everything["stories"]) == len(STORIES)
+    assert (
+        client.get("/api/stories?label=ui").headers["etag"]
+        != client.get("/api/stories").headers["etag"]
+    )
+    assert client.get("/api/stories/login-form").json()["labels"] == ["ui", "auth"]
+    story = client.get("/stories/login-form").text
+    labels = re.search(r'<p class="labels" id="story-labels">(.*?)</p>', story, re.S)
+    assert labels and re.findall(r'<a class="label" href="[^"]+">([^<]+)</a>', labels.group(1)) == [
+        "ui",
+        "auth",
+    ]
+    assert 'id="story-labels"' not in client.get("/stories/report-csv").text
+
+
 def test_each_story_links_its_branch_pull_request_and_issue(
     day: tuple[Path, TestClient],
 ) -> None:

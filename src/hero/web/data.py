@@ -266,6 +266,7 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
         "id": ref.id,
         "plan": ref.plan,
         "title": str(state.title),
+        "labels": [str(x) for x in state.labels],
         "status": str(state.status),
         "phase": str(state.phase or ""),
         "current_round": int(state.current_round or 0),

@@ -4,8 +4,8 @@ Plain functions over the rows :func:`hero.views.status.collect_status` makes (on
 run record): the totals sum each row's ``tokens`` and ``cost_usd``, which are the record's
 ``usage`` as ``hero status`` reads it, so the page, ``hero status`` and the budgets count
 one spend. The charts are inline SVG made here (no script, no other origin), every text
-in them escaped; the filters are the query string's (``/?status=passed&q=login``), applied
-on the server, so they work without JavaScript.
+in them escaped; the filters are the query string's (``/?status=passed&label=ui&q=login``),
+applied on the server, so they work without JavaScript (and on ``/api/stories`` alike).
 """
 
 from __future__ import annotations
@@ -125,24 +125,53 @@ def totals(rows: Sequence[Mapping[str, Any]], now: float | None = None) -> dict[
 # ----------------------------------------------------------------------------- filters
 
 
+#: The board's filters, as the query string names them: status, plan, label, text.
+FILTERS = ("status", "plan", "label", "q")
+
+
 def filters(query: Mapping[str, str]) -> dict[str, str]:
     """The board's filters from the query string (each cut to FILTER_CHARS)."""
-    return {k: str(query.get(k) or "").strip()[:FILTER_CHARS] for k in ("status", "plan", "q")}
+    return {k: str(query.get(k) or "").strip()[:FILTER_CHARS] for k in FILTERS}
 
 
 def keep(row: Mapping[str, Any], chosen: Mapping[str, str]) -> bool:
-    """Whether a story passes the filters: status and plan exactly, ``q`` anywhere in its
-    id, key or title (any case)."""
+    """Whether a story passes the filters: status and plan exactly, ``label`` one of its
+    labels (any case), ``q`` anywhere in its id, key or title (any case)."""
     status = "stale" if row.get("stale") else str(row.get("status") or "")
     if chosen.get("status") and chosen["status"] not in (status, str(row.get("status"))):
         return False
     if chosen.get("plan") and chosen["plan"] != str(row.get("plan") or ""):
+        return False
+    label = chosen.get("label", "").casefold()
+    if label and label not in {str(x).casefold() for x in labels_of(row)}:
         return False
     q = chosen.get("q", "").casefold()
     if q:
         hay = " ".join(str(row.get(k) or "") for k in ("id", "key", "title")).casefold()
         return q in hay
     return True
+
+
+def labels_of(row: Mapping[str, Any]) -> list[str]:
+    """The row's labels (a list of text; anything else is none)."""
+    found = row.get("labels")
+    return [x for x in found if isinstance(x, str)] if isinstance(found, list) else []
+
+
+def grouped(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows by plan ("" first: the loose stories), each plan's in the order given."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(str(row.get("plan") or ""), []).append(row)
+    return [{"plan": p, "stories": groups[p]} for p in sorted(groups)]
+
+
+def narrow(board: dict[str, Any], query: Mapping[str, str]) -> dict[str, Any]:
+    """``/api/stories``: the board with only the stories that pass the query's filters (in
+    ``stories`` and ``groups``), and the filters it applied."""
+    chosen = filters(query)
+    shown = [r for r in board["stories"] if keep(r, chosen)]
+    return {**board, "stories": shown, "groups": grouped(shown), "filters": chosen}
 
 
 # ----------------------------------------------------------------------------- links
@@ -386,16 +415,14 @@ def view(
         row["links"] = links(row, source_of(home, row), pulls.get(str(row.get("id") or "")))
         row["left"] = budget_left(row)
     shown = [r for r in rows if keep(r, chosen)]
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in shown:
-        groups.setdefault(str(row.get("plan") or ""), []).append(row)
     return {
         **board,
-        "groups": [{"plan": p, "stories": groups[p]} for p in sorted(groups)],
+        "groups": grouped(shown),
         "shown": len(shown),
         "filters": chosen,
         "statuses": sorted({str(r.get("status")) for r in rows}),
         "plan_choices": sorted({str(r.get("plan")) for r in rows if r.get("plan")}),
+        "label_choices": sorted({x for r in rows for x in labels_of(r)}, key=str.casefold),
         "totals": totals(rows, now),
         "charts": charts(rows, now),
     }
