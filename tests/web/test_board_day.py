@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from board_support import GH_REPO, NOW, STORIES, usage_of, write_day
+from board_support import GH_REPO, NOW, STORIES, record, usage_of, write_day
+from conftest import git
 from serve_support import Page
 
 from hero.llm.scripted import ScriptedModel
@@ -219,6 +220,11 @@ def test_charts_are_inline_svg_escaped_and_say_when_there_is_nothing() -> None:
     hostile = overview.bar_chart("<b>x</b>", [("<i>", [1.0])], ["<s>"], str)
     assert "<b>" not in hostile and "<i>" not in hostile and "&lt;b&gt;" in hostile
     assert "time per round: no data yet" in overview.round_chart([])
+    # of many axis labels, every other one may be left out of a narrow chart; of a few, none
+    few = overview.round_chart([{"round": n, "duration_s": 60.0} for n in (1, 2, 3)])
+    many = overview.round_chart([{"round": n, "duration_s": 60.0} for n in range(1, 15)])
+    assert 'class="axis alt"' not in few and ">r3</text>" in few
+    assert many.count('class="axis alt"') == 7 and many.count('class="axis"') == 8
 
 
 def test_the_board_shows_its_charts(day: tuple[Path, TestClient]) -> None:
@@ -236,6 +242,21 @@ def test_a_diff_is_coloured_with_a_file_list() -> None:
     kinds = [line["kind"] for line in found["lines"]]
     assert kinds == ["file", "file", "file", "hunk", "del", "add", "", "file"]
     assert found["lines"][0]["anchor"] == found["files"][0]["anchor"] == "file-1"
+
+
+def test_a_round_that_changed_nothing_says_so(
+    day: tuple[Path, TestClient], target_repo: Path
+) -> None:
+    home, _ = day
+    head = git(target_repo, "rev-parse", "HEAD").strip()
+    found = record("report-csv", base_sha=head, head_sha=head)
+    for r in found["rounds"]:
+        r["head_sha"] = head
+    (home / "runs" / "state" / "report-csv.json").write_text(json.dumps(found))
+    app = create_app(home, token=None, repo=target_repo)
+    page = TestClient(app, base_url="http://127.0.0.1").get("/stories/report-csv").text
+    assert page.count(f"no change: the round ended on <code>{head[:12]}</code>") == 2
+    assert '<pre class="text stat"></pre>' not in page
 
 
 def test_api_stories_is_unchanged_by_the_board_view(day: tuple[Path, TestClient]) -> None:
