@@ -35,6 +35,7 @@ GUIDE = "# Guide\n"
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(scope_mod, "RACY_NS", 0)
+    monkeypatch.setattr(scope_mod, "RACY_FINE_NS", 0)
     root = tmp_path / "wt"
     for rel, content in BASE_FILES.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -181,6 +182,7 @@ def test_a_worktree_changed_moments_ago_is_checked_in_full(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(scope_mod, "RACY_NS", 3600 * 10**9)
+    monkeypatch.setattr(scope_mod, "RACY_FINE_NS", 3600 * 10**9)
     ctx = make_ctx(repo)
     bash(ctx, "true")
     bash(ctx, "true")

@@ -283,6 +283,10 @@ STAMP_LIMIT = 2000
 #: only to its clock's tick (up to two seconds on some), so a second change within the same
 #: tick could leave every time the stamp holds as it was.
 RACY_NS = 2_000_000_000
+#: The same where a time in the stamp shows the file system keeps finer times than 10 ms
+#: (ext4, xfs, btrfs, tmpfs, overlayfs): there a change's time is the kernel's clock tick,
+#: at most 10 ms.
+RACY_FINE_NS = 50_000_000
 #: How long a clean check's stamp lets checks be skipped. A write through a shared memory
 #: map changes a file's times only at the first write to a page since its last writeback:
 #: a process still running could change a file again unseen, so a full check comes at least
@@ -298,26 +302,32 @@ def stamp(root: Path) -> tuple[object, ...] | None:
     which no process can set back, and a name added or removed shows in the listing. (A
     directory's own times are left out: the listing says what they would, and git's status
     moves those of ``.git`` on every call, creating and removing its lock file.) None (check
-    in full) when the worktree holds more than ``STAMP_LIMIT`` entries, cannot be read
-    whole, or a file in it changed within ``RACY_NS`` of now."""
-    newest_allowed = time.time_ns() - RACY_NS
+    in full) when the worktree holds more than ``STAMP_LIMIT`` entries, spans file systems,
+    cannot be read whole, or a file in it changed within ``RACY_NS`` of now (``RACY_FINE_NS``
+    where its times are finer than 10 ms)."""
+    now = time.time_ns()
+    newest = 0
+    fine = False
     out: list[object] = []
     todo = [""]
     try:
         top = os.lstat(root)
         out.append(("", top.st_ino, top.st_mode))
+        device = top.st_dev
         while todo:
             rel = todo.pop()
             with os.scandir(root / rel if rel else root) as entries:
                 for entry in entries:
                     st = entry.stat(follow_symlinks=False)
                     path = f"{rel}/{entry.name}" if rel else entry.name
+                    if st.st_dev != device:
+                        return None  # another file system mounted inside: its own clock
                     if stat.S_ISDIR(st.st_mode):
                         out.append((path, st.st_ino, st.st_mode))
                         todo.append(path)
-                    elif max(st.st_ctime_ns, st.st_mtime_ns) > newest_allowed:
-                        return None
                     else:
+                        newest = max(newest, st.st_ctime_ns, st.st_mtime_ns)
+                        fine = fine or st.st_ctime_ns % 10_000_000 != 0
                         out.append(
                             (
                                 path,
@@ -332,6 +342,8 @@ def stamp(root: Path) -> tuple[object, ...] | None:
                     if len(out) > STAMP_LIMIT:
                         return None
     except OSError:
+        return None
+    if newest > now - (RACY_FINE_NS if fine else RACY_NS):
         return None
     return tuple(out)
 
