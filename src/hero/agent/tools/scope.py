@@ -430,6 +430,9 @@ def _status(worktree: Path) -> tuple[str, set[str], set[str]]:
     out = git(
         worktree,
         *_GIT_FIXED,
+        # no refresh of the index written back: a check that changes nothing leaves the
+        # worktree's stamp as it was (see stamp), so the next check can be skipped
+        "--no-optional-locks",
         "status",
         "--porcelain=v2",
         "--branch",
