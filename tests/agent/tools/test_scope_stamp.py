@@ -194,8 +194,12 @@ def test_a_large_worktree_is_checked_in_full(repo: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(scope_mod, "STAMP_LIMIT", 5)
     ctx = make_ctx(repo)
     bash(ctx, "true")
-    assert scope_mod.stamp(repo) is None
-    assert ctx.scope_stamp is None
+    assert scope_mod.stamp(repo) == scope_mod.TOO_BIG
+    kept = ctx.scope_stamp
+    assert kept is not None and kept[1] == scope_mod.TOO_BIG  # not walked for a while
+    out = bash(ctx, "echo bad > docs/guide.md")  # and every check meanwhile a full one
+    assert "docs/guide.md: put back" in out
+    assert ctx.scope_stamp is kept
 
 
 def test_a_stamp_is_trusted_for_a_bounded_time(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:

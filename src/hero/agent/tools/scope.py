@@ -255,13 +255,18 @@ def check_after_command(ctx: ToolContext) -> str:
     rules = rules_of(ctx)
     if rules.idle or not ctx.base_sha:
         return ""
-    # taken before the check, so that whatever changes after git looked differs from it
-    seen = stamp(ctx.root)
     kept = ctx.scope_stamp
-    if seen is not None and kept is not None and kept[1] == seen:
-        if time.monotonic_ns() < kept[0]:
+    now = time.monotonic_ns()
+    if kept is not None and kept[1] == TOO_BIG and now < kept[0]:
+        seen: tuple[object, ...] | None = None  # too big to stamp, found lately: no walk
+    else:
+        # taken before the check, so that whatever changes after git looked differs from it
+        seen = stamp(ctx.root)
+        if seen is not None and kept is not None and kept[1] == seen and now < kept[0]:
             return ""  # not one file, directory or git record changed since a clean check
-    ctx.scope_stamp = None
+        ctx.scope_stamp = (now + BIG_AGAIN_NS, TOO_BIG) if seen == TOO_BIG else None
+        if seen == TOO_BIG:
+            seen = None
     try:
         planted = ctx.before_git() if ctx.before_git is not None else ""
         note = undo_outside(ctx.root, ctx.base_sha, rules).note()
@@ -278,7 +283,11 @@ def check_after_command(ctx: ToolContext) -> str:
 
 #: Entries (files, directories, links; ``.git`` included) above which a worktree is not
 #: stamped: its walk would cost what the git check costs, so every check is a full one.
-STAMP_LIMIT = 2000
+STAMP_LIMIT = 300
+#: What ``stamp`` returns for a worktree over ``STAMP_LIMIT``; it is not walked again for
+#: ``BIG_AGAIN_NS`` (each check a full one meanwhile).
+TOO_BIG: tuple[object, ...] = ()
+BIG_AGAIN_NS = 60_000_000_000
 #: A stamp holding a change this recent is not kept: a file system records a change's time
 #: only to its clock's tick (up to two seconds on some), so a second change within the same
 #: tick could leave every time the stamp holds as it was.
@@ -302,9 +311,10 @@ def stamp(root: Path) -> tuple[object, ...] | None:
     which no process can set back, and a name added or removed shows in the listing. (A
     directory's own times are left out: the listing says what they would, and git's status
     moves those of ``.git`` on every call, creating and removing its lock file.) None (check
-    in full) when the worktree holds more than ``STAMP_LIMIT`` entries, spans file systems,
+    in full) when the worktree spans file systems,
     cannot be read whole, or a file in it changed within ``RACY_NS`` of now (``RACY_FINE_NS``
-    where its times are finer than 10 ms)."""
+    where its times are finer than 10 ms); ``TOO_BIG`` when it holds more than
+    ``STAMP_LIMIT`` entries."""
     now = time.time_ns()
     newest = 0
     fine = False
@@ -340,7 +350,7 @@ def stamp(root: Path) -> tuple[object, ...] | None:
                             )
                         )
                     if len(out) > STAMP_LIMIT:
-                        return None
+                        return TOO_BIG
     except OSError:
         return None
     if newest > now - (RACY_FINE_NS if fine else RACY_NS):
