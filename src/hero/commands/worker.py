@@ -13,6 +13,7 @@ from hero.commands import Subparsers, home, home_option, say, say_notices
 from hero.errors import EXIT_OK, ConfigurationError, UsageError
 
 if TYPE_CHECKING:
+    from hero.engine.warm import Warmed
     from hero.engine.worker import Fleet
 
 
@@ -76,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    def warmed(step: Warmed) -> None:
+        print(f"hero worker warm-up: {step.line()}", flush=True)
+
     run_worker(
         config,
         Path(args.workdir) if args.workdir else config.home / "worker",
@@ -85,5 +89,6 @@ def run(args: argparse.Namespace) -> int:
         loglevel=args.loglevel,
         celery_args=args.celery_args,
         on_ready=ready,
+        on_warm=warmed,
     )
     return EXIT_OK
