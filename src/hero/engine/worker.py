@@ -849,9 +849,10 @@ def run_worker(
     warms up (hero.engine.warm), each step said to ``on_warm``."""
     from celery.signals import worker_ready, worker_shutting_down
 
-    from hero.engine.app import make_app
+    from hero.engine.app import make_app, wake_after_tasks
 
     app = make_app(config.engine)
+    wake_after_tasks()
     fleet = make_fleet(config, workdir, worker_name(hostname))
     register(app, lambda: fleet)
     if not warm_up(fleet, on_warm):
