@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hero.engine.checkout import REMOTE_REFS, sync_clone
 from hero.errors import Interrupted
@@ -35,7 +35,23 @@ from hero.git.ops import TargetRepo, commit_of, git
 from hero.redact import Redactor
 
 if TYPE_CHECKING:
-    from hero.engine.worker import Fleet
+    from hero.config.home import Config
+
+
+class Fleet(Protocol):
+    """What the warm-up needs of a worker (hero.engine.worker.Fleet)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def workdir(self) -> Path: ...
+    @property
+    def repo_path(self) -> Path: ...
+    @property
+    def home(self) -> Path: ...
+    @property
+    def repo_lock(self) -> threading.Lock: ...
+
 
 #: What a story's run imports on its worker that ``hero worker`` has not loaded by the time
 #: Celery starts (found by comparing ``sys.modules`` around a first story).
@@ -130,9 +146,13 @@ def _imports(fleet: Fleet) -> str:
         importlib.import_module(name)
     from hero.llm.client import story_clients
 
-    worker, _reviewer = story_clients(fleet.config)  # the SDK's lazy parts; no request made
-    worker.http_client.close()  # the reviewer shares it
-    return f"{len(sys.modules) - before} modules loaded"
+    clients = ""
+    try:
+        worker, _reviewer = story_clients(fleet.config)  # the SDK's lazy parts; no request
+        worker.http_client.close()  # the reviewer shares it
+    except Exception as exc:  # noqa: BLE001 - a role's model the story itself will name
+        clients = f" (model clients not made: {type(exc).__name__})"
+    return f"{len(sys.modules) - before} modules loaded{clients}"
 
 
 def _remote(fleet: Fleet) -> str:
