@@ -34,7 +34,12 @@ def test_a_worker_warms_up_before_its_first_story_which_then_does_not_clone(
     assert said["imports"].endswith(" s") and "modules loaded" in said["imports"], said
     assert said["remote"].startswith("cloned target_remote"), said
     assert said["environment"].startswith("none declared"), said
-    clone = worker.workdir / "repo"
+    # made in the worker's home, not in its work folder: that holds only what a trusted
+    # story made (a forged task leaves nothing there: test_trust)
+    staged = re.search(r"target_remote into (\S+) \(the first story", said["remote"])
+    assert staged is not None, said
+    clone = Path(staged.group(1))
+    assert worker.home in clone.parents and not (worker.workdir / "repo").exists()
     main = git(remote, "rev-parse", "main").strip()
     assert git(clone, "rev-parse", "refs/hero/origin/main").strip() == main
     assert git(clone, "cat-file", "-t", main).strip() == "commit"
@@ -48,6 +53,10 @@ def test_a_worker_warms_up_before_its_first_story_which_then_does_not_clone(
     assert state is not None and state["status"] == "passed", cluster.outputs()
     assert worker.received(), cluster.outputs()
     assert CLONED_BY_STORY not in worker.output()  # the story only fetched
+    # the first story moved the warm-up's clone into the work folder, and pushed from it
+    assert not clone.exists()
+    assert git(worker.workdir / "repo", "rev-parse", "refs/hero/origin/main").strip() == main
+    assert git(remote, "rev-parse", "hero/warm1").strip() == state["head_sha"]
 
 
 def test_a_warm_up_that_fails_is_said_and_the_first_story_does_it(

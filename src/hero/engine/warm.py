@@ -20,7 +20,10 @@ task-run clones its own repository afresh by design: nothing of it is warmed.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import os
+import shutil
 import sys
 import threading
 import time
@@ -155,11 +158,42 @@ def _imports(fleet: Fleet) -> str:
     return f"{len(sys.modules) - before} modules loaded{clients}"
 
 
+def staged_clone(fleet: Fleet) -> Path:
+    """Where the warm-up clones the remote when the work folder has no clone yet: in the
+    worker's own hero home, one per work folder. The first story that is a coordinator's
+    (its task authenticated) moves it into the work folder (:func:`adopt_staged`): the work
+    folder holds only what trusted stories made, a refused task leaves nothing there."""
+    digest = hashlib.sha256(str(fleet.workdir).encode()).hexdigest()[:16]
+    return fleet.config.home / "worker-warm" / digest / "repo"
+
+
+def adopt_staged(fleet: Fleet) -> bool:
+    """The warm-up's clone moved to the worker's clone's place when that has none (under
+    ``repo_lock``); whether it was. A clone that cannot be moved (another filesystem) is left:
+    the story clones the remote as it did before."""
+    staged, path = staged_clone(fleet), fleet.repo_path
+    if (path / ".git").exists() or not (staged / ".git").is_dir():
+        return False
+    try:
+        if path.exists():
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(staged, path)
+    except OSError:
+        return False
+    return True
+
+
 def _remote(fleet: Fleet) -> str:
     remote = fleet.config.engine.target_remote
     with fleet.repo_lock:
-        cloned = sync_clone(remote, fleet.repo_path)
-    return f"{'cloned' if cloned else 'fetched'} target_remote into {fleet.repo_path}"
+        if (fleet.repo_path / ".git").exists():
+            sync_clone(remote, fleet.repo_path)
+            return f"fetched target_remote into {fleet.repo_path}"
+        staged = staged_clone(fleet)
+        cloned = sync_clone(remote, staged)
+    how = "cloned" if cloned else "fetched"
+    return f"{how} target_remote into {staged} (the first story moves it into the work folder)"
 
 
 def base_of(repo: Path, target_base_ref: str) -> str:
@@ -177,11 +211,12 @@ def _environment(fleet: Fleet, cancel: threading.Event | None) -> str:
     from hero.run.environment import Setup, setup_commands
     from hero.runner import child_env
 
-    config = replace(fleet.config, home=fleet.home, target_repo=fleet.repo_path)
+    clone = fleet.repo_path if (fleet.repo_path / ".git").exists() else staged_clone(fleet)
+    config = replace(fleet.config, home=fleet.home, target_repo=clone)
     commands = setup_commands(config, ())
     if not commands:
         return "none declared (no setup)"
-    repo = TargetRepo(fleet.repo_path)
+    repo = TargetRepo(clone)
     base = base_of(repo.path, config.target_base_ref or "")
     if not base:
         raise RuntimeError("the remote's base branch is not in the worker's clone")

@@ -59,7 +59,7 @@ from hero.engine.trust import (
     story_ref,
     task_of,
 )
-from hero.engine.warm import Warmed, warm_up
+from hero.engine.warm import Warmed, adopt_staged, warm_up
 from hero.engine.wip import WipKeeper
 from hero.errors import HeroError, Interrupted
 from hero.fsio import atomic_write
@@ -488,6 +488,7 @@ class _Run:
                 sync_clone(self.bench.remote, self.repo_path, fresh=True)
             return TargetRepo(self.repo_path)
         with self.fleet.repo_lock:
+            adopt_staged(self.fleet)  # the warm-up's clone, now that a story is trusted
             if sync_clone(self.fleet.config.engine.target_remote, self.repo_path):
                 LOG.info("%s: cloned target_remote (the warm-up had not)", self.key)
         return TargetRepo(self.repo_path)
