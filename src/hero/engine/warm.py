@@ -6,8 +6,9 @@ as fast as its later ones (:func:`warm`):
   machine), loaded in the process that runs the tasks (``hero worker`` runs Celery's threads
   pool: the tasks run in this very process), and a story's model clients made once (the
   SDK's lazy parts, the HTTP client);
-- **remote**: the worker's clone of ``target_remote`` (``<workdir>/repo``), cloned or fetched
-  now: the first story fetches only what the remote got since;
+- **remote**: the worker's clone of ``target_remote``, cloned (in the worker's home, moved
+  into ``<workdir>/repo`` by the first trusted story: :func:`staged_clone`) or fetched now:
+  the first story fetches only what the remote got since;
 - **environment**: the project's environment (``setup:`` in the worker's home), made now
   for the remote's base branch (``target_base_ref``, else the remote's default branch) when
   it can be kept and reused (with a sandbox: hero.run.environment); a story whose key
