@@ -24,7 +24,9 @@ def add_parser(subparsers: Subparsers) -> None:
         help="run stories a coordinator sends (engine: celery), as a Celery worker",
         description="A Celery worker that runs the stories `hero watch` sends with engine: "
         "celery in config/roles.yaml. It keeps a clone of target_remote and a home of its own "
-        "in --workdir, and pushes each story's branch to the remote. SIGTERM stops it: the "
+        "in --workdir, and pushes each story's branch to the remote. Before its first story it "
+        "warms up (imports, its clone of the remote, the project's environment), each step "
+        "said on a `hero worker warm-up:` line. SIGTERM stops it: the "
         "stories it runs are recorded as interrupted and sent to another worker. Arguments "
         "after `--` go to `celery worker` as they are.",
     )
