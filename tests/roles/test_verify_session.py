@@ -11,23 +11,20 @@ import os
 import shlex
 import signal
 import socket
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import git
 from helpers import PY, alive
+from sandbox_support import agents, daemon, processes_with, story_sandbox
 
 from hero.errors import Interrupted
-from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
-from hero.git.storyrepo import StoryRepo
+from hero.git.ops import DEFAULT_IDENTITY
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.runner import child_env
-from hero.sandbox import pid1 as sandbox_agent
-from hero.sandbox.bwrap import Sandbox, resolve
+from hero.sandbox.bwrap import Sandbox
 from hero.sandbox.limits import Limits
 from hero.sandbox.session import SandboxSession
 from hero.story.record import VerifyTier
@@ -62,71 +59,13 @@ class Checks:
 
 
 def make_checks(tmp_path: Path, target_repo: Path, limits: Limits | None = None) -> Checks:
-    home = tmp_path / "home"
-    (home / "worktrees").mkdir(parents=True)
-    worktree = home / "worktrees" / "s1"
-    target = TargetRepo(target_repo)
-    git(target_repo, "branch", "hero/s1")
-    repo = StoryRepo(target, worktree, "hero/s1")
-    repo.lay_out(target.rev_parse("hero/s1"))
-    box = resolve(
-        "bwrap",
-        worktree=worktree,
-        objects=repo.objects_dir(),
-        guarded=repo.guarded(),
-        hide=(home, target_repo),
-        limits=limits or Limits(),
-    )
-    assert box is not None
-    return Checks(worktree, box, home / "runs" / "s1" / "verify-r1.log")
+    worktree, box = story_sandbox(tmp_path, target_repo, limits)
+    return Checks(worktree, box, tmp_path / "home" / "runs" / "s1" / "verify-r1.log")
 
 
 @pytest.fixture
 def checks(bwrap: str, tmp_path: Path, target_repo: Path) -> Checks:
     return make_checks(tmp_path, target_repo)
-
-
-def _parent(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(") ", 1)[1].split()[1])
-
-
-def _agents() -> list[int]:
-    """The sandbox agents this test process started (the children of its bwraps) that run."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if sandbox_agent.BOOT.encode() in argv and argv[0] == sys.executable.encode():
-            if _parent(_parent(int(name))) == os.getpid() and alive(int(name)):
-                found.append(int(name))
-    return found
-
-
-def _processes_with(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if token.encode() in Path(f"/proc/{name}/cmdline").read_bytes() and alive(int(name)):
-                found.append(int(name))
-        except OSError:
-            continue
-    return found
-
-
-def _daemon(token: str, fifo: str) -> str:
-    """A detached process that says "up" into ``fifo``, then sleeps 300 s."""
-    code = f"import time; open('{fifo}', 'w').write('up\\n'); time.sleep(300)  # {token}"
-    return f"mkfifo {fifo} && {{ setsid {PY} -c {shlex.quote(code)} & }} && read a < {fifo}"
 
 
 #: The start time of the sandbox's PID 1 (its init): the same for two checks in one sandbox.
@@ -140,7 +79,7 @@ def test_a_verifications_checks_share_one_sandbox_that_ends_with_it(checks: Chec
     first, _, second, note = (c.tail for c in result.commands)
     assert first == second and first.strip().isdigit()
     assert note == "kept\n"  # /tmp is the verification's, as a round's is the worker's
-    assert _agents() == []  # ended with the verification
+    assert agents() == []  # ended with the verification
 
 
 def test_each_verification_gets_a_fresh_sandbox(checks: Checks) -> None:
@@ -156,9 +95,9 @@ def test_what_a_check_started_is_gone_before_the_next_check(checks: Checks) -> N
     left: list[list[int]] = []
 
     result = checks.verify(
-        f"{_daemon(token, 'up')} && echo $a",
+        f"{daemon(token, 'up')} && echo $a",
         "rm up; ls /proc | grep -c '^[0-9]'",
-        on_command=lambda _check: left.append(_processes_with(token)),
+        on_command=lambda _check: left.append(processes_with(token)),
     )
 
     assert result.passed, result.summary()
@@ -173,7 +112,7 @@ def test_each_check_has_its_own_timeout_and_the_next_runs_in_the_same_sandbox(
     token = f"hero-verify-slow-{uuid.uuid4().hex}"
 
     result = checks.verify(
-        f"echo started; {INIT_STARTED}; {_daemon(token, 'up')}; exec sleep 300",
+        f"echo started; {INIT_STARTED}; {daemon(token, 'up')}; exec sleep 300",
         f"rm up; {INIT_STARTED}; echo after",
         timeout_s=3.0,
     )
@@ -183,7 +122,7 @@ def test_each_check_has_its_own_timeout_and_the_next_runs_in_the_same_sandbox(
     assert not after.timed_out and after.exit_code == 0, after.tail
     assert after.tail.endswith("after\n")
     assert slow.tail.splitlines()[1] == after.tail.splitlines()[0]  # the same sandbox
-    assert _processes_with(token) == []
+    assert processes_with(token) == []
     assert "(timed out after 3 s)" in Path(result.log_path).read_text()
 
 
@@ -202,13 +141,13 @@ def test_a_cancelled_check_ends_the_verification_and_its_sandbox(checks: Checks)
     canceller.start()
     with pytest.raises(Interrupted):
         checks.verify(
-            f"{_daemon(token, 'up')}; echo go > started; exec sleep 300",
+            f"{daemon(token, 'up')}; echo go > started; exec sleep 300",
             "touch ran-next",
             cancel=cancel,
         )
     canceller.join(10)
 
-    assert _processes_with(token) == [] and _agents() == []
+    assert processes_with(token) == [] and agents() == []
     assert not (checks.worktree / "ran-next").exists()
 
 
@@ -224,7 +163,7 @@ def test_a_check_whose_sandbox_dies_fails_clearly_and_the_next_gets_a_fresh_one(
     def kill_agent_once_started() -> None:
         with open(started) as fifo:
             fifo.read()
-        (agent,) = _agents()
+        (agent,) = agents()
         killed.append(agent)
         os.kill(agent, signal.SIGKILL)
 
@@ -242,7 +181,7 @@ def test_a_check_whose_sandbox_dies_fails_clearly_and_the_next_gets_a_fresh_one(
     assert after.exit_code == 0 and after.tail == "no-note\n", after
     assert not result.passed
     assert "the sandbox ended" in Path(result.log_path).read_text()
-    assert killed and not alive(killed[0]) and _agents() == []
+    assert killed and not alive(killed[0]) and agents() == []
 
 
 def test_a_check_that_kills_everything_from_inside_leaves_the_next_check_working(
@@ -257,7 +196,7 @@ def test_a_check_that_kills_everything_from_inside_leaves_the_next_check_working
     assert "survived" not in killer.tail and killer.exit_code == 137, killer
     assert after.exit_code == 0 and after.tail.endswith("next\n"), after
     assert killer.tail.splitlines()[0] == after.tail.splitlines()[0]  # the same sandbox
-    assert _agents() == []
+    assert agents() == []
 
 
 def test_a_check_sees_exactly_the_environment_it_is_given(checks: Checks) -> None:
@@ -316,6 +255,6 @@ def test_a_session_given_is_used_as_it_is_and_left_open(checks: Checks) -> None:
     with SandboxSession(checks.box, checks.worktree) as session:
         first = checks.verify(INIT_STARTED, sandbox=session)
         second = checks.verify(INIT_STARTED, sandbox=session)
-        assert len(_agents()) == 1
+        assert len(agents()) == 1
     assert first.commands[0].tail == second.commands[0].tail
-    assert session.started == 1 and _agents() == []
+    assert session.started == 1 and agents() == []
