@@ -22,6 +22,7 @@ from sandbox_support import agents, daemon, processes_with, story_sandbox
 
 from hero.errors import Interrupted
 from hero.git.ops import DEFAULT_IDENTITY
+from hero.roles import verifier
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.runner import child_env
 from hero.sandbox.bwrap import Sandbox
@@ -61,6 +62,12 @@ class Checks:
 def make_checks(tmp_path: Path, target_repo: Path, limits: Limits | None = None) -> Checks:
     worktree, box = story_sandbox(tmp_path, target_repo, limits)
     return Checks(worktree, box, tmp_path / "home" / "runs" / "s1" / "verify-r1.log")
+
+
+@pytest.fixture(autouse=True)
+def one_sandbox_from_one_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every verification here shares one sandbox, however few its checks."""
+    monkeypatch.setattr(verifier, "ONE_SANDBOX_FROM", 1)
 
 
 @pytest.fixture
@@ -258,3 +265,14 @@ def test_a_session_given_is_used_as_it_is_and_left_open(checks: Checks) -> None:
         assert len(agents()) == 1
     assert first.commands[0].tail == second.commands[0].tail
     assert session.started == 1 and agents() == []
+
+
+def test_a_few_checks_get_a_sandbox_each(checks: Checks, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(verifier, "ONE_SANDBOX_FROM", 3)
+    mark, look = "touch /tmp/mark", "test -e /tmp/mark && echo shared || echo fresh"
+
+    few = checks.verify(mark, look)
+    enough = checks.verify(mark, look, look)
+
+    assert [c.tail for c in few.commands] == ["", "fresh\n"]  # a sandbox each
+    assert [c.tail for c in enough.commands] == ["", "shared\n", "shared\n"]  # one for all

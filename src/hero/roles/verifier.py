@@ -8,13 +8,13 @@ Verify commands a planner model wrote (a plan's stories) are the model's, not th
 :func:`policy_problems` checks them against the command policy, so a plan text that talks
 the planner into ``curl ... $(git config ...)`` is refused before anything runs.
 
-The checks of one verification share one sandbox (a ``hero.sandbox.session.SandboxSession``
-made for it and ended with it), not one each: each check is as isolated from the next as the
-round's commands are from each other (its own timeout, cancel, output cap, environment, exit
-code and limits; nothing it started outlives it), for a fraction of the cost. What they share
-is ``/tmp`` (with ``HOME``), ``/var/tmp`` and ``/dev/shm``, empty at the first check. It is
-never the worker's round's sandbox: what the worker left running or in its ``/tmp`` must not
-reach a check.
+A verification of ``ONE_SANDBOX_FROM`` checks or more runs them in one sandbox (a
+``hero.sandbox.session.SandboxSession`` made for it and ended with it), not one each: each
+check is as isolated from the next as the round's commands are from each other (its own
+timeout, cancel, output cap, environment, exit code and limits; nothing it started outlives
+it). What they share is ``/tmp`` (with ``HOME``), ``/var/tmp`` and ``/dev/shm``, empty at the
+first check. It is never the worker's round's sandbox: what the worker left running or in its
+``/tmp`` must not reach a check. Fewer checks get a sandbox each, as that costs less there.
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ from hero.sandbox.session import SandboxSession
 from hero.story.record import VerifyTier
 
 TAIL_CHARS = 2_000
+#: From how many checks a verification runs them in one sandbox. Its start (the sandbox's
+#: agent is a Python: about 50 ms of CPU, 40-50 ms of wall time) pays from here on against
+#: a sandbox each (about 4 ms of CPU a check as getrusage counts it, 9-40 ms of wall time,
+#: much of it in the kernel's namespace set-up): bench/safety.py, section 4.
+ONE_SANDBOX_FROM = 5
 
 
 #: What to do about a model-written verify command the policy refuses (said with it).
@@ -157,15 +162,16 @@ def run_verify(
 ) -> VerifyResult:
     """Run the tiers; every secret in ``redact`` is taken out of each command's output
     before it is logged or kept (the tail that reaches the reviewer and the feedback).
-    With a ``Sandbox`` the checks run in one sandbox of its making (``checks_host``); a
-    ``CommandHost`` is used as it is; ``on_command`` is told of
+    With a ``Sandbox`` the checks run in one sandbox of its making, or one each when they
+    are few (``checks_host``); a ``CommandHost`` is used as it is; ``on_command`` is told of
     each command once it ended (the event stream, hero.run.events). ``baseline``: command ->
     whether it passed on the story's starting commit (hero.run.baseline), said with each."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     checks: list[CommandCheck] = []
     skipped: list[str] = []
     passed = True
-    with open(log_path, "w", encoding="utf-8") as log, checks_host(sandbox, cwd) as host:
+    count = sum(len(tier.commands) for tier in tiers)
+    with open(log_path, "w", encoding="utf-8") as log, checks_host(sandbox, cwd, count) as host:
         for tier in tiers:
             if not passed:
                 skipped.append(tier.name)
@@ -208,13 +214,13 @@ def run_verify(
 
 @contextlib.contextmanager
 def checks_host(
-    sandbox: Sandbox | CommandHost | None, cwd: Path
+    sandbox: Sandbox | CommandHost | None, cwd: Path, count: int
 ) -> Iterator[Sandbox | CommandHost | None]:
-    """Where one verification's checks run: for a ``Sandbox``, one ``SandboxSession`` rooted
-    at ``cwd`` for all of them, ended (with everything in it) when the block ends, also on
-    a cancel; anything else as it is. A session that cannot be made gives each check a
-    sandbox of its own, as before."""
-    if not isinstance(sandbox, Sandbox):
+    """Where one verification's ``count`` checks run: for a ``Sandbox`` and at least
+    ``ONE_SANDBOX_FROM`` checks, one ``SandboxSession`` rooted at ``cwd`` for all of them,
+    ended (with everything in it) when the block ends, also on a cancel; anything else as it
+    is. A session that cannot be made gives each check a sandbox of its own, as before."""
+    if not isinstance(sandbox, Sandbox) or count < ONE_SANDBOX_FROM:
         yield sandbox
         return
     with SandboxSession(sandbox, cwd) as session:
