@@ -4,7 +4,7 @@ flight), a verification's checks (one sandbox each before, one for all of them n
 redaction, the command policy and the scope check per bash call. A report, not a test: it
 prints a table and exits 0.
 
-    python bench/safety.py            # about 15 s on 2 cores
+    python bench/safety.py            # about 30 s on 2 cores (a minute when loaded)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from hero.agent.tools.policy import Policy
 from hero.agent.tools.scope import path_rules, undo_outside
 from hero.redact import Redactor
+from hero.roles import verifier
 from hero.roles.verifier import run_verify
 from hero.runner import run_command
 from hero.sandbox.bwrap import Sandbox, build, bwrap_problem
@@ -44,7 +45,7 @@ SCOPE_CHECK_MS = 25.0  # a git status in a small repository
 #: Seconds the round's first model request is taken to be in flight (a fast local model's).
 FIRST_REQUEST_S = 0.1
 #: Checks per verification, and verifications timed per variant, taking turns.
-CHECKS = (1, 5, 10, 20, 30)
+CHECKS = (1, 3, 5, 10, 20)
 VERIFICATIONS = 10
 
 
@@ -136,23 +137,33 @@ def verifications(box: Sandbox, repo: Path, env: dict[str, str], log: Path) -> N
         if not result.passed:
             raise RuntimeError(f"the checks failed: {result.summary()}")
 
-    for n in CHECKS:
-        wall: dict[str, list[float]] = {"apart": [], "together": []}
-        cpu: dict[str, list[float]] = {"apart": [], "together": []}
-        for i in range(VERIFICATIONS + 1):
-            for name, fn in (("apart", apart), ("together", together)):
-                started, used = time.perf_counter(), cpu_s()
-                fn(n)
-                if i:  # the first of each: to warm up
-                    wall[name].append((time.perf_counter() - started) * 1000)
-                    cpu[name].append((cpu_s() - used) * 1000)
-        for name, what in (("apart", "a sandbox per check (before)"), ("together", "one")):
-            row(
-                f"  {n} checks, {what}: wall / CPU, median",
-                f"{statistics.median(wall[name]):.1f} / {statistics.median(cpu[name]):.1f} ms",
-            )
-        ratio = statistics.median(wall["apart"]) / statistics.median(wall["together"])
-        row(f"  {n} checks: one sandbox is faster by (wall)", f"{ratio:.2f}x")
+    threshold, verifier.ONE_SANDBOX_FROM = verifier.ONE_SANDBOX_FROM, 1  # one, whatever n
+    try:
+        for n in CHECKS:
+            verification(n, apart, together)
+    finally:
+        verifier.ONE_SANDBOX_FROM = threshold
+    row("  run_verify shares one sandbox from (ONE_SANDBOX_FROM)", f"{threshold} checks")
+
+
+def verification(n: int, apart: Callable[[int], None], together: Callable[[int], None]) -> None:
+    """One row pair of section 4: ``n`` checks, a sandbox each and one for all."""
+    wall: dict[str, list[float]] = {"apart": [], "together": []}
+    cpu: dict[str, list[float]] = {"apart": [], "together": []}
+    for i in range(VERIFICATIONS + 1):
+        for name, fn in (("apart", apart), ("together", together)):
+            started, used = time.perf_counter(), cpu_s()
+            fn(n)
+            if i:  # the first of each: to warm up
+                wall[name].append((time.perf_counter() - started) * 1000)
+                cpu[name].append((cpu_s() - used) * 1000)
+    for name, what in (("apart", "a sandbox per check (before)"), ("together", "one")):
+        row(
+            f"  {n} checks, {what}: wall / CPU, median",
+            f"{statistics.median(wall[name]):.1f} / {statistics.median(cpu[name]):.1f} ms",
+        )
+    ratio = statistics.median(wall["apart"]) / statistics.median(wall["together"])
+    row(f"  {n} checks: one sandbox is faster by (wall)", f"{ratio:.2f}x")
 
 
 def row(metric: str, value: str, target: str = "-", ok: str = "info") -> None:
