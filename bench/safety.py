@@ -1,6 +1,6 @@
 """What hero's safety costs: the sandbox per command (a sandbox of its own, and the worker's
 round sandbox, started at its first command or early, while the first model request is in
-flight), a verification's checks (one sandbox each before, one for all of them now),
+flight), a verification's checks (a sandbox each, or one for all of them),
 redaction, the command policy and the scope check per bash call. A report, not a test: it
 prints a table and exits 0.
 

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import alive, wait_dead
+from helpers import alive, is_review, wait_dead
 from sandbox_support import agents, story_sandbox
 
+from hero.cli import main
 from hero.git.ops import DEFAULT_IDENTITY
+from hero.llm.scripted import text
 from hero.runner import CommandResult, child_env, run_command
 from hero.sandbox import session as session_module
 from hero.sandbox.session import SandboxSession
@@ -147,3 +149,22 @@ def test_closing_while_the_sandbox_is_being_made_leaves_nothing_behind(
 
     assert agents() == [] and session.started == 1
     assert not [pid for pid in agents() if alive(pid)]
+
+
+APPROVE = text('{"verdict": "APPROVED", "summary": "ok", "ac_check": [], "comments": []}')
+
+
+@pytest.mark.slow
+def test_a_round_that_runs_no_command_leaves_no_sandbox_behind(
+    bwrap: str, scripted, make_home, write_story, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The round's sandbox is started as the round begins, used or not; it ends with it."""
+    model = scripted(lambda body: APPROVE if is_review(body) else text("Nothing to change."))
+    home = make_home(model, sandbox="bwrap")
+    story = write_story(home, "s1", verify=["true"], allow_empty=True)
+
+    code = main(["run", str(story), "--home", str(home)])
+
+    assert code == 0, capsys.readouterr().err
+    assert agents() == []
+    assert not [t for t in threading.enumerate() if t.name == "hero-sandbox-start"]
