@@ -25,6 +25,7 @@ from hero.git.ops import DEFAULT_IDENTITY
 from hero.roles import verifier
 from hero.roles.verifier import VerifyResult, run_verify
 from hero.runner import child_env
+from hero.sandbox import session as session_module
 from hero.sandbox.bwrap import Sandbox
 from hero.sandbox.limits import Limits
 from hero.sandbox.session import SandboxSession
@@ -276,3 +277,18 @@ def test_a_few_checks_get_a_sandbox_each(checks: Checks, monkeypatch: pytest.Mon
 
     assert [c.tail for c in few.commands] == ["", "fresh\n"]  # a sandbox each
     assert [c.tail for c in enough.commands] == ["", "shared\n", "shared\n"]  # one for all
+
+
+def test_without_a_shared_sandbox_each_check_gets_one_and_the_log_says_why(
+    checks: Checks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def start(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise session_module._StartFailed("no python in the sandbox")
+
+    monkeypatch.setattr(session_module, "_start", start)
+    mark, look = "touch /tmp/mark", "test -e /tmp/mark && echo shared || echo fresh"
+
+    result = checks.verify(mark, look)
+
+    assert [c.tail for c in result.commands] == ["", "fresh\n"] and result.passed
+    assert "the shared one could not be made: no python in the sandbox" in checks.log.read_text()

@@ -209,6 +209,11 @@ def run_verify(
                     on_command(check)
                 if result.exit_code != 0:
                     passed = False
+        if isinstance(host, SandboxSession) and host.problem:
+            log.write(
+                "=== the checks each ran in a sandbox of their own (slower): the shared one "
+                f"could not be made: {host.problem}\n"
+            )
     return VerifyResult(passed, tuple(checks), tuple(skipped), str(log_path))
 
 
