@@ -1,13 +1,16 @@
-"""What hero's safety costs: the sandbox per command (a sandbox of its own, as the checks'
-commands get, and the worker's round sandbox), redaction, the command policy and the scope
-check per bash call. A report, not a test: it prints a table and exits 0.
+"""What hero's safety costs: the sandbox per command (a sandbox of its own, and the worker's
+round sandbox, started at its first command or early, while the first model request is in
+flight), a verification's checks (a sandbox each, or one for all of them),
+redaction, the command policy and the scope check per bash call. A report, not a test: it
+prints a table and exits 0.
 
-    python bench/safety.py            # about 15 s on 2 cores
+    python bench/safety.py            # about 30 s on 2 cores (a minute when loaded)
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -20,10 +23,13 @@ from pathlib import Path
 from hero.agent.tools.policy import Policy
 from hero.agent.tools.scope import path_rules, undo_outside
 from hero.redact import Redactor
+from hero.roles import verifier
+from hero.roles.verifier import run_verify
 from hero.runner import run_command
-from hero.sandbox.bwrap import build, bwrap_problem
+from hero.sandbox.bwrap import Sandbox, build, bwrap_problem
 from hero.sandbox.limits import Limits
 from hero.sandbox.session import SandboxSession
+from hero.story.record import VerifyTier
 
 #: Targets: a command in the round's sandbox adds at most this much over a bare one (issue
 #: 17); the in-process checks of one tool result (redaction, policy) stay within the per-turn
@@ -36,6 +42,11 @@ SANDBOX_RUNS = 200
 SESSION_STARTS = 20
 IN_PROCESS_MS = 1.0
 SCOPE_CHECK_MS = 25.0  # a git status in a small repository
+#: Seconds the round's first model request is taken to be in flight (a fast local model's).
+FIRST_REQUEST_S = 0.1
+#: Checks per verification, and verifications timed per variant, taking turns.
+CHECKS = (1, 3, 5, 10, 20)
+VERIFICATIONS = 10
 
 
 def median_ms(fn: Callable[[], object], n: int) -> float:
@@ -87,6 +98,72 @@ def make_repo(root: Path, files: int) -> tuple[Path, str]:
         ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
     ).stdout.strip()
     return repo, head
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and of its children waited for (the sandboxes)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def first_commands(box: Sandbox, repo: Path, env: dict[str, str], early: bool) -> list[float]:
+    """ms of each round's first command, after a model request of FIRST_REQUEST_S; with
+    ``early``, the round's sandbox started as the round began (``SandboxSession.start``)."""
+    firsts = []
+    for _ in range(SESSION_STARTS):
+        with SandboxSession(box, repo) as fresh:
+            if early:
+                fresh.start()
+            time.sleep(FIRST_REQUEST_S)  # the round's first model request, in flight
+            started = time.perf_counter()
+            run_command("true", repo, timeout_s=30, env=env, sandbox=fresh)
+            firsts.append((time.perf_counter() - started) * 1000)
+    return firsts
+
+
+def verifications(box: Sandbox, repo: Path, env: dict[str, str], log: Path) -> None:
+    """Section 4: a verification of n `true` checks, each in a sandbox of its own (as before)
+    and all in one sandbox (run_verify now); wall ms and CPU ms (hero and the sandboxes)."""
+    row(f"[4. a verification of n `true` checks, {VERIFICATIONS} each, taking turns]", "")
+
+    def apart(n: int) -> None:  # what run_verify did before: a sandbox per check
+        for _ in range(n):
+            run_command("true", repo, timeout_s=30, env=env, sandbox=box)
+
+    def together(n: int) -> None:
+        tiers = (VerifyTier("checks", ("true",) * n),)
+        result = run_verify(tiers, repo, timeout_s=30, env=env, log_path=log, sandbox=box)
+        if not result.passed:
+            raise RuntimeError(f"the checks failed: {result.summary()}")
+
+    threshold, verifier.ONE_SANDBOX_FROM = verifier.ONE_SANDBOX_FROM, 1  # one, whatever n
+    try:
+        for n in CHECKS:
+            verification(n, apart, together)
+    finally:
+        verifier.ONE_SANDBOX_FROM = threshold
+    row("  run_verify shares one sandbox from (ONE_SANDBOX_FROM)", f"{threshold} checks")
+
+
+def verification(n: int, apart: Callable[[int], None], together: Callable[[int], None]) -> None:
+    """One row pair of section 4: ``n`` checks, a sandbox each and one for all."""
+    wall: dict[str, list[float]] = {"apart": [], "together": []}
+    cpu: dict[str, list[float]] = {"apart": [], "together": []}
+    for i in range(VERIFICATIONS + 1):
+        for name, fn in (("apart", apart), ("together", together)):
+            started, used = time.perf_counter(), cpu_s()
+            fn(n)
+            if i:  # the first of each: to warm up
+                wall[name].append((time.perf_counter() - started) * 1000)
+                cpu[name].append((cpu_s() - used) * 1000)
+    for name, what in (("apart", "a sandbox per check (before)"), ("together", "one")):
+        row(
+            f"  {n} checks, {what}: wall / CPU, median",
+            f"{statistics.median(wall[name]):.1f} / {statistics.median(cpu[name]):.1f} ms",
+        )
+    ratio = statistics.median(wall["apart"]) / statistics.median(wall["together"])
+    row(f"  {n} checks: one sandbox is faster by (wall)", f"{ratio:.2f}x")
 
 
 def row(metric: str, value: str, target: str = "-", ok: str = "info") -> None:
@@ -142,15 +219,15 @@ def main() -> int:
                 row("  added by a sandbox per command: median / p90", value)
         if session is not None:
             row("  sandboxes the round's session made", str(session.started))
-            firsts = []
-            for _ in range(SESSION_STARTS):  # once per round: its first command starts it
-                with SandboxSession(box, repo) as fresh:
-                    started = time.perf_counter()
-                    run_command("true", repo, timeout_s=30, env=env, sandbox=fresh)
-                    firsts.append((time.perf_counter() - started) * 1000)
+            late, early = [], []
+            for _ in range(2):  # taking turns
+                late += first_commands(box, repo, env, early=False)
+                early += first_commands(box, repo, env, early=True)
+            rounds = 2 * SESSION_STARTS
+            row(f"  a round's first command (starts its sandbox), {rounds} rounds", ms_pair(late))
             row(
-                f"  a round's first command (starts its sandbox), {SESSION_STARTS} rounds",
-                ms_pair(firsts),
+                f"  the same, its sandbox started as the round began, {rounds} rounds",
+                ms_pair(early),
             )
 
         row("[2. in-process checks of one tool result, median of 200]", "")
@@ -185,6 +262,11 @@ def main() -> int:
         s_ms = median_ms(lambda: undo_outside(repo, base, rules), 30)
         ok = "yes" if s_ms <= SCOPE_CHECK_MS else "NO"
         row("  nothing to undo", f"{s_ms:.2f} ms", f"<= {SCOPE_CHECK_MS:g} ms", ok)
+
+        if session is not None:
+            verifications(box, repo, env, tmp / "verify.log")
+        else:
+            row("[4. a verification's checks]", "n/a", ok=f"skipped: {problem}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -7,13 +7,22 @@ Verify commands a planner model wrote (a plan's stories) are the model's, not th
 :func:`model_verify_tiers` decides whether they run at all (``model_verify``), and
 :func:`policy_problems` checks them against the command policy, so a plan text that talks
 the planner into ``curl ... $(git config ...)`` is refused before anything runs.
+
+A verification of ``ONE_SANDBOX_FROM`` checks or more runs them in one sandbox (a
+``hero.sandbox.session.SandboxSession`` made for it and ended with it), not one each: each
+check is as isolated from the next as the round's commands are from each other (its own
+timeout, cancel, output cap, environment, exit code and limits; nothing it started outlives
+it). What they share is ``/tmp`` (with ``HOME``), ``/var/tmp`` and ``/dev/shm``, empty at the
+first check. It is never the worker's round's sandbox: what the worker left running or in its
+``/tmp`` must not reach a check. Fewer checks get a sandbox each, as that costs less there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,11 +31,17 @@ from hero.agent.tools.policy import Policy
 from hero.config.sections import Safety
 from hero.errors import Interrupted
 from hero.redact import Redactor
-from hero.runner import run_command
+from hero.runner import CommandHost, CommandResult, run_command
 from hero.sandbox.bwrap import Sandbox
+from hero.sandbox.session import SandboxSession
 from hero.story.record import VerifyTier
 
 TAIL_CHARS = 2_000
+#: From how many checks a verification runs them in one sandbox. Its start (the sandbox's
+#: agent is a Python: about 50 ms of CPU, 40-50 ms of wall time) pays from here on against
+#: a sandbox each (about 4 ms of CPU a check as getrusage counts it, 9-40 ms of wall time,
+#: much of it in the kernel's namespace set-up): bench/safety.py, section 4.
+ONE_SANDBOX_FROM = 5
 
 
 #: What to do about a model-written verify command the policy refuses (said with it).
@@ -141,20 +156,22 @@ def run_verify(
     log_path: Path,
     cancel: threading.Event | None = None,
     redact: Redactor | None = None,
-    sandbox: Sandbox | None = None,
+    sandbox: Sandbox | CommandHost | None = None,
     on_command: Callable[[CommandCheck], None] | None = None,
     baseline: Mapping[str, bool] | None = None,
 ) -> VerifyResult:
     """Run the tiers; every secret in ``redact`` is taken out of each command's output
     before it is logged or kept (the tail that reaches the reviewer and the feedback).
-    Each command runs inside ``sandbox`` when one is given; ``on_command`` is told of
+    With a ``Sandbox`` the checks run in one sandbox of its making, or one each when they
+    are few (``checks_host``); a ``CommandHost`` is used as it is; ``on_command`` is told of
     each command once it ended (the event stream, hero.run.events). ``baseline``: command ->
     whether it passed on the story's starting commit (hero.run.baseline), said with each."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     checks: list[CommandCheck] = []
     skipped: list[str] = []
     passed = True
-    with open(log_path, "w", encoding="utf-8") as log:
+    count = sum(len(tier.commands) for tier in tiers)
+    with open(log_path, "w", encoding="utf-8") as log, checks_host(sandbox, cwd, count) as host:
         for tier in tiers:
             if not passed:
                 skipped.append(tier.name)
@@ -166,11 +183,12 @@ def run_verify(
                 log.flush()
                 started = time.time()
                 result = run_command(
-                    command, cwd, timeout_s=timeout_s, env=env, cancel=cancel, sandbox=sandbox
+                    command, cwd, timeout_s=timeout_s, env=env, cancel=cancel, sandbox=host
                 )
                 if result.cancelled:
                     raise Interrupted(f"verify command cancelled: {command}")
-                output = redact.redact(result.output) if redact else result.output
+                output = _with_notes(result)
+                output = redact.redact(output) if redact else output
                 log.write(output)
                 if output and not output.endswith("\n"):
                     log.write("\n")
@@ -191,4 +209,38 @@ def run_verify(
                     on_command(check)
                 if result.exit_code != 0:
                     passed = False
+        if isinstance(host, SandboxSession) and host.problem:
+            log.write(
+                "=== the checks each ran in a sandbox of their own (slower): the shared one "
+                f"could not be made: {host.problem}\n"
+            )
     return VerifyResult(passed, tuple(checks), tuple(skipped), str(log_path))
+
+
+@contextlib.contextmanager
+def checks_host(
+    sandbox: Sandbox | CommandHost | None, cwd: Path, count: int
+) -> Iterator[Sandbox | CommandHost | None]:
+    """Where one verification's ``count`` checks run: for a ``Sandbox`` and at least
+    ``ONE_SANDBOX_FROM`` checks, one ``SandboxSession`` rooted at ``cwd`` for all of them,
+    ended (with everything in it) when the block ends, also on a cancel; anything else as it
+    is. A session that cannot be made gives each check a sandbox of its own, as before."""
+    if not isinstance(sandbox, Sandbox) or count < ONE_SANDBOX_FROM:
+        yield sandbox
+        return
+    with SandboxSession(sandbox, cwd) as session:
+        yield session
+
+
+def _with_notes(result: CommandResult) -> str:
+    """The check's output, then what hero saw of it beside: a sandbox limit it hit, the
+    sandbox ending under it (a clear failure, not a bare exit code)."""
+    notes = []
+    if result.limit_note:
+        notes.append(f"hero: sandbox limit: {result.limit_note}")
+    if result.sandbox_note:
+        notes.append(f"hero: {result.sandbox_note}")
+    if not notes:
+        return result.output
+    sep = "" if not result.output or result.output.endswith("\n") else "\n"
+    return result.output + sep + "\n".join(notes) + "\n"

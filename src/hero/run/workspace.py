@@ -374,18 +374,21 @@ class Workspace:
 
     def tool_context(self, env: dict[str, str], cancel: threading.Event | None) -> ToolContext:
         """What the worker's tools run with: its commands share one sandbox for the round
-        (made at the first, ended by :meth:`end_sandbox`), checked against the command
-        policy (the worker's only: the checks' commands are the user's own)."""
+        (its making begun here, in the background, while the round's first model request
+        is in flight; the first command waits for it; ended by :meth:`end_sandbox`),
+        checked against the command policy (the worker's only: the checks' commands are the
+        user's own)."""
         limits = self.config.worker_limits
         safety = self.config.safety
         box = self.worker_sandbox
-        return ToolContext(
+        session = None if box is None else SandboxSession(self.worker_refit(), self.path)
+        ctx = ToolContext(
             root=self.path,
             env=env,
             bash_timeout_s=limits.bash_timeout_s,
             max_bash_timeout_s=max(limits.bash_timeout_s, 1800.0),
             cancel=cancel,
-            sandbox=None if box is None else SandboxSession(self.worker_refit(), self.path),
+            sandbox=session,
             policy=Policy.from_rules(allow=safety.allow_commands, deny=safety.deny_commands),
             scope=self.story.scope,
             protected=safety.protected_files,
@@ -395,6 +398,9 @@ class Workspace:
             # looks at the worktree during the turn (the scope check)
             before_git=self.story_repo.make_safe,
         )
+        if session is not None:  # the caller ends it (end_sandbox) from here on
+            session.start()
+        return ctx
 
     def servers_for(self, role: str) -> tuple[str, ...]:
         """The MCP servers ``role``'s ``tools`` name (``<server>.<tool>`` or ``<server>.*``),

@@ -27,6 +27,11 @@ the agent); the memory cgroup counts the command's memory and what the round's f
 the RAM-backed ``/tmp``, ``/var/tmp`` and ``/dev/shm``. A limit hit is told from the growth
 of the cgroups' counters during the command.
 
+The sandbox is made at the first command, or before it: ``start`` makes it in a thread of
+its own while hero does something else (the round's first model request), and the first
+command waits for it. What goes wrong there is as at the first command: a sandbox that cannot
+be made gives each command one of its own; any other error is raised by the first command.
+
 When the sandbox itself fails (the agent or bwrap dies, or does not answer), hero ends it
 from outside (SIGKILL to its init ends every process in it), says so in the command's result,
 and the next command starts a fresh one. When it cannot start at all (no Python in the
@@ -198,6 +203,8 @@ class SandboxSession(CommandHost):
         """Why no sandbox could be made: then each command gets one of its own."""
         self._box: _Box | None = None
         self._lock = threading.Lock()
+        self._starting: threading.Thread | None = None
+        self._closing = threading.Event()
 
     @property
     def limits(self) -> Any:
@@ -209,12 +216,51 @@ class SandboxSession(CommandHost):
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    def start(self) -> None:
+        """Make the sandbox now, in a thread of its own (the round begins, its first model
+        request is in flight), so that the first command finds it made. The lock is taken
+        here and given back by that thread once the sandbox is made (or could not be): a
+        command waits for it. The thread then lives until ``close``: bwrap's
+        ``--die-with-parent`` ends the sandbox when the thread that started it ends. Does
+        nothing when the sandbox is made or being made."""
+        self._lock.acquire()
+        if self._box is not None or self.problem is not None or self._starting is not None:
+            self._lock.release()
+            return
+        self._closing = threading.Event()
+        self._starting = threading.Thread(
+            target=self._start_now, args=(self._closing,), name="hero-sandbox-start", daemon=True
+        )
+        try:
+            self._starting.start()
+        except BaseException:
+            self._starting = None
+            self._lock.release()
+            raise
+
+    def _start_now(self, closing: threading.Event) -> None:
+        """In the thread ``start`` began, the lock held for it."""
+        made = None
+        try:
+            if self._box is None:
+                made = self._open()
+        except Exception:  # noqa: BLE001 - the first command makes it again, and raises it
+            pass
+        finally:
+            self._lock.release()
+        if made is not None:
+            closing.wait()  # the sandbox this thread started lives as long as the thread
+
     def close(self) -> None:
         """End the sandbox and everything in it; the next command would make a new one."""
         with self._lock:
             box, self._box = self._box, None
             if box is not None:
                 box.end()
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            self._closing.set()
+            starting.join()
 
     def run_command(
         self,
