@@ -28,7 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -255,100 +257,191 @@ def bench_mini(report: Report, runs: int = 3, launches: int = 5) -> None:
     imports_rows(report)
 
 
-def launch_rows(report: Report, mini: Path, launches: int, failures: list[str]) -> None:
-    from run import _launch_runs
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and of the children it has waited for,
+    from /proc; NaN when it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    # fields[0] is the state (the 3rd field); utime, stime, cutime, cstime are 14..17
+    ticks = sum(int(x) for x in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
+
+@dataclass
+class Launch:
+    wall: float  # process start -> first request at the server
+    cpu: float  # the process's CPU time (and its waited-for children's) at that request
+
+
+def launch_once(
+    make_argv: Callable[[str], list[str]],
+    env: dict[str, str],
+    cwd: Path,
+    handler: Any,
+    timeout: float,
+) -> tuple[Launch | None, str]:
+    """Start ``make_argv(base_url)`` against a scripted server answering with ``handler``;
+    the server reads the process's CPU time when its first request arrives. The launch, or
+    None and why not."""
     from hero.llm.scripted import ScriptedModel
 
-    hero_t: list[float] = []
-    mini_t: list[float] = []
+    pid: list[int] = []
+    cpu: list[float] = []
+
+    def first(body: dict) -> Any:
+        if not cpu and pid:
+            cpu.append(cpu_of(pid[0]))
+        return handler(body)
+
+    with ScriptedModel(first) as server:
+        argv = make_argv(server.base_url)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        pid.append(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        if proc.returncode != 0 or not server.requests:
+            return None, f"exit {proc.returncode}: {(err or out)[-400:]}"
+        return Launch(server.requests[0].received_at - t0, cpu[0] if cpu else float("nan")), ""
+
+
+def hero_launch(base: Path, i: int, base_url: str) -> list[str]:
+    """`hero run` on a quick-pass story in a new home under ``base``."""
+    from run import _hero_home, hero_executable
+
+    story = _hero_home(base, base_url, f"side{i}")
+    return [*hero_executable(), "--home", str(base / "home"), "run", str(story)]
+
+
+def mini_launch(mini: Path, base: Path, base_url: str) -> list[str]:
+    """`mini` on a new repo under ``base``."""
+    return mini_argv(mini, base_url, make_repo(base / "repo"), base / "traj.json")
+
+
+def launch_rows(report: Report, mini: Path, launches: int, failures: list[str]) -> None:
+    from run import _quick_pass_handler
+
+    got: dict[str, list[Launch]] = {"hero": [], "mini": []}
     for i in range(launches):  # taking turns, so a noisy neighbour slows both alike
-        req, _, fail = _launch_runs(hero_env(), 1, f"side{i}-")
-        hero_t += req
-        failures += fail
-        with (
-            tempfile.TemporaryDirectory(prefix="hero-bench-mini-") as tmp,
-            ScriptedModel(echo_handler(0)) as server,
-        ):
-            repo = make_repo(Path(tmp) / "repo")
-            t0 = time.monotonic()
-            proc = subprocess.run(
-                mini_argv(mini, server.base_url, repo, Path(tmp) / "traj.json"),
-                env=mini_env(Path(tmp) / "cfg"),
-                cwd=tmp,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            if proc.returncode != 0 or not server.requests:
-                failures.append(f"mini launch {i}: exit {proc.returncode}: {proc.stderr[-400:]}")
-                continue
-            mini_t.append(server.requests[0].received_at - t0)
-    h, m = median(hero_t), median(mini_t)
-    report.add(
-        f"launch -> first model request, hero `hero run` (median of {len(hero_t)})",
-        f"{h * 1e3:.0f} ms ({', '.join(f'{x * 1e3:.0f}' for x in hero_t)})",
+        with tempfile.TemporaryDirectory(prefix="hero-bench-mini-") as tmp:
+            base = Path(tmp)
+
+            runs = {
+                "hero": (partial(hero_launch, base / "hero", i), hero_env(), _quick_pass_handler),
+                "mini": (
+                    partial(mini_launch, mini, base / "mini"),
+                    mini_env(base / "mini" / "cfg"),
+                    echo_handler(0),
+                ),
+            }
+            for name, (make_argv, env, handler) in runs.items():
+                launch, why = launch_once(make_argv, env, base, handler, 120)
+                if launch is None:
+                    failures.append(f"{name} launch {i}: {why}")
+                else:
+                    got[name].append(launch)
+    h = median([x.wall for x in got["hero"]])
+    m = median([x.wall for x in got["mini"]])
+    for name, xs in got.items():
+        what = "hero `hero run`" if name == "hero" else "`mini`"
+        report.add(
+            f"launch -> first model request, {what} (median of {len(xs)})",
+            f"{median([x.wall for x in xs]) * 1e3:.0f} ms "
+            f"({', '.join(f'{x.wall * 1e3:.0f}' for x in xs)})",
+        )
+    for name, xs in got.items():
+        report.add(
+            f"  CPU time at the first request, {name} (process + waited children, median)",
+            f"{median([x.cpu for x in xs]) * 1e3:.0f} ms",
+        )
+    pairs = sum(
+        a.wall <= b.wall * LAUNCH_GOAL for a, b in zip(got["hero"], got["mini"], strict=False)
     )
     report.add(
-        f"launch -> first model request, `mini` (median of {len(mini_t)})",
-        f"{m * 1e3:.0f} ms ({', '.join(f'{x * 1e3:.0f}' for x in mini_t)})",
-    )
-    pairs = sum(a <= b * LAUNCH_GOAL for a, b in zip(hero_t, mini_t, strict=False))
-    report.add(
-        f"  launch ratio mini / hero (medians; goal met in {pairs} of {len(hero_t)} pairs)",
+        f"  launch ratio mini / hero (medians; goal met in {pairs} of "
+        f"{min(len(got['hero']), len(got['mini']))} pairs)",
         f"{m / h:.2f}x",
         f">= {1 / LAUNCH_GOAL:g}x",
         h <= m * LAUNCH_GOAL,
     )
+    hc = median([x.cpu for x in got["hero"]])
+    mc = median([x.cpu for x in got["mini"]])
+    report.add("  launch CPU ratio mini / hero (medians)", f"{mc / hc:.2f}x")
 
 
-#: hero's own imports on the way to `hero run`'s first request, openai apart.
-_IMPORTS = r"""
-import sys, time
-t0 = time.perf_counter()
+#: The modules `hero run` imports before it builds its model clients (bench/run.py's probe).
+HERO_MODULES = "hero.cli, hero.commands.run, hero.config.loader, hero.llm.client, hero.run.pipeline"
+
+# Each prints "<wall> <cpu>" per step (seconds), in a fresh interpreter.
+_OPENAI_THEN_HERO = f"""
+import time
+def now(): return time.perf_counter(), time.process_time()
+t0 = now()
 import openai
-t1 = time.perf_counter()
-import hero.cli, hero.commands.run, hero.config.loader, hero.llm.client, hero.run.pipeline
-t2 = time.perf_counter()
-print(t1 - t0, t2 - t1)
+t1 = now()
+import {HERO_MODULES}
+t2 = now()
+print(t1[0] - t0[0], t1[1] - t0[1], t2[0] - t1[0], t2[1] - t1[1])
 """
-
-_HERO_FIRST = r"""
+_HERO_ALONE = f"""
 import sys, time
-t0 = time.perf_counter()
-import hero.cli, hero.commands.run, hero.config.loader, hero.llm.client, hero.run.pipeline
-t1 = time.perf_counter()
-print(t1 - t0, int('openai' in sys.modules))
+def now(): return time.perf_counter(), time.process_time()
+t0 = now()
+import {HERO_MODULES}
+t1 = now()
+print(t1[0] - t0[0], t1[1] - t0[1], int("openai" in sys.modules))
 """
 
 
 def imports_rows(report: Report, n: int = 5) -> None:
-    """`import openai` and hero's own imports (hero's modules, with openai already loaded),
-    each in a fresh interpreter; medians of n."""
-    oa: list[float] = []
-    own: list[float] = []
-    total: list[float] = []
+    """`import openai` and hero's own imports (hero's modules with openai already loaded,
+    and alone: what `hero run` imports before its clients), each in a fresh interpreter,
+    taking turns; medians of n, wall and CPU time."""
+    cols: dict[str, list[float]] = {k: [] for k in ("oa", "oa_cpu", "own", "own_cpu")}
+    alone: list[float] = []
+    alone_cpu: list[float] = []
     eager = False
     for _ in range(n):
         out = subprocess.run(
-            [sys.executable, "-c", _IMPORTS], capture_output=True, text=True, check=True
+            [sys.executable, "-c", _OPENAI_THEN_HERO], capture_output=True, text=True, check=True
         ).stdout.split()
-        oa.append(float(out[0]))
-        own.append(float(out[1]))
+        for key, value in zip(cols, out, strict=True):
+            cols[key].append(float(value))
         out = subprocess.run(
-            [sys.executable, "-c", _HERO_FIRST], capture_output=True, text=True, check=True
+            [sys.executable, "-c", _HERO_ALONE], capture_output=True, text=True, check=True
         ).stdout.split()
-        total.append(float(out[0]))
-        eager = eager or out[1] == "1"
-    report.add(f"  launch imports: `import openai` (median of {n})", f"{median(oa) * 1e3:.0f} ms")
+        alone.append(float(out[0]))
+        alone_cpu.append(float(out[1]))
+        eager = eager or out[2] == "1"
+
+    def both(wall: list[float], cpu: list[float]) -> str:
+        return f"{median(wall) * 1e3:.0f} ms / {median(cpu) * 1e3:.0f} ms"
+
     report.add(
-        "  launch imports: hero's own (cli, commands.run, config, llm, pipeline; openai loaded)",
-        f"{median(own) * 1e3:.0f} ms",
+        f"  launch imports, wall / CPU (medians of {n}): `import openai`",
+        both(cols["oa"], cols["oa_cpu"]),
     )
     report.add(
-        "  launch imports: the same in a fresh interpreter (what `hero run` imports eagerly)",
-        f"{median(total) * 1e3:.0f} ms" + (" (openai included!)" if eager else ""),
+        "  launch imports: hero's own with openai loaded (cli, commands.run, config, llm, "
+        "pipeline)",
+        both(cols["own"], cols["own_cpu"]),
+    )
+    report.add(
+        "  launch imports: the same alone (what `hero run` imports before its clients)",
+        both(alone, alone_cpu) + (" (openai included!)" if eager else ""),
     )
 
 
