@@ -13,8 +13,8 @@ Both get the same script: ``bash`` ``echo hi`` for ``TURNS`` turns; then hero ge
 mini its submit command (``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``).
 
 Rows: (a) the gap between a tool answer written by the server and the next request arriving
-there (median of turns 10..50), hero with the round's sandbox on, mini with its local
-environment; (b) launch to first model request (process start -> first request at the
+there (median of turns 10..50), hero with the round's sandbox and scope check, mini with its
+local environment; (b) launch to first model request (process start -> first request at the
 server), several launches each, taking turns; (c) what hero's launch spends on imports:
 ``import openai`` against hero's own modules.
 """
@@ -188,7 +188,7 @@ def bench_mini(report: Report, runs: int = 3, launches: int = 5) -> None:
 
     report.section(
         f"4. side by side with mini-swe-agent {MINI_VERSION} (same echo script, one run; "
-        "hero with the round's sandbox)"
+        "hero with the round's sandbox and scope check)"
     )
     mini, how = install_mini()
     if mini is None:
@@ -222,7 +222,7 @@ def bench_mini(report: Report, runs: int = 3, launches: int = 5) -> None:
     failures: list[str] = []
     try:
         for i in range(runs):
-            one_turn_run(server, sandbox="round")
+            one_turn_run(server, sandbox="round", scoped=True)  # as in a story's round
             hero_gaps += gaps(server.dumps[-1])
             with tempfile.TemporaryDirectory(prefix="hero-bench-mini-") as tmp:
                 repo = make_repo(Path(tmp) / "repo")
