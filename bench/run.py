@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from config_load import bench as bench_config_load
+from mini import bench_mini
 from report import (
     GIT_ISOLATION,
     Report,
@@ -1270,6 +1271,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only-phases", action="store_true", help="only section 1c (one turn by phase)"
     )
+    parser.add_argument(
+        "--mini-runs",
+        type=int,
+        default=3,
+        help="section 4, side by side with mini-swe-agent: echo runs and launches each "
+        "(default 3; 0 skips the section)",
+    )
     parser.add_argument("--serve-turns", type=int, help=argparse.SUPPRESS)  # internal: server child
     args = parser.parse_args(argv)
     if args.serve_turns:
@@ -1303,7 +1311,11 @@ def main(argv: list[str] | None = None) -> int:
         # what the settings' declaration costs where configuration is read (config_load.py)
         ("config load", lambda: bench_config_load(report, 5, None)),
         ("prompt size", lambda: bench_prompt(report)),
+        # hero and mini-swe-agent on the same echo script, and launch imports (mini.py)
+        ("mini-swe-agent", lambda: bench_mini(report, args.mini_runs, args.mini_runs + 2)),
     ]
+    if args.mini_runs <= 0:
+        sections = [s for s in sections if s[0] != "mini-swe-agent"]
     if args.only_sandbox:
         sections = [s for s in sections if s[0] == "sandbox on vs off"]
     if args.only_phases:

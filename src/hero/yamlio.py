@@ -10,7 +10,6 @@ story) adds those and raises its own error type.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import re
@@ -216,6 +215,8 @@ def string_list(value: Any, *, noun: str = "strings", item: str = "item") -> tup
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest known name, or an empty string."""
+    import difflib  # a mistyped name only: off hero's start
+
     hint = difflib.get_close_matches(name, list(known), n=1)
     return f" (did you mean '{hint[0]}'?)" if hint else ""
 

@@ -8,7 +8,6 @@ a usage or configuration error, or another watcher on the home.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from typing import NoReturn
 
 from hero.commands import (
@@ -84,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     require_token(settings)
     if args.max_per_sweep is not None and args.max_per_sweep < 0:
         raise CommandLineError(f"--max-per-sweep: expected N >= 0; found {args.max_per_sweep}")
+    from dataclasses import replace
+
     settings = replace(
         settings,
         dry_run=bool(args.dry_run),

@@ -16,10 +16,7 @@ nothing changed). 2: no such fact, an unreadable file, an edit refused, a usage 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -117,6 +114,8 @@ def run_list(args: argparse.Namespace) -> int:
     store = _store(args)
     facts = [f for f in store.facts() if args.kind is None or f.kind.value == args.kind]
     if args.json:
+        import json
+
         for fact in facts:
             print(json.dumps(fact_record(fact), ensure_ascii=False))
         return EXIT_OK
@@ -197,6 +196,9 @@ def run_forget(args: argparse.Namespace) -> int:
 
 
 def run_edit(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
     from hero.commands.new import editor_command, run_editor
     from hero.memory.store import Memory
 

@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from hero.commands import Subparsers, home, home_option, say
@@ -52,6 +48,9 @@ def add_parser(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
     from hero.config.scaffold import story_template
     from hero.names import story_id_problem
 
@@ -81,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
 def editor_command() -> list[str] | None:
     """$VISUAL, else $EDITOR, split as a shell would; None when neither is set."""
+    import shlex
+
     for name in ("VISUAL", "EDITOR"):
         value = os.environ.get(name, "").strip()
         if value:
@@ -137,6 +138,9 @@ def _edit_loop(editor: list[str], draft: Path, template: str, inbox: Path) -> Pa
 
 def run_editor(editor: list[str], draft: Path) -> None:
     """Run the editor on ``draft``; HeroError (naming the draft) when it fails."""
+    import shlex
+    import subprocess
+
     try:
         code = subprocess.run([*editor, str(draft)], check=False).returncode
     except OSError as exc:
@@ -156,6 +160,8 @@ def _gave_up(why: str, draft: Path, *, keep: bool) -> None:
     if keep:
         say(f"{why}; nothing written (your text is kept in {draft})")
     else:
+        import shutil
+
         shutil.rmtree(draft.parent, ignore_errors=True)
         say(f"{why}; nothing written")
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 import time
 
@@ -98,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     duration = time.monotonic() - started
     result = summarize(state, config.home, duration)
+    import json
+
     print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
     if not followed:
         _notify(config, state, duration)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import signal
 import sys
 import time
@@ -32,7 +31,6 @@ from hero.commands import Subparsers, home, home_option, reader_gone, say, say_n
 from hero.commands.model_options import add_options as add_model_options
 from hero.commands.run_task import add_task_arguments, task_of
 from hero.errors import EXIT_INTERRUPTED, UsageError
-from hero.run.adhoc import enqueue, run_or_follow
 
 if TYPE_CHECKING:
     from hero.config.home import Config
@@ -92,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         if task is not None:  # its story would be written to the inbox: a change on disk
             raise UsageError("--dry-run runs a STORY file, not a --task")
         return dry_run_command(Path(args.story).resolve(), config, as_json=args.json, models=models)
+    from hero.run.adhoc import enqueue, run_or_follow  # not on `hero --help`'s path
+
     story_path = Path(args.story) if task is None else enqueue(task, config.home)
     show = args.verbose or sys.stderr.isatty()
     progress = (lambda msg: print(f"hero: {msg}", file=sys.stderr, flush=True)) if show else None
@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
     duration = time.monotonic() - started
     result = summarize(state, config.home, duration)
     if sink is None:
+        import json
+
         print(json.dumps(result, indent=2) if args.json else _summary_line(result), flush=True)
     elif followed:  # another process ran it and streamed its events elsewhere: its result here
         from hero.redact import Redactor

@@ -7,9 +7,12 @@ Kept apart from hero.commands.run, which only calls :func:`add_task_arguments` a
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from hero.commands import CommandLineError
-from hero.run.adhoc import Task, task_from
+
+if TYPE_CHECKING:  # hero.run.adhoc (and its dataclasses) only when a command line has --task
+    from hero.run.adhoc import Task
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,4 +57,6 @@ def task_of(args: argparse.Namespace) -> Task | None:
         return None
     if args.story is not None:
         raise CommandLineError("give a STORY file or --task TEXT, not both")
+    from hero.run.adhoc import task_from
+
     return task_from(args.task, args.verify, args.scope, args.task_id)

@@ -6,7 +6,6 @@ would add: budgets, overlaps), save for an unknown key in a config file: exit 2 
 from __future__ import annotations
 
 import argparse
-import json
 
 from hero.commands import Subparsers, home, home_option
 from hero.errors import EXIT_OK, UsageError
@@ -30,5 +29,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{where}: no such directory")
     report = collect_status(where, strict_keys=True)  # a mistyped key is an error (exit 2)
     # a reader that leaves early (`hero status | head -1`) is handled in hero.cli.main
+    import json
+
     print(json.dumps(report, indent=2) if args.json else format_status(report), flush=True)
     return EXIT_OK

@@ -9,7 +9,6 @@ given (hero.agent.tools.toolset.select_tools); the tools themselves live in hero
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
@@ -143,6 +142,8 @@ def narrow(role: str, has: Sequence[str], wanted: Sequence[str]) -> str:
 
 def nearest(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``known``, "" when none is close."""
+    import difflib  # a mistyped name only: off hero's start
+
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from pathlib import Path
 
@@ -36,6 +35,8 @@ def _read_text(ctx: ToolContext, rel_path: str) -> tuple[Path, str]:
 
 
 def _diff(rel_path: str, old: str, new: str) -> str:
+    import difflib  # an edit's answer only: off hero's start
+
     lines = list(
         difflib.unified_diff(
             old.splitlines(), new.splitlines(), f"a/{rel_path}", f"b/{rel_path}", lineterm="", n=3
