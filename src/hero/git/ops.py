@@ -35,6 +35,7 @@ from pathlib import Path
 
 from hero.errors import UsageError
 from hero.locks import repo_story_busy, repo_story_lock
+from hero.git.reffiles import ref_from_files
 from hero.names import StoryRef
 from hero.runner import child_env, run_process
 
@@ -415,7 +416,13 @@ def commit_of(repo: Path, rev: str) -> str:
 
 def branch_tip(repo: Path, branch: str) -> str:
     """The object ``refs/heads/<branch>`` points at in ``repo`` (not peeled: what the ref
-    holds, whatever a worker made it hold), or "" when there is no such branch."""
+    holds, whatever a worker made it hold), or "" when there is no such branch. Read from
+    the repository's files when that is plain (git.reffiles), else asked of git."""
+    box = _CONFINED.get()
+    if box is None or not _within(Path(os.path.realpath(repo)), box[0]):
+        tip = ref_from_files(repo, branch)
+        if tip is not None:
+            return tip
     return git(
         repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
     ).strip()
