@@ -188,7 +188,7 @@ def cleanup(leftovers: bool) -> int:
             pass
     if not leftovers:
         return 0
-    from hero.runner import kill_marked
+    from hero.leftovers import kill_marked
 
     return sum(kill_marked(marker) for marker in _MARKERS)
 

@@ -66,6 +66,7 @@ TURNS = 4  # bash turns, then a final answer: 5 worker turns, then one review
 CALLS = TURNS + 2  # model calls per story
 CALL_LATENCY_S = 0.5  # the scripted model's latency per call
 SPEEDUP_TARGET = 3.5  # 4 workers over 1
+FIRST_STORY_SLACK_S = 0.5  # a worker's first story: task -> first request, over its later ones
 MAX_PARALLEL = 16
 LEASE_S = 5  # short: renewed every 1.7 s; a lost story would come back in 10 s
 LATENCY_RUNS = 5  # section 2: measured drops per engine (after one warm-up drop)
@@ -521,6 +522,8 @@ class Batch:
     task_later: list[float]  # every later task: received -> first model request
     task_run: list[float]  # every task after a worker's first: received -> succeeded
     idle: list[float]  # a task succeeded -> the same worker received its next one
+    first_over_later: list[float]  # per worker: its first story's wait - its later ones' median
+    warm: dict[str, list[float]]  # warm-up step -> each worker's seconds for it
 
 
 def run_batch(work: Path, n_workers: int, stories: int) -> Batch:
@@ -558,6 +561,7 @@ def run_batch(work: Path, n_workers: int, stories: int) -> Batch:
                 for w in workers:
                     w.stop()
             tasks = [worker_tasks(w) for w in workers]
+            warm = warm_steps(workers)
         finally:
             redis.stop()
     states = {s: read_state(home, s) for s in ids}
@@ -572,13 +576,15 @@ def run_batch(work: Path, n_workers: int, stories: int) -> Batch:
         per_worker.append(sum(1 for s in ids if (ran / f"{s}.json").exists()))
     firsts = [min(calls[s].worker) for s in ids if s in calls and calls[s].worker]
     first_call = {s: min(c.worker) for s, c in calls.items() if c.worker}
-    task_first, task_later, task_run, idle = [], [], [], []
+    task_first, task_later, task_run, idle, first_over_later = [], [], [], [], []
     for ts in tasks:
+        waits = [first_call.get(task.story, float("nan")) - task.received for task in ts]
         for i, task in enumerate(ts):
-            wait = first_call.get(task.story, float("nan")) - task.received
-            (task_first if i == 0 else task_later).append(wait)
+            (task_first if i == 0 else task_later).append(waits[i])
             if i > 0:
                 task_run.append(task.succeeded - task.received)
+        if len(waits) > 1:
+            first_over_later.append(waits[0] - median(waits[1:]))
         idle += [b.received - a.succeeded for a, b in zip(ts, ts[1:], strict=False)]
     last_passed = max(
         (
@@ -603,7 +609,21 @@ def run_batch(work: Path, n_workers: int, stories: int) -> Batch:
         task_later=task_later,
         task_run=task_run,
         idle=idle,
+        first_over_later=first_over_later,
+        warm=warm,
     )
+
+
+_WARM_LINE = re.compile(r"^hero worker warm-up: (\w+): .* in ([\d.]+) s$", re.MULTILINE)
+
+
+def warm_steps(workers: Sequence[Proc]) -> dict[str, list[float]]:
+    """Each warm-up step `hero worker` printed before `ready`, with each worker's seconds."""
+    steps: dict[str, list[float]] = {}
+    for w in workers:
+        for step, seconds in _WARM_LINE.findall(w.output()):
+            steps.setdefault(step, []).append(float(seconds))
+    return steps
 
 
 def bench_batch(report: Report, work: Path, n_workers: int, stories: int, out: dict) -> None:
@@ -636,6 +656,19 @@ def bench_batch(report: Report, work: Path, n_workers: int, stories: int, out: d
     )
     nums = [x for x in b.task_later if not math.isnan(x)]
     report.add("  later stories: task received -> first model request (median)", ms(median(nums)))
+    gaps = [x for x in b.first_over_later if not math.isnan(x)]
+    if gaps:
+        report.add(
+            "  first story's wait over the same worker's later ones (per worker)",
+            " / ".join(ms(x) for x in gaps),
+            f"<= {FIRST_STORY_SLACK_S * 1000:.0f} ms",
+            max(gaps) <= FIRST_STORY_SLACK_S,
+        )
+    for step, secs in b.warm.items():
+        report.add(
+            f"  before 'ready': warm-up {step} (median / max)",
+            f"{sec(median(secs))} / {sec(max(secs))}",
+        )
     nums = [x for x in b.task_run if not math.isnan(x)]
     report.add("  later stories: task received -> succeeded (median)", sec(median(nums)))
     nums = [x for x in b.idle if not math.isnan(x)]
@@ -759,7 +792,7 @@ def bench_latency(report: Report, work: Path, runs: int) -> None:
         a, b = med(lo, f), med(ce, f)
         report.add(f"{label}: local / celery / difference", f"{ms(a)} / {ms(b)} / {ms(b - a)}")
     report.add(
-        "  first drop (warm-up, not counted): local / celery (the worker clones the remote)",
+        "  first drop (not counted): local / celery (its worker warmed up before it)",
         f"{sec(local[0].total)} / {sec(celery[0].total)}",
     )
     report.add(

@@ -439,7 +439,8 @@ def bench_layout(
 def bench_sandbox(table: Table, story: StoryRepo, runs: int) -> None:
     """``true`` through run_command: bare, in the sandbox without limits, with limits;
     interleaved, after 10 warm-up runs each."""
-    from hero.runner import RUN_MARKER, run_command
+    from hero.leftovers import RUN_MARKER
+    from hero.runner import run_command
     from hero.sandbox.bwrap import build, bwrap_problem
     from hero.sandbox.limits import Limits, mechanism
 

@@ -91,6 +91,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "hero.git.*",
         "hero.github.*",
         "hero.runner",
+        "hero.leftovers",
         "hero.sandbox.bwrap",
         "hero.sandbox.session",
         "hero.trace",

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hero.runner import RUN_MARKER, kill_marked, run_command
+from hero.leftovers import RUN_MARKER, kill_marked
+from hero.runner import run_command
 
 
 def _alive(pid: int) -> bool:

@@ -13,6 +13,7 @@ from hero.commands import Subparsers, home, home_option, say, say_notices
 from hero.errors import EXIT_OK, ConfigurationError, UsageError
 
 if TYPE_CHECKING:
+    from hero.engine.warm import Warmed
     from hero.engine.worker import Fleet
 
 
@@ -23,7 +24,9 @@ def add_parser(subparsers: Subparsers) -> None:
         help="run stories a coordinator sends (engine: celery), as a Celery worker",
         description="A Celery worker that runs the stories `hero watch` sends with engine: "
         "celery in config/roles.yaml. It keeps a clone of target_remote and a home of its own "
-        "in --workdir, and pushes each story's branch to the remote. SIGTERM stops it: the "
+        "in --workdir, and pushes each story's branch to the remote. Before its first story it "
+        "warms up (imports, its clone of the remote, the project's environment), each step "
+        "said on a `hero worker warm-up:` line. SIGTERM stops it: the "
         "stories it runs are recorded as interrupted and sent to another worker. Arguments "
         "after `--` go to `celery worker` as they are.",
     )
@@ -76,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    def warmed(step: Warmed) -> None:
+        print(f"hero worker warm-up: {step.line()}", flush=True)
+
     run_worker(
         config,
         Path(args.workdir) if args.workdir else config.home / "worker",
@@ -85,5 +91,6 @@ def run(args: argparse.Namespace) -> int:
         loglevel=args.loglevel,
         celery_args=args.celery_args,
         on_ready=ready,
+        on_warm=warmed,
     )
     return EXIT_OK

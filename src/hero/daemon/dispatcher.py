@@ -38,6 +38,7 @@ from hero.daemon.overlap import blockers, repo_key, running_on, scoped, wait_rea
 from hero.daemon.queue import Admit, Entry, admit, comes_first, duplicate_reason
 from hero.errors import Interrupted
 from hero.git.ops import TargetRepo
+from hero.leftovers import kill_marked
 from hero.llm.breaker import PERMANENT, TRANSIENT, Backoff, Breakers, breakers_path
 from hero.llm.client import Model
 from hero.llm.models import providers_of, story_config
@@ -55,7 +56,6 @@ from hero.run.notify import Notifier
 from hero.run.pipeline import RunHooks, StoryRun
 from hero.run.record import finish_done_move
 from hero.run.revision import waits_for
-from hero.runner import kill_marked
 from hero.state import RunState, StateError, Status, file_digest, load_state, state_dir
 from hero.story.format import parse_story
 from hero.story.overlap import Scoped

@@ -131,3 +131,35 @@ def _unchecked_tls(url: str) -> bool:
         return "ssl_cert_reqs" not in parse_qs(urlsplit(url).query)
     except ValueError:
         return True
+
+
+#: After a story ends, when the worker's event loop looks again for the next task (seconds):
+#: a few looks, so that one lands after the thread pool has released the task's slot.
+WAKE_AFTER_TASK_S = (0.01, 0.05, 0.25)
+
+
+def wake_after_tasks() -> None:
+    """A worker looks for its next story as soon as one ends, not at its event loop's next
+    tick (up to a second later). With ``worker_disable_prefetch`` a busy worker does not
+    listen on the queue, and a story ending in the threads pool does not wake the loop that
+    would listen again: each story's end, from its pool thread, schedules a few looks on the
+    loop (kombu's hub: ``call_soon`` is thread-safe and wakes it). A look is a tick: the Redis
+    transport asks for the next task once a slot is free."""
+    from celery.signals import task_postrun
+    from kombu.asynchronous import get_event_loop
+
+    def look() -> None:
+        return None
+
+    def schedule() -> None:
+        hub = get_event_loop()
+        if hub is not None:
+            for delay in WAKE_AFTER_TASK_S:
+                hub.call_later(delay, look)
+
+    def ended(**_: Any) -> None:
+        hub = get_event_loop()
+        if hub is not None:
+            hub.call_soon(schedule)
+
+    task_postrun.connect(ended, weak=False)

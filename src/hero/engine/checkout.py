@@ -61,12 +61,14 @@ def bench_of(payload: dict[str, Any]) -> BenchRun | None:
     return BenchRun(remote, overrides)
 
 
-def sync_clone(remote: str, path: Path, *, fresh: bool = False) -> None:
+def sync_clone(remote: str, path: Path, *, fresh: bool = False) -> bool:
     """``path`` a clone of ``remote``, fetched now (every branch, under REMOTE_REFS); with
-    ``fresh``, cloned anew (``--no-local``: objects copied, never linked or borrowed)."""
+    ``fresh``, cloned anew (``--no-local``: objects copied, never linked or borrowed).
+    Whether it was cloned now (False: an existing clone, fetched)."""
     if fresh and path.exists():
         shutil.rmtree(path)
-    if not (path / ".git").exists():
+    cloned = not (path / ".git").exists()
+    if cloned:
         if path.exists():
             shutil.rmtree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -80,6 +82,7 @@ def sync_clone(remote: str, path: Path, *, fresh: bool = False) -> None:
         git(path, "config", "--replace-all", "remote.origin.fetch", REMOTE_REFSPEC)
         update_refs(path, [Change(ref) for ref in read_refs(path, "refs/remotes")])
     git(path, "fetch", "--quiet", "--prune", "origin", timeout_s=600)
+    return cloned
 
 
 def worker_kept_keys() -> frozenset[str]:

@@ -59,6 +59,7 @@ from hero.engine.trust import (
     story_ref,
     task_of,
 )
+from hero.engine.warm import Warmed, adopt_staged, warm_up
 from hero.engine.wip import WipKeeper
 from hero.errors import HeroError, Interrupted
 from hero.fsio import atomic_write
@@ -487,7 +488,9 @@ class _Run:
                 sync_clone(self.bench.remote, self.repo_path, fresh=True)
             return TargetRepo(self.repo_path)
         with self.fleet.repo_lock:
-            sync_clone(self.fleet.config.engine.target_remote, self.repo_path)
+            adopt_staged(self.fleet)  # the warm-up's clone, now that a story is trusted
+            if sync_clone(self.fleet.config.engine.target_remote, self.repo_path):
+                LOG.info("%s: cloned target_remote (the warm-up had not)", self.key)
         return TargetRepo(self.repo_path)
 
     def _lay_out(self, sent: Contents, repo: TargetRepo) -> Path:
@@ -837,19 +840,24 @@ def run_worker(
     loglevel: str = "INFO",
     celery_args: Sequence[str] = (),
     on_ready: Callable[[Fleet], None] = lambda fleet: None,
+    on_warm: Callable[[Warmed], None] = lambda warmed: None,
 ) -> None:
     """Run a Celery worker for ``config``'s engine until it is stopped: ``concurrency``
     stories at once, taken from ``queues`` (default the engine's queue), its clone and home
     in ``workdir``. ``on_ready`` is called once Celery is ready; at shutdown the stories it
     runs are recorded as interrupted (the coordinator sends them to another worker).
-    ``celery_args`` go to ``celery worker`` as they are."""
+    ``celery_args`` go to ``celery worker`` as they are. Before Celery starts, the worker
+    warms up (hero.engine.warm), each step said to ``on_warm``."""
     from celery.signals import worker_ready, worker_shutting_down
 
-    from hero.engine.app import make_app
+    from hero.engine.app import make_app, wake_after_tasks
 
     app = make_app(config.engine)
+    wake_after_tasks()
     fleet = make_fleet(config, workdir, worker_name(hostname))
     register(app, lambda: fleet)
+    if not warm_up(fleet, on_warm):
+        return  # stopped while it warmed up
 
     def ready(**_: Any) -> None:
         on_ready(fleet)

@@ -45,6 +45,7 @@ from hero.config.sections import Housekeeping
 from hero.git.guard import is_ancestor
 from hero.git.ops import GitError, TargetRepo, commit_of, git
 from hero.github.merged import merged_ids
+from hero.leftovers import kill_marked
 from hero.locks import StoryBusy, story_lock
 from hero.names import StoryRef
 from hero.redact import Redactor
@@ -60,7 +61,6 @@ from hero.run.environment import (
 )
 from hero.run.revision import root_of
 from hero.run.workspace import Workspace
-from hero.runner import kill_marked
 from hero.state import TERMINAL, RunState, StateError, Status, load_state, state_dir
 from hero.story.format import parse_story
 from hero.story.record import Story, StoryError

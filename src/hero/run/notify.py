@@ -41,9 +41,10 @@ from urllib.parse import urlsplit
 from hero import __version__
 from hero.config.home import Config
 from hero.config.sections import NotifySettings
+from hero.leftovers import RUN_MARKER, kill_marked
 from hero.names import StoryRef
 from hero.redact import Redactor
-from hero.runner import RUN_MARKER, child_env, kill_marked, run_process, truncate_middle
+from hero.runner import child_env, run_process, truncate_middle
 from hero.state import TERMINAL, RunState, StateError, Status, load_state
 
 #: The shape of the events' JSON; raised only when a field changes meaning or goes away

@@ -39,11 +39,12 @@ from hero.git.wip import (
     worktree_tree,
 )
 from hero.github.defang import commit_message_rule
+from hero.leftovers import RUN_MARKER, kill_marked
 from hero.redact import Redactor
 from hero.roles.reviewer import Looking
 from hero.run.baseline import run_baseline
 from hero.run.environment import Environment, Setup, setup_commands
-from hero.runner import RUN_MARKER, child_env, kill_marked
+from hero.runner import child_env
 from hero.sandbox.bwrap import Sandbox
 from hero.sandbox.bwrap import resolve as resolve_sandbox
 from hero.sandbox.session import SandboxSession
