@@ -127,21 +127,37 @@ def cpu_times(pid: int) -> tuple[float, float]:
 
 def count_execs(trace: Path) -> dict[str, int]:
     """Programs started, from `strace -f -e trace=execve -o trace` output: by basename, git
-    by subcommand (`git worktree`, ...); failed execve (PATH lookups) are not counted."""
+    by subcommand (`git worktree`, ...); failed execve (PATH lookups) are not counted. With
+    -f a call another thread interrupts is split in two lines, `PID execve(...
+    <unfinished ...>` and `PID <... execve resumed>) = RESULT`: the result decides."""
     counts: dict[str, int] = {}
-    exec_re = re.compile(r'execve\("([^"]+)", \[([^\]]*)\]')
-    for line in trace.read_text(errors="replace").splitlines():
-        found = exec_re.search(line)
-        if not found or "= -1" in line:
-            continue
-        name = os.path.basename(found.group(1))
+    exec_re = re.compile(r'^(\d+)\s+execve\("([^"]+)", \[([^\]]*)\]')
+    resumed_re = re.compile(r"^(\d+)\s+<\.\.\. execve resumed>.*= (-?\d+)")
+    pending: dict[str, tuple[str, str]] = {}
+
+    def add(path: str, argv: str) -> None:
+        name = os.path.basename(path)
         if name == "git":  # `git [-C dir | -c k=v | --flag]... sub`
-            args = [a.strip().strip('"') for a in found.group(2).split(", ")]
+            args = [a.strip().strip('"') for a in argv.split(", ")]
             i = 1
             while i < len(args) and args[i].startswith("-"):
                 i += 2 if args[i] in ("-C", "-c") else 1
             name = f"git {args[i] if i < len(args) else ''}".rstrip()
         counts[name] = counts.get(name, 0) + 1
+
+    for line in trace.read_text(errors="replace").splitlines():
+        found = exec_re.search(line)
+        if found:
+            if line.rstrip().endswith("<unfinished ...>"):
+                pending[found.group(1)] = (found.group(2), found.group(3))
+            elif "= -1" not in line:
+                add(found.group(2), found.group(3))
+            continue
+        done = resumed_re.search(line)
+        if done and done.group(1) in pending:
+            path, argv = pending.pop(done.group(1))
+            if done.group(2) != "-1":
+                add(path, argv)
     return counts
 
 

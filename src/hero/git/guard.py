@@ -300,7 +300,7 @@ class Guard:
         """The story branch must still hold ``start``; if not, it is put back there and the
         rewritten commits are kept on a stray branch."""
         tip = branch_tip(self.repo, self.branch)
-        if not self.start or is_ancestor(self.repo, self.start, tip):
+        if not self.start or tip == self.start or is_ancestor(self.repo, self.start, tip):
             return
         self.save_uncommitted(f"putting {self.branch} back")
         git(self.worktree, "reset", "-q", "--hard", self.start)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from hero.errors import UsageError
 from hero.locks import repo_story_busy, repo_story_lock
-from hero.git.reffiles import ref_from_files
+from hero.git.reffiles import head_from_files, ref_from_files
 from hero.names import StoryRef
 from hero.runner import child_env, run_process
 
@@ -417,12 +417,11 @@ def commit_of(repo: Path, rev: str) -> str:
 def branch_tip(repo: Path, branch: str) -> str:
     """The object ``refs/heads/<branch>`` points at in ``repo`` (not peeled: what the ref
     holds, whatever a worker made it hold), or "" when there is no such branch. Read from
-    the repository's files when that is plain (git.reffiles), else asked of git."""
-    box = _CONFINED.get()
-    if box is None or not _within(Path(os.path.realpath(repo)), box[0]):
-        tip = ref_from_files(repo, branch)
-        if tip is not None:
-            return tip
+    the repository's files when that is plain (git.reffiles, which trusts nothing a worker
+    wrote there), else asked of git (in the story's sandbox when ``confined``)."""
+    tip = ref_from_files(repo, branch)
+    if tip is not None:
+        return tip
     return git(
         repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
     ).strip()
@@ -627,8 +626,11 @@ def _registered_worktrees(common: Path) -> list[Path]:
 
 
 def current_branch(worktree: Path) -> str:
-    """The branch checked out in ``worktree``, or ``HEAD`` (detached)."""
-    name = git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
+    """The branch checked out in ``worktree``, or ``HEAD`` (detached). Read from the
+    files when that is plain (git.reffiles), else asked of git."""
+    name = head_from_files(worktree)
+    if name is None:
+        name = git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
     return name or "HEAD"
 
 

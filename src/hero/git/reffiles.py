@@ -1,14 +1,24 @@
-"""A branch's tip read from the repository's files, without starting git.
+"""A branch's tip, and the branch HEAD names, read from the repository's files without
+starting git.
 
-The daemon asks "where does ``refs/heads/<branch>`` point" about twenty times per story;
-each answer cost a ``git rev-parse`` process (a fork of a large, many-threaded interpreter
-plus git's own start-up). ``ref_from_files`` answers the common case from the files git
-itself keeps, the loose ref first and then ``packed-refs`` (the order that is safe against
-a concurrent ``git pack-refs``, which writes ``packed-refs`` before it deletes the loose
-file), and returns None whenever the case is not the plain one: a ``.git`` that is a file,
-the reftable format, a symbolic or symlinked ref, content that is not one object id, a
-name git might read differently. The caller then asks git, so an answer given here is
-always the one ``git rev-parse --verify --quiet refs/heads/<branch>`` gives.
+The daemon asks "where does ``refs/heads/<branch>`` point" and "which branch is checked
+out" many times per story; each answer cost a git process (and, in a story's repository,
+a sandbox around it). ``ref_from_files`` and ``head_from_files`` answer the plain case from
+the files git itself keeps, the loose ref first and then ``packed-refs`` (the order that is
+safe against a concurrent ``git pack-refs``, which writes ``packed-refs`` before it deletes
+the loose file). Whenever the case is not plain they return None and the caller asks git,
+so an answer given here is always the one git gives.
+
+A story's repository holds whatever its worker wrote into ``.git``, so nothing read here
+trusts it: every path below the repository is opened one component at a time with
+``O_NOFOLLOW`` relative to its parent's descriptor (a symlink anywhere, swapped in at any
+moment, is never followed: the answer is None), files are opened ``O_NONBLOCK`` (a FIFO
+cannot hang the reader) and read only when they are regular and small, and every byte of
+a ref, ``HEAD`` and ``packed-refs`` must have the exact form git writes, else None. Not
+plain either: a ``.git`` that is a file (a linked worktree), a ``commondir`` or
+``reftable`` entry, a config that names an object format or a ref storage (git then reads
+ids or refs differently), a branch name git might read differently, ``packed-refs`` lines
+out of order or repeated.
 """
 
 from __future__ import annotations
@@ -16,73 +26,235 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from pathlib import Path
 
-_OID = re.compile(rb"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+_OID = re.compile(rb"[0-9a-f]{40}")
 #: Branch names read from files: plain components only (no "..", no leading dot, no
 #: ".lock" end, no characters git refuses or treats specially); anything else goes to git.
 _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+_MAX_REF = 4096
+_MAX_CONFIG = 1 << 20
 _MAX_PACKED = 16 << 20  # a packed-refs over this is left to git
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 
-def _plain_branch(branch: str) -> bool:
-    parts = branch.split("/")
+class _NotPlain(Exception):
+    """The files are not in the plain form: git must answer."""
+
+
+def plain_branch(branch: str) -> bool:
+    """``branch`` is a name this module reads (every component plain)."""
     return all(
-        _PLAIN.fullmatch(p) and ".." not in p and not p.endswith((".lock", ".")) for p in parts
+        _PLAIN.fullmatch(p) and ".." not in p and not p.endswith((".lock", "."))
+        for p in branch.split("/")
     )
 
 
-def _read_nofollow(path: Path, limit: int) -> bytes | None:
-    """The file's bytes (b"" when it does not exist), or None when it is not a regular
-    file of 1 to ``limit`` bytes or cannot be read (a symlink included)."""
+def _open_dir(parent: int, name: str) -> int | None:
+    """``name`` under the directory ``parent``, opened without following a link: its
+    descriptor, None when there is no such directory; _NotPlain when it is a link or
+    cannot be opened."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return b""
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
-        return b"" if exc.errno == errno.ENOTDIR else None
+        if exc.errno == errno.ENOENT:
+            return None
+        raise _NotPlain from None  # ELOOP/ENOTDIR: a link or a file where a directory was
+
+
+def _walk(top: int, parts: list[str]) -> int | None:
+    """The directory ``top/parts...``, every step without following a link (the caller
+    closes the descriptor returned), or None when one of them does not exist."""
+    fd = os.dup(top)
+    for part in parts:
+        try:
+            nxt = _open_dir(fd, part)
+        finally:
+            os.close(fd)
+        if nxt is None:
+            return None
+        fd = nxt
+    return fd
+
+
+def _read(parent: int, name: str, limit: int, *, empty_ok: bool = False) -> bytes | None:
+    """The bytes of the regular file ``name`` under ``parent`` (opened without following a
+    link, without blocking), None when it does not exist; _NotPlain when it is anything
+    but a regular file of at most ``limit`` bytes (empty too, unless ``empty_ok``)."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return None
+        raise _NotPlain from None
     try:
         st = os.fstat(fd)
-        if st.st_mode & 0o170000 != 0o100000 or not 0 < st.st_size <= limit:
-            return None
-        return os.read(fd, limit + 1)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise _NotPlain
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        raise _NotPlain from None
     finally:
         os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit or (not data and not empty_ok):
+        raise _NotPlain
+    return data
+
+
+def _exists(top: int, path: str) -> bool:
+    """Whether anything is at ``top/path`` (a link counts: _NotPlain)."""
+    *parents, last = path.split("/")
+    fd = _walk(top, parents)
+    if fd is None:
+        return False
+    try:
+        os.stat(last, dir_fd=fd, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return False
+        raise _NotPlain from None
+    finally:
+        os.close(fd)
+    return True
+
+
+def _open_gitdir(repo: Path) -> int:
+    """The descriptor of ``repo/.git`` once it is known to be a plain repository's own git
+    directory (see the module's note); _NotPlain otherwise."""
+    try:
+        top = os.open(repo, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise _NotPlain from None
+    try:
+        gitdir = _open_dir(top, ".git")
+    finally:
+        os.close(top)
+    if gitdir is None:
+        raise _NotPlain
+    try:
+        config = _read(gitdir, "config", _MAX_CONFIG)
+        if config is None:
+            raise _NotPlain
+        lowered = config.lower()
+        if b"objectformat" in lowered or b"refstorage" in lowered:
+            raise _NotPlain
+        if _exists(gitdir, "reftable") or _exists(gitdir, "commondir"):
+            raise _NotPlain
+    except BaseException:
+        os.close(gitdir)
+        raise
+    return gitdir
+
+
+def _packed(gitdir: int) -> dict[bytes, bytes]:
+    """The refs ``packed-refs`` holds (refname -> object id; none when there is no such
+    file), _NotPlain unless every line has the form git writes: an optional ``# pack-refs
+    with:`` header, then ``<oid> <refname>`` lines in strictly increasing order, each
+    followed by at most one ``^<oid>`` (peeled) line."""
+    data = _read(gitdir, "packed-refs", _MAX_PACKED, empty_ok=True)
+    if not data:
+        return {}
+    if not data.endswith(b"\n"):
+        raise _NotPlain
+    lines = data[:-1].split(b"\n")
+    if lines[0].startswith(b"# pack-refs with:"):
+        lines = lines[1:]
+    refs: dict[bytes, bytes] = {}
+    last: bytes | None = None
+    peeled_ok = False
+    for line in lines:
+        if line.startswith(b"^"):
+            if not peeled_ok or not _OID.fullmatch(line[1:]):
+                raise _NotPlain
+            peeled_ok = False
+            continue
+        oid, sep, name = line.partition(b" ")
+        if not sep or not _OID.fullmatch(oid) or not name.startswith(b"refs/"):
+            raise _NotPlain
+        if (last is not None and name <= last) or not all(32 < c < 127 for c in name):
+            raise _NotPlain
+        refs[name] = oid
+        last, peeled_ok = name, True
+    return refs
+
+
+def _loose(gitdir: int, refname: str) -> str | None:
+    """The object id of the loose ref ``refname``, None when there is no such file."""
+    *parents, last = refname.split("/")
+    fd = _walk(gitdir, parents)
+    if fd is None:
+        return None
+    try:
+        data = _read(fd, last, _MAX_REF)
+    finally:
+        os.close(fd)
+    if data is None:
+        return None
+    oid = data[:-1] if data.endswith(b"\n") else data
+    if not _OID.fullmatch(oid):
+        raise _NotPlain  # a symbolic ref, a 64-digit id, trailing words: git's business
+    return oid.decode()
 
 
 def ref_from_files(repo: Path, branch: str) -> str | None:
     """The object id ``refs/heads/<branch>`` of the repository at ``repo`` holds, "" when
     there is no such branch, or None when only git can tell (see the module's note)."""
-    gitdir = repo / ".git"
-    if not _plain_branch(branch) or not gitdir.is_dir() or gitdir.is_symlink():
+    if not plain_branch(branch):
         return None
-    if (gitdir / "reftable").exists():
-        return None
-    # every directory on the way must be a real one (a symlinked refs/heads/hero is git's
-    # business), so walk it without following links
-    parent = gitdir / "refs" / "heads"
-    for part in ["", *branch.split("/")[:-1]]:
-        parent = parent / part if part else parent
+    try:
+        gitdir = _open_gitdir(repo)
         try:
-            st = parent.lstat()
-        except FileNotFoundError:
-            break
-        except OSError:
-            return None
-        if st.st_mode & 0o170000 != 0o040000:
-            return None
-    loose = _read_nofollow(gitdir / "refs" / "heads" / branch, 4096)
-    if loose is None:
+            loose = _loose(gitdir, f"refs/heads/{branch}")
+            if loose is not None:
+                return loose
+            return _packed(gitdir).get(f"refs/heads/{branch}".encode(), b"").decode()
+        finally:
+            os.close(gitdir)
+    except _NotPlain:
         return None
-    if loose:
-        oid = loose.rstrip(b"\n")
-        return oid.decode() if _OID.fullmatch(oid) else None
-    packed = _read_nofollow(gitdir / "packed-refs", _MAX_PACKED)
-    if packed is None:
+
+
+def head_from_files(worktree: Path) -> str | None:
+    """What ``git symbolic-ref --quiet --short HEAD`` prints in ``worktree``: the branch
+    ``HEAD`` names, "" when ``HEAD`` is detached, None when only git can tell (the module's
+    note; and a branch whose short name another ref would take, such as a tag of that name,
+    which git shortens differently)."""
+    try:
+        gitdir = _open_gitdir(worktree)
+        try:
+            data = _read(gitdir, "HEAD", _MAX_REF)
+            if data is None or not data.endswith(b"\n"):
+                return None
+            body = data[:-1]
+            if _OID.fullmatch(body):
+                return ""
+            if not body.startswith(b"ref: refs/heads/"):
+                return None
+            try:
+                branch = body[len(b"ref: refs/heads/") :].decode("ascii")
+            except UnicodeDecodeError:
+                return None
+            if not plain_branch(branch):
+                return None
+            # git shortens refs/heads/<b> to <b> unless <b>, refs/<b> or refs/tags/<b> is a
+            # ref too; anything at those paths, or packed under those names, goes to git
+            if any(_exists(gitdir, p) for p in (branch, f"refs/{branch}", f"refs/tags/{branch}")):
+                return None
+            packed = _packed(gitdir)
+            if f"refs/{branch}".encode() in packed or f"refs/tags/{branch}".encode() in packed:
+                return None
+            return branch
+        finally:
+            os.close(gitdir)
+    except _NotPlain:
         return None
-    want = b" refs/heads/" + branch.encode()
-    for line in packed.splitlines():
-        if line.endswith(want) and len(line) in (40 + len(want), 64 + len(want)):
-            oid = line[: len(line) - len(want)]
-            return oid.decode() if _OID.fullmatch(oid) else None
-    return ""
