@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hero.errors import UsageError
-from hero.locks import repo_story_busy, repo_story_lock
 from hero.git.reffiles import head_from_files, ref_from_files
+from hero.locks import repo_story_busy, repo_story_lock
 from hero.names import StoryRef
 from hero.runner import child_env, run_process
 
