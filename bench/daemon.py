@@ -701,8 +701,10 @@ def bench_throughput(
     if strace:
         execs = count_execs(work / "throughput-execve.txt")
         total = sum(execs.values())
-        report.add("  batch: programs started per story (strace; timings above not valid)",
-                   f"{total / stories:.1f}")
+        report.add(
+            "  batch: programs started per story (strace; timings above not valid)",
+            f"{total / stories:.1f}",
+        )
         for name, n in sorted(execs.items(), key=lambda kv: -kv[1]):
             report.add(f"    {name}", f"{n / stories:.2f}")
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from conftest import GIT_ENV, git
 
+import hero.git.guard as guard_module
+from hero.git.guard import Guard
 from hero.git.ops import branch_tip, current_branch
-from hero.git.reffiles import head_from_files, ref_from_files
+from hero.git.reffiles import head_from_files, ref_from_files, refs_from_files
 
 
 def rev_parse(repo: Path, ref: str) -> str:
@@ -209,3 +211,71 @@ def test_head_is_read_as_git_symbolic_ref_reads_it(target_repo: Path) -> None:
     ]:
         (dot_git / "HEAD").write_text(text)
         assert head_from_files(target_repo) is None, text
+
+
+# -- every ref at once ---------------------------------------------------------------------
+
+
+def for_each_ref(repo: Path) -> dict[str, str]:
+    out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
+    return dict(line.split(" ") for line in out.splitlines())
+
+
+def test_every_ref_reads_as_for_each_ref_lists_it(target_repo: Path) -> None:
+    git(target_repo, "tag", "v1")
+    git(target_repo, "branch", "hero/us-001")
+    git(target_repo, "pack-refs", "--all")
+    git(target_repo, "commit", "-q", "--allow-empty", "-m", "two")
+    git(target_repo, "branch", "-f", "hero/us-001", "HEAD")  # loose over packed
+    git(target_repo, "update-ref", "refs/notes/x", "HEAD")
+    assert refs_from_files(target_repo) == for_each_ref(target_repo)
+
+
+def test_every_ref_is_left_to_git_when_anything_is_not_plain(
+    target_repo: Path, tmp_path: Path
+) -> None:
+    dot_git = target_repo / ".git"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x").write_text(git(target_repo, "rev-parse", "HEAD"))
+    (dot_git / "refs" / "tags" / "linked").symlink_to(outside)  # a directory link
+    assert refs_from_files(target_repo) is None
+    (dot_git / "refs" / "tags" / "linked").unlink()
+    git(target_repo, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
+    assert refs_from_files(target_repo) is None
+    (dot_git / "refs" / "heads" / "alias").unlink()
+    os.mkfifo(dot_git / "refs" / "tags" / "fifo")
+    assert refs_from_files(target_repo) is None
+    (dot_git / "refs" / "tags" / "fifo").unlink()
+    (dot_git / "refs" / "tags" / "odd name").write_text("0" * 40 + "\n")
+    assert refs_from_files(target_repo) is None
+    (dot_git / "refs" / "tags" / "odd name").unlink()
+    assert refs_from_files(target_repo) == for_each_ref(target_repo)
+
+
+def test_a_guard_whose_refs_did_not_move_runs_no_git_and_still_catches_a_move(
+    target_repo: Path, tmp_path: Path
+) -> None:
+    base = git(target_repo, "rev-parse", "main").strip()
+    worktree = tmp_path / "wt"
+    git(target_repo, "worktree", "add", "-q", "-b", "hero/s1", str(worktree), base)
+    guard = Guard(target_repo, worktree, "hero/s1", base)
+    guard.watch()
+    calls: list[tuple[str, ...]] = []
+    real = guard_module.read_refs
+
+    def counted(repo: Path, prefix: str = "") -> dict:
+        calls.append((str(repo), prefix))
+        return real(repo, prefix)
+
+    guard_module.read_refs = counted  # type: ignore[assignment]
+    try:
+        guard.restore_refs()
+        assert calls == [] and guard.problems == []
+        # a worker moves main by writing the file itself (no git, no reflog)
+        (target_repo / ".git" / "refs" / "heads" / "main").write_text("1" * 40 + "\n")
+        guard.restore_refs()
+        assert len(calls) == 1
+    finally:
+        guard_module.read_refs = real  # type: ignore[assignment]
+    assert git(target_repo, "rev-parse", "refs/heads/main").strip() == base

@@ -42,6 +42,7 @@ from hero.git.ops import (
     head_sha,
 )
 from hero.git.output import untracked
+from hero.git.reffiles import refs_from_files
 from hero.git.refs import (
     FAST_DROP_MIN,
     LISTED,
@@ -337,7 +338,11 @@ class Guard:
         commit, not the old) is taken as the user's commit and left alone. In bulk, whatever
         the number of refs: one read, one transaction for the removals (in the story's own
         repository, the worker's refs dropped without git when there are many), one for the
-        refs put back (``hero.git.refs``)."""
+        refs put back (``hero.git.refs``). When the ref files show every protected ref
+        as it was (git.reffiles, the common case), no git runs."""
+        held = refs_from_files(self.repo)
+        if held is not None and {n: v for n, v in held.items() if is_protected(n)} == self.before:
+            return
         everything = read_refs(self.repo)
         now = protected(everything)
         if now == self.before:

@@ -195,15 +195,9 @@ def _loose(gitdir: int, refname: str) -> str | None:
     if fd is None:
         return None
     try:
-        data = _read(fd, last, _MAX_REF)
+        return _loose_at(fd, last)
     finally:
         os.close(fd)
-    if data is None:
-        return None
-    oid = data[:-1] if data.endswith(b"\n") else data
-    if not _OID.fullmatch(oid):
-        raise _NotPlain  # a symbolic ref, a 64-digit id, trailing words: git's business
-    return oid.decode()
 
 
 def ref_from_files(repo: Path, branch: str) -> str | None:
@@ -258,3 +252,69 @@ def head_from_files(worktree: Path) -> str | None:
             os.close(gitdir)
     except _NotPlain:
         return None
+
+
+_MAX_LOOSE = 100_000  # more loose refs than this are left to git
+
+
+def _walk_loose(fd: int, prefix: str, found: dict[str, str]) -> None:
+    """Every loose ref under the directory ``fd`` (named ``prefix``) into ``found``."""
+    with os.scandir(fd) as entries:
+        names = sorted(entry.name for entry in entries)
+    for name in names:
+        if not _PLAIN.fullmatch(name) or ".." in name or name.endswith((".lock", ".")):
+            raise _NotPlain
+        if len(found) >= _MAX_LOOSE:
+            raise _NotPlain
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            sub = _open_dir(fd, name)
+            if sub is None:  # gone meanwhile: git is at work there
+                raise _NotPlain
+            try:
+                _walk_loose(sub, f"{prefix}{name}/", found)
+            finally:
+                os.close(sub)
+        else:
+            oid = _loose_at(fd, name)
+            if oid is None:
+                raise _NotPlain
+            found[f"{prefix}{name}"] = oid
+
+
+def _loose_at(fd: int, name: str) -> str | None:
+    data = _read(fd, name, _MAX_REF)
+    if data is None:
+        return None
+    oid = data[:-1] if data.endswith(b"\n") else data
+    if not _OID.fullmatch(oid):
+        raise _NotPlain  # a symbolic ref, a 64-digit id, trailing words: git's business
+    return oid.decode()
+
+
+def refs_from_files(repo: Path) -> dict[str, str] | None:
+    """Every ref under ``refs/`` of the repository at ``repo`` (name -> object id) as its
+    files hold them, loose over packed; None when only git can tell (the module's note, and
+    any symbolic ref or name that is not plain). Unlike ``git for-each-ref`` this does not
+    look for the objects: a ref whose object is missing is listed (git leaves it out), so
+    an answer here says what the refs hold, not that git would list them all."""
+    try:
+        gitdir = _open_gitdir(repo)
+        try:
+            packed = _packed(gitdir)
+            found: dict[str, str] = {}
+            refs = _open_dir(gitdir, "refs")
+            if refs is not None:
+                try:
+                    _walk_loose(refs, "refs/", found)
+                except OSError:
+                    raise _NotPlain from None
+                finally:
+                    os.close(refs)
+        finally:
+            os.close(gitdir)
+    except _NotPlain:
+        return None
+    merged = {name.decode("ascii"): oid.decode() for name, oid in packed.items()}
+    merged.update(found)
+    return merged
