@@ -252,6 +252,15 @@ class TargetRepo:
         self._identity: dict[str, str] | None = None
         self._lock_path: Path | None = None
         self._common: Path | None = None
+        self._format = ""  # the object format, once asked
+
+    def object_format(self) -> str:
+        """The repository's object format (sha1, sha256; a repository keeps the one it was
+        made with, so it is asked once)."""
+        if not self._format:
+            out = git(self.path, "rev-parse", "--show-object-format", check=False)
+            self._format = out.strip() or "sha1"
+        return self._format
 
     def common_dir(self) -> Path:
         """The repository's git common directory (``.git`` of the main worktree), absolute."""
