@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import GIT_ENV, git
 
 import hero.git.guard as guard_module
@@ -279,3 +280,27 @@ def test_a_guard_whose_refs_did_not_move_runs_no_git_and_still_catches_a_move(
     finally:
         guard_module.read_refs = real  # type: ignore[assignment]
     assert git(target_repo, "rev-parse", "refs/heads/main").strip() == base
+
+
+def test_a_phase_reuses_the_refs_git_listed_while_the_files_still_show_them(
+    target_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = git(target_repo, "rev-parse", "main").strip()
+    worktree = tmp_path / "wt"
+    git(target_repo, "worktree", "add", "-q", "-b", "hero/s1", str(worktree), base)
+    first = Guard(target_repo, worktree, "hero/s1", base)
+    first.watch()  # git lists the refs
+    calls: list[Path] = []
+    real = guard_module.read_refs
+    monkeypatch.setattr(
+        guard_module,
+        "read_refs",
+        lambda repo, prefix="": (calls.append(repo), real(repo, prefix))[1],
+    )
+    second = Guard(target_repo, worktree, "hero/s1", base)
+    second.watch(listed=first.before)
+    assert calls == [] and second.before == first.before
+    git(target_repo, "tag", "v9")  # the files no longer show what was listed: git lists
+    third = Guard(target_repo, worktree, "hero/s1", base)
+    third.watch(listed=first.before)
+    assert len(calls) == 1 and "refs/tags/v9" in third.before

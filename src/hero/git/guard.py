@@ -236,14 +236,24 @@ class Guard:
         self.notes: list[str] = []
         self.strays = Strays(repo, branch)
 
-    def watch(self, start: str | None = None) -> None:
+    def watch(self, start: str | None = None, *, listed: Refs | None = None) -> None:
         """Before a phase: record the refs the worker must leave alone (and, if given, a new
-        head to build on); the problems and notes of an earlier phase are cleared."""
+        head to build on); the problems and notes of an earlier phase are cleared.
+        ``listed``: the protected refs git listed here before (an earlier phase's record);
+        when the ref files still show exactly those (git.reffiles), no git runs."""
         if start is not None:
             self.start = start
         self.left = ""
         self.problems, self.notes = [], []
-        self.before = snapshot(self.repo)
+        if listed is not None and self._files_show(listed):
+            self.before = dict(listed)
+        else:
+            self.before = snapshot(self.repo)
+
+    def _files_show(self, refs: Refs) -> bool:
+        """The ref files of ``repo`` show exactly the protected refs ``refs`` (all plain)."""
+        held = refs_from_files(self.repo)
+        return held is not None and {n: v for n, v in held.items() if is_protected(n)} == refs
 
     # -- after the phase ----------------------------------------------------------------
 
@@ -340,8 +350,7 @@ class Guard:
         repository, the worker's refs dropped without git when there are many), one for the
         refs put back (``hero.git.refs``). When the ref files show every protected ref
         as it was (git.reffiles, the common case), no git runs."""
-        held = refs_from_files(self.repo)
-        if held is not None and {n: v for n, v in held.items() if is_protected(n)} == self.before:
+        if self._files_show(self.before):
             return
         everything = read_refs(self.repo)
         now = protected(everything)
