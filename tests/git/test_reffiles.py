@@ -304,3 +304,9 @@ def test_a_phase_reuses_the_refs_git_listed_while_the_files_still_show_them(
     third = Guard(target_repo, worktree, "hero/s1", base)
     third.watch(listed=first.before)
     assert len(calls) == 1 and "refs/tags/v9" in third.before
+    # a guard watching again takes its own record the same way
+    third.watch()
+    assert len(calls) == 1
+    git(target_repo, "tag", "-d", "v9")
+    third.watch()
+    assert len(calls) == 2 and "refs/tags/v9" not in third.before

@@ -231,6 +231,7 @@ class Guard:
         self.branch = branch
         self.start = start  # the head (a full sha) the phase must build on
         self.before: Refs = {}
+        self._watched = False  # ``before`` is a record ``watch`` made
         self.left = ""  # where the worktree was found instead of on the story branch
         self.problems: list[str] = []
         self.notes: list[str] = []
@@ -240,11 +241,15 @@ class Guard:
         """Before a phase: record the refs the worker must leave alone (and, if given, a new
         head to build on); the problems and notes of an earlier phase are cleared.
         ``listed``: the protected refs git listed here before (an earlier phase's record);
-        when the ref files still show exactly those (git.reffiles), no git runs."""
+        when the ref files still show exactly those (git.reffiles), no git runs. A guard
+        that watched before takes its own record as ``listed``."""
         if start is not None:
             self.start = start
         self.left = ""
         self.problems, self.notes = [], []
+        if listed is None and self._watched:
+            listed = self.before
+        self._watched = True
         if listed is not None and self._files_show(listed):
             self.before = dict(listed)
         else:
