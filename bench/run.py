@@ -331,7 +331,10 @@ SANDBOX_MODES = {
 
 
 def one_turn_run(
-    server: ServerProcess, profiler: cProfile.Profile | None = None, sandbox: str = "off"
+    server: ServerProcess,
+    profiler: cProfile.Profile | None = None,
+    sandbox: str = "off",
+    scoped: bool = False,
 ) -> TurnRun:
     from hero.agent.loop import AgentResult, run_agent
     from hero.agent.tools import ToolContext
@@ -366,6 +369,8 @@ def one_turn_run(
         timer = HttpTimer(http_client)
         model = TimedModel(llm)
         ctx = ToolContext(root=root, env=child_env(extra=GIT_ISOLATION), sandbox=box)
+        if scoped:  # the scope check after each command, as the pipeline asks for it
+            _scope_as_the_pipeline(ctx)
         # The same call 50 times in a row would trip the loop guard (loop_repeats=4).
         limits = WorkerLimits(max_turns=TURNS + 5, max_tool_calls=TURNS + 5, loop_repeats=10**6)
         messages = [
@@ -744,6 +749,143 @@ def sdk_transform_cost(report: Report, run: TurnRun) -> None:
         f"{first * 1e3:.2f} / {at50 * 1e3:.2f} ms",
     )
     report.add("  json.dumps of the turn-50 body (on hero's path)", ms(dumps))
+
+
+# --------------------------------------------------------------------- 1c. a turn's phases
+
+#: The phases of one echo turn, in the order they happen; "other" is the rest of the wall.
+PHASES = (
+    "request build",
+    "HTTP",
+    "parse the answer",
+    "tool run (bash)",
+    "scope check",
+    "redaction",
+    "trace write",
+)
+
+
+def _scope_as_the_pipeline(ctx: Any) -> None:
+    """A story's scope, the default protected files and the base commit on ``ctx``: the
+    scope check runs after every command, as in a story's round."""
+    from hero.config.schema import DEFAULT_PROTECTED
+
+    ctx.scope = ("src/**", "tests/**")
+    ctx.protected = DEFAULT_PROTECTED
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ctx.root, capture_output=True, text=True, check=True
+    )
+    ctx.base_sha = head.stdout.strip()
+
+
+@contextlib.contextmanager
+def _phase_timers(spent: dict[str, list[float]]) -> Iterator[None]:
+    """Wrap the functions each phase runs in (instrumentation only, undone on exit): the
+    seconds of each call go to ``spent[phase]``. A call inside another timed one (the
+    trace's own redaction) counts for the outer phase only."""
+    import hero.agent.tools.shell as shell
+    from hero.redact import Redactor
+    from hero.trace import Trace
+
+    depth = [0]
+    undo: list[tuple[Any, str, Any]] = []
+
+    def wrap(owner: Any, name: str, phase: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if depth[0]:
+                return inner(*args, **kwargs)
+            depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[phase].append(time.perf_counter() - t0)
+                depth[0] -= 1
+
+        undo.append((owner, name, inner))
+        setattr(owner, name, timed)
+
+    wrap(shell, "run_command", "tool run (bash)")
+    wrap(shell, "check_after_command", "scope check")
+    wrap(Redactor, "redact", "redaction")
+    wrap(Trace, "event", "trace write")
+    try:
+        yield
+    finally:
+        for owner, name, inner in reversed(undo):
+            setattr(owner, name, inner)
+
+
+def bench_turn_phases(report: Report, runs: int) -> None:
+    """Where one echo turn's time goes, with the scope check on as in a story: the sandbox
+    off and the round's sandbox, ``runs`` 50-turn runs each; medians per turn of turns
+    2..50. Request build is LlmClient.complete up to httpx's send(), HTTP is send() (the
+    server's work included), parsing the answer is after send() returned."""
+    import shutil as _shutil
+
+    modes = ["off"]
+    if _shutil.which("bwrap") is not None:
+        from hero.sandbox.bwrap import bwrap_problem
+
+        if not bwrap_problem(_shutil.which("bwrap") or ""):
+            modes.append("round")
+    report.section(
+        f"1c. one echo turn by phase, scope check on ({TURNS} turns x {runs} runs per "
+        "sandbox mode); ms per turn, median of turns 2..50"
+    )
+    server = ServerProcess(TURNS)
+    rows: dict[str, dict[str, list[float]]] = {}
+    gaps: dict[str, list[float]] = {}
+    walls: dict[str, list[float]] = {}
+    try:
+        for mode in modes:
+            spent: dict[str, list[float]] = {p: [] for p in PHASES}
+            gaps[mode], walls[mode] = [], []
+            for _ in range(runs):
+                got: dict[str, list[float]] = {p: [] for p in PHASES}
+                with _phase_timers(got):
+                    r = one_turn_run(server, sandbox=mode, scoped=True)
+                n = len(r.wall)
+                for k in range(1, n):
+                    spent["request build"].append(r.send_start[k] - r.start[k])
+                    spent["HTTP"].append(r.send_end[k] - r.send_start[k])
+                    spent["parse the answer"].append(r.end[k] - r.send_end[k])
+                    # the gap: the answer in hand -> the next request on its way
+                    gaps[mode].append(r.send_start[k] - r.send_end[k - 1])
+                    walls[mode].append(r.wall[k])
+                for phase in PHASES[3:]:
+                    per_turn = _per_turn(got[phase], n)
+                    spent[phase].extend(per_turn[1:])
+            rows[mode] = spent
+    finally:
+        server.close()
+    for phase in PHASES:
+        report.add(f"  {phase}", "  /  ".join(f"{m}: {ms(median(rows[m][phase]))}" for m in modes))
+    report.add(
+        "  turn wall", "  /  ".join(f"{m}: {ms(median(walls[m]))}" for m in modes), "-", None
+    )
+    report.add(
+        "  gap: answer received -> next request sent (client side)",
+        "  /  ".join(f"{m}: {ms(median(gaps[m]))}" for m in modes),
+        "<= 10 ms",
+        all(median(gaps[m]) * 1e3 <= 10.0 for m in modes),
+    )
+
+
+def _per_turn(calls: list[float], turns: int) -> list[float]:
+    """A phase's calls summed into ``turns`` equal groups (the echo turn makes the same
+    calls every turn; a remainder goes to the first turn, which the table leaves out)."""
+    if turns <= 0 or not calls:
+        return [0.0] * max(turns, 0)
+    each = len(calls) // turns
+    if each == 0:
+        return [sum(calls) / turns] * turns
+    extra = len(calls) - each * turns
+    out = [sum(calls[: extra + each])]
+    out += [sum(calls[extra + k * each : extra + (k + 1) * each]) for k in range(1, turns)]
+    return out
 
 
 # --------------------------------------------------------------------------- 2. start-up
@@ -1125,6 +1267,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only-sandbox", action="store_true", help="only section 1b (the sandbox on vs off)"
     )
+    parser.add_argument(
+        "--only-phases", action="store_true", help="only section 1c (one turn by phase)"
+    )
     parser.add_argument("--serve-turns", type=int, help=argparse.SUPPRESS)  # internal: server child
     args = parser.parse_args(argv)
     if args.serve_turns:
@@ -1148,6 +1293,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda: bench_turns(report, max(1, args.runs), args.profile, args.per_turn),
         ),
         ("sandbox on vs off", lambda: bench_sandbox_turns(report, max(1, args.runs))),
+        ("a turn's phases", lambda: bench_turn_phases(report, max(1, args.runs))),
         ("bytecode for start-up", startup_envs),
         ("hero --help", lambda: bench_help(report, envs[0] if envs else None)),
         (
@@ -1160,6 +1306,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if args.only_sandbox:
         sections = [s for s in sections if s[0] == "sandbox on vs off"]
+    if args.only_phases:
+        sections = [s for s in sections if s[0] == "a turn's phases"]
     with contextlib.ExitStack() as stack:
         run_sections(report, sections)
     print_report(report, started)

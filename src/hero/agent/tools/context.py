@@ -49,6 +49,12 @@ class ToolContext:
     # puts back what hero owns of the story's git directory (StoryRepo.make_safe); its note
     # goes to the tool result
     before_git: Callable[[], str] | None = None
+    # (until when, on time.monotonic_ns) and the worktree as the last clean scope check found
+    # it (hero.agent.tools.scope.stamp): while a command leaves it so, the next check is
+    # skipped; None: the next check is full
+    scope_stamp: tuple[int, tuple[object, ...]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()

@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,15 +255,107 @@ def check_after_command(ctx: ToolContext) -> str:
     rules = rules_of(ctx)
     if rules.idle or not ctx.base_sha:
         return ""
+    kept = ctx.scope_stamp
+    now = time.monotonic_ns()
+    if kept is not None and kept[1] == TOO_BIG and now < kept[0]:
+        seen: tuple[object, ...] | None = None  # too big to stamp, found lately: no walk
+    else:
+        # taken before the check, so that whatever changes after git looked differs from it
+        seen = stamp(ctx.root)
+        if seen is not None and kept is not None and kept[1] == seen and now < kept[0]:
+            return ""  # not one file, directory or git record changed since a clean check
+        ctx.scope_stamp = (now + BIG_AGAIN_NS, TOO_BIG) if seen == TOO_BIG else None
+        if seen == TOO_BIG:
+            seen = None
     try:
         planted = ctx.before_git() if ctx.before_git is not None else ""
         note = undo_outside(ctx.root, ctx.base_sha, rules).note()
-        return "\n".join(part for part in (planted, note) if part)
+        text = "\n".join(part for part in (planted, note) if part)
+        if not text and seen is not None:
+            ctx.scope_stamp = (time.monotonic_ns() + STAMP_TRUST_NS, seen)
+        return text
     except (GitError, OSError) as exc:
         return (
             "hero could not check this command's changes against the story's scope: "
             f"{exc}. It checks again before its commit at the end of the round."
         )
+
+
+#: Entries (files, directories, links; ``.git`` included) above which a worktree is not
+#: stamped: its walk would cost what the git check costs, so every check is a full one.
+STAMP_LIMIT = 300
+#: What ``stamp`` returns for a worktree over ``STAMP_LIMIT``; it is not walked again for
+#: ``BIG_AGAIN_NS`` (each check a full one meanwhile).
+TOO_BIG: tuple[object, ...] = ()
+BIG_AGAIN_NS = 60_000_000_000
+#: A stamp holding a change this recent is not kept: a file system records a change's time
+#: only to its clock's tick (up to two seconds on some), so a second change within the same
+#: tick could leave every time the stamp holds as it was.
+RACY_NS = 2_000_000_000
+#: The same where a time in the stamp shows the file system keeps finer times than 10 ms
+#: (ext4, xfs, btrfs, tmpfs, overlayfs): there a change's time is the kernel's clock tick,
+#: at most 10 ms.
+RACY_FINE_NS = 50_000_000
+#: How long a clean check's stamp lets checks be skipped. A write through a shared memory
+#: map changes a file's times only at the first write to a page since its last writeback:
+#: a process still running could change a file again unseen, so a full check comes at least
+#: this often (and the pipeline's own at the round's end, always).
+STAMP_TRUST_NS = 5_000_000_000
+
+
+def stamp(root: Path) -> tuple[object, ...] | None:
+    """What every entry under ``root`` is: its path, inode and type, and for what is not a
+    directory its size, link count, mtime and ctime, all without following a link (``.git``
+    with its index, HEAD and refs included). Two equal stamps mean nothing was written,
+    created, removed, renamed or linked between them: a write changes the file's ctime,
+    which no process can set back, and a name added or removed shows in the listing. (A
+    directory's own times are left out: the listing says what they would, and git's status
+    moves those of ``.git`` on every call, creating and removing its lock file.) None (check
+    in full) when the worktree spans file systems,
+    cannot be read whole, or a file in it changed within ``RACY_NS`` of now (``RACY_FINE_NS``
+    where its times are finer than 10 ms); ``TOO_BIG`` when it holds more than
+    ``STAMP_LIMIT`` entries."""
+    now = time.time_ns()
+    newest = 0
+    fine = False
+    out: list[object] = []
+    todo = [""]
+    try:
+        top = os.lstat(root)
+        out.append(("", top.st_ino, top.st_mode))
+        device = top.st_dev
+        while todo:
+            rel = todo.pop()
+            with os.scandir(root / rel if rel else root) as entries:
+                for entry in entries:
+                    st = entry.stat(follow_symlinks=False)
+                    path = f"{rel}/{entry.name}" if rel else entry.name
+                    if st.st_dev != device:
+                        return None  # another file system mounted inside: its own clock
+                    if stat.S_ISDIR(st.st_mode):
+                        out.append((path, st.st_ino, st.st_mode))
+                        todo.append(path)
+                    else:
+                        newest = max(newest, st.st_ctime_ns, st.st_mtime_ns)
+                        fine = fine or st.st_ctime_ns % 10_000_000 != 0
+                        out.append(
+                            (
+                                path,
+                                st.st_ino,
+                                st.st_mode,
+                                st.st_size,
+                                st.st_nlink,
+                                st.st_mtime_ns,
+                                st.st_ctime_ns,
+                            )
+                        )
+                    if len(out) > STAMP_LIMIT:
+                        return TOO_BIG
+    except OSError:
+        return None
+    if newest > now - (RACY_FINE_NS if fine else RACY_NS):
+        return None
+    return tuple(out)
 
 
 #: Files that tell git what to leave unseen: a new one outside the scope could hide what
@@ -347,6 +440,9 @@ def _status(worktree: Path) -> tuple[str, set[str], set[str]]:
     out = git(
         worktree,
         *_GIT_FIXED,
+        # no refresh of the index written back: a check that changes nothing leaves the
+        # worktree's stamp as it was (see stamp), so the next check can be skipped
+        "--no-optional-locks",
         "status",
         "--porcelain=v2",
         "--branch",
