@@ -1,7 +1,7 @@
 """A home with a day of work for the board's tests: run records with known usage (some
 today, some earlier this week, one a month ago), two models, a GitHub issue's story with its
 source, a plan whose file order is not its dependency order, and a story with a diff-like
-round. Records are written as hero writes them (runs/state/<id>.json)."""
+round, labels on three. Records are written as hero writes them (runs/state/<id>.json)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ STORIES: dict[str, tuple[str, str, int, int, float, float, str]] = {
     "gh-42": ("passed", "Fix the widget <b>bold</b>", 400, 100, 0.125, -1800, "model-a"),
     "report-csv": ("error", "Export the report as CSV", 2000, 300, 0.5, -2 * DAY, "model-a"),
     "old-story": ("passed", "A month-old story", 5000, 1000, 2.0, -30 * DAY, "model-b"),
+}
+
+
+#: id -> the labels its record holds (as a run of its story file records them)
+LABELS: dict[str, list[str]] = {
+    "login-form": ["ui", "auth"],
+    "login-rate": ["auth", "needs design review"],
+    "gh-42": ["bug"],
 }
 
 
@@ -51,6 +59,8 @@ def record(story_id: str, **extra: Any) -> dict[str, Any]:
             {"round": 2, "started_at": when - 300, "duration_s": 300.0},
         ],
     }
+    if story_id in LABELS:
+        data["labels"] = LABELS[story_id]
     data.update(extra)
     return data
 

@@ -207,6 +207,9 @@ class RunState:
     # The story this one is a follow-up of (its ``revises:``, hero.run.revision): its rounds
     # run on that story's branch; "" (and left out of the file) for any other story.
     revises: str = ""
+    # The story's ``labels:`` as its last run read them (the board filters by them); [] (and
+    # left out of the file) for a story without labels, or a record from before labels.
+    labels: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # Plain values, as read from JSON or written by hand, become their types here.
@@ -225,6 +228,8 @@ class RunState:
             raise TypeError("models: expected an object of role -> object of text values")
         if not isinstance(self.revises, str):
             raise TypeError(f"revises: expected text, found {type(self.revises).__name__}")
+        if not isinstance(self.labels, list) or not all(isinstance(x, str) for x in self.labels):
+            raise TypeError("labels: expected a list of text")
         if not isinstance(self.budget, str):
             raise TypeError(f"budget: expected text, found {type(self.budget).__name__}")
         for name in ("setup", "baseline", "conflict"):
@@ -305,6 +310,8 @@ class RunState:
             del data["budget"]  # as before time budgets were told apart
         if not self.revises:
             del data["revises"]  # as before follow-ups
+        if not self.labels:
+            del data["labels"]  # as before labels
         for name in ("setup", "baseline"):
             if not data[name]:
                 del data[name]  # as before project environments

@@ -224,7 +224,7 @@ def test_story_fields_are_read_and_written_from_one_declaration() -> None:
         "---\nid: s1\ntitle: T\npriority: high\nmax_retries: 2\nverify: [make]\n"
         "setup: [make deps]\nscope: [src/**]\ndepends_on: [s0]\nbase_ref: main\nallow_empty: true\nmemory: false\n"
         "model: {worker: big}\nreasoning_effort: low\ntools: {reviewer: [read_file]}\n"
-        "source: {repo: o/r, issue: 3}\n---\nDo it.\n"
+        "source: {repo: o/r, issue: 3}\nlabels: [ui]\n---\nDo it.\n"
     )
     parsed = parse_story_text(text, Path("s1.md"))
 

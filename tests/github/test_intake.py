@@ -153,6 +153,21 @@ def test_labelled_issue_becomes_a_well_formed_story(home: Path, fake: FakeGitHub
     assert other.acceptance_criteria == (DEFAULT_CRITERION,)
 
 
+def test_an_issues_labels_become_the_storys_but_hero_s_own(home: Path, fake: FakeGitHub) -> None:
+    """The issue's labels group its story on the board; the label hero watches and the
+    ones it sets as the story runs say where hero is, not what the story is about."""
+    n = issue(fake, labels=[LABEL, "bug", "hero: in progress", "area/ui", "Bug", "bug"])
+    plain = issue(fake, title="No other label")
+
+    sweep(home, fake)
+
+    story = parse_story(home / "inbox" / f"gh-{n}.md")
+    assert story.labels == ("bug", "area/ui", "Bug")
+    assert "labels:" in (home / "inbox" / f"gh-{n}.md").read_text()
+    assert parse_story(home / "inbox" / f"gh-{plain}.md").labels == ()
+    assert "labels" not in (home / "inbox" / f"gh-{plain}.md").read_text()
+
+
 def test_pull_requests_are_skipped(home: Path, fake: FakeGitHub) -> None:
     pull = issue(fake, title="A pull request", is_pull=True)
     real = issue(fake, title="A real issue")

@@ -224,6 +224,9 @@ def test_a_passed_story_is_pushed_and_gets_one_pull_request_and_one_comment(worl
     assert world.labels(n) == {"hero", DONE}
     reported = {"story": f"gh-{n}", "issue": n, "status": "passed", "pull": pull["html_url"]}
     assert ("reported", reported) in world.log.at("info")
+    # the board links the pull request itself: its URL is in the report-back's record
+    recorded = json.loads((world.home / REPORTED_FILE).read_text())
+    assert recorded["pulls"] == {f"gh-{n}": pull["html_url"]}
 
     before = len(world.fake.requests)
     world.sweep()  # the memory says it was reported: not one request
@@ -272,6 +275,8 @@ def test_an_open_pull_request_made_by_hand_is_reused(world: World) -> None:
     assert f"POST /repos/{REPO}/pulls" not in world.writes()
     [comment] = world.comments(n)
     assert by_hand["html_url"] in comment
+    recorded = json.loads((world.home / REPORTED_FILE).read_text())
+    assert recorded["pulls"] == {f"gh-{n}": by_hand["html_url"]}
     assert world.remote_sha(f"hero/gh-{n}") == state.head_sha  # its branch is up to date
 
 
@@ -591,7 +596,8 @@ def test_a_broken_record_or_memory_does_not_stop_the_sweep(world: World) -> None
 
     assert len(world.pulls()) == 1 and len(world.comments(n)) == 1
     memory = json.loads((world.home / REPORTED_FILE).read_text())
-    assert memory == {"done": {f"gh-{n}": "passed run 1 at 1712345678"}}
+    assert memory["done"] == {f"gh-{n}": "passed run 1 at 1712345678"}
+    assert memory["pulls"] == {f"gh-{n}": world.pulls()[0]["html_url"]}
 
 
 # --------------------------------------------------------------------------- the token

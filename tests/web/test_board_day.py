@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from board_support import GH_REPO, NOW, STORIES, usage_of, write_day
+from board_support import GH_REPO, NOW, STORIES, record, usage_of, write_day
+from conftest import git
 from serve_support import Page
 
 from hero.llm.scripted import ScriptedModel
@@ -97,6 +98,49 @@ def test_filters_by_status_plan_and_text_without_javascript(
     assert "<option selected>gave_up</option>" in selected
 
 
+def test_filters_by_label_in_the_page_and_in_the_api(day: tuple[Path, TestClient]) -> None:
+    _, client = day
+    assert sorted(_rows(client.get("/?label=auth").text)) == ["login-form", "login-rate"]
+    assert _rows(client.get("/?label=AUTH&status=passed").text) == ["login-form"]  # any case
+    assert _rows(client.get("/?label=needs+design+review").text) == ["login-rate"]
+    assert _rows(client.get("/?label=auth&q=rate").text) == ["login-rate"]
+    assert _rows(client.get("/?label=nobody").text) == []
+    page = client.get("/?label=bug").text
+    assert _rows(page) == ["gh-42"] and "<option selected>bug</option>" in page
+    # the form offers every label once; each row shows its labels, each a link to its filter
+    form = re.search(r'<select name="label">(.*?)</select>', page, re.S)
+    assert form and re.findall(r"<option[^>]*>([^<]+)</option>", form.group(1)) == [
+        "any", "auth", "bug", "needs design review", "ui",
+    ]  # fmt: skip
+    row = re.search(
+        r'<tr class="story" data-key="login-rate">(.*?)</tr>', client.get("/").text, re.S
+    )
+    assert row and re.findall(r'<a class="label" href="([^"]+)">([^<]+)</a>', row.group(1)) == [
+        ("/?label=auth", "auth"),
+        ("/?label=needs%20design%20review", "needs design review"),
+    ]
+
+    api = client.get("/api/stories?label=Auth&status=passed").json()
+    assert [s["key"] for s in api["stories"]] == ["login-form"]
+    assert [g["stories"][0]["key"] for g in api["groups"]] == ["login-form"]
+    assert api["filters"] == {"status": "passed", "plan": "", "label": "Auth", "q": ""}
+    assert api["stories"][0]["labels"] == ["ui", "auth"]
+    everything = client.get("/api/stories").json()
+    assert len(everything["stories"]) == len(STORIES)
+    assert (
+        client.get("/api/stories?label=ui").headers["etag"]
+        != client.get("/api/stories").headers["etag"]
+    )
+    assert client.get("/api/stories/login-form").json()["labels"] == ["ui", "auth"]
+    story = client.get("/stories/login-form").text
+    labels = re.search(r'<p class="labels" id="story-labels">(.*?)</p>', story, re.S)
+    assert labels and re.findall(r'<a class="label" href="[^"]+">([^<]+)</a>', labels.group(1)) == [
+        "ui",
+        "auth",
+    ]
+    assert 'id="story-labels"' not in client.get("/stories/report-csv").text
+
+
 def test_each_story_links_its_branch_pull_request_and_issue(
     day: tuple[Path, TestClient],
 ) -> None:
@@ -114,11 +158,39 @@ def test_each_story_links_its_branch_pull_request_and_issue(
     assert '<code class="branch">hero/login-form</code>' in other.group(1)
 
 
+def test_the_pull_request_the_report_back_recorded_is_linked_itself(
+    day: tuple[Path, TestClient],
+) -> None:
+    home, client = day
+    etag = client.get("/").headers["etag"]
+    reported = home / "runs" / "github" / "reported.json"
+    reported.parent.mkdir(parents=True, exist_ok=True)
+    pull = f"https://github.com/{GH_REPO}/pull/7"
+    reported.write_text(json.dumps({"done": {}, "pulls": {"gh-42": pull}}))
+    response = client.get("/", headers={"if-none-match": etag})
+    assert response.status_code == 200  # the record changed the page
+    row = re.search(r'<tr class="story" data-key="gh-42">(.*?)</tr>', response.text, re.S)
+    assert row
+    hrefs = dict(re.findall(r'<a class="(\w+)" href="([^"]+)"', row.group(1)))
+    assert hrefs["pull"] == pull
+
+
 def test_a_hostile_source_makes_no_link() -> None:
     row = {"branch": "x"}
     assert overview.links(row, {"repo": "javascript:alert(1)//x", "issue": 1}) == {}
     bad = overview.links(row, {"repo": "a/b", "url": "javascript:alert(1)", "issue": True})
     assert "issue" not in bad and bad["branch"] == "https://github.com/a/b/tree/x"
+    for pull in (
+        "javascript:alert(1)",
+        "https://github.com/other/repo/pull/1",
+        'https://github.com/a/b/pull/1"><script>',
+    ):
+        assert overview.links(row, {"repo": "a/b"}, pull)["pull"].startswith(
+            "https://github.com/a/b/pulls?q="
+        )
+    assert overview.links(row, {"repo": "a/b"}, "https://github.com/a/b/pull/3")["pull"] == (
+        "https://github.com/a/b/pull/3"
+    )
 
 
 def test_a_plan_lists_its_stories_in_dependency_order(day: tuple[Path, TestClient]) -> None:
@@ -148,6 +220,11 @@ def test_charts_are_inline_svg_escaped_and_say_when_there_is_nothing() -> None:
     hostile = overview.bar_chart("<b>x</b>", [("<i>", [1.0])], ["<s>"], str)
     assert "<b>" not in hostile and "<i>" not in hostile and "&lt;b&gt;" in hostile
     assert "time per round: no data yet" in overview.round_chart([])
+    # of many axis labels, every other one may be left out of a narrow chart; of a few, none
+    few = overview.round_chart([{"round": n, "duration_s": 60.0} for n in (1, 2, 3)])
+    many = overview.round_chart([{"round": n, "duration_s": 60.0} for n in range(1, 15)])
+    assert 'class="axis alt"' not in few and ">r3</text>" in few
+    assert many.count('class="axis alt"') == 7 and many.count('class="axis"') == 8
 
 
 def test_the_board_shows_its_charts(day: tuple[Path, TestClient]) -> None:
@@ -165,6 +242,21 @@ def test_a_diff_is_coloured_with_a_file_list() -> None:
     kinds = [line["kind"] for line in found["lines"]]
     assert kinds == ["file", "file", "file", "hunk", "del", "add", "", "file"]
     assert found["lines"][0]["anchor"] == found["files"][0]["anchor"] == "file-1"
+
+
+def test_a_round_that_changed_nothing_says_so(
+    day: tuple[Path, TestClient], target_repo: Path
+) -> None:
+    home, _ = day
+    head = git(target_repo, "rev-parse", "HEAD").strip()
+    found = record("report-csv", base_sha=head, head_sha=head)
+    for r in found["rounds"]:
+        r["head_sha"] = head
+    (home / "runs" / "state" / "report-csv.json").write_text(json.dumps(found))
+    app = create_app(home, token=None, repo=target_repo)
+    page = TestClient(app, base_url="http://127.0.0.1").get("/stories/report-csv").text
+    assert page.count(f"no change: the round ended on <code>{head[:12]}</code>") == 2
+    assert '<pre class="text stat"></pre>' not in page
 
 
 def test_api_stories_is_unchanged_by_the_board_view(day: tuple[Path, TestClient]) -> None:

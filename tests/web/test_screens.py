@@ -1,5 +1,5 @@
 """Any screen (issue 37): headless Chromium shows the board, a story and a plan at 360, 768
-and 1440 px wide, in light and in dark (``prefers-color-scheme`` emulated through the
+and 1440 px wide (and the bench's list and one folder's report), in light and in dark (``prefers-color-scheme`` emulated through the
 DevTools protocol), from a real `hero serve` process over a home with a day of work and a
 story whose round changed files in a real git repository. On each: the document is no
 wider than the window, no element reaches beyond its right edge (but inside a box that
@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from cdp_support import OVERFLOW_JS, Chromium, start_chromium
 from conftest import git
 from serve_support import url_from
 
+from hero.evals.folders import record_folder
+from hero.evals.results import Result, append_line, results_path
 from hero.llm.scripted import ScriptedModel
 
 pytestmark = pytest.mark.slow  # a browser and a server, 18 pages
@@ -46,6 +49,29 @@ def chromium(tmp_path: Path) -> Iterator[Chromium]:
         pytest.skip(found)
     yield found
     found.close()
+
+
+BENCH_CONFIGS = ("baseline", "hero-with-a-long-configuration-name-" + "x" * 40)
+
+
+def write_bench(home: Path, out: Path) -> str:
+    """A `hero bench run` output folder as it writes it (a results line per task and run for
+    two configurations, one with a long name), recorded in the home; its name."""
+    out.mkdir(parents=True, exist_ok=True)
+    for c, config in enumerate(BENCH_CONFIGS):
+        for n in range(8):
+            result = Result(
+                instance_id=f"repo__task_with_a_long_identifier_{n}",
+                run=1,
+                resolved=(n + c) % 3 != 0,
+                rounds=1 + n % 3,
+                tokens=1000 + 10 * n,
+                cost_usd=0.02 * (1 + c),
+                wall_s=20.0 + n,
+                status="passed" if (n + c) % 3 else "gave_up",
+            )
+            append_line(results_path(out, config), result.to_json())
+    return record_folder(home, out, BENCH_CONFIGS).name
 
 
 @pytest.fixture
@@ -70,6 +96,7 @@ def served(
     data["rounds"][0]["review"] = {"verdict": "CHANGES_REQUESTED", "summary": "y " * 300}
     data["rounds"][1]["review"] = {"verdict": "APPROVED", "summary": "fine"}
     (home / "runs" / "state" / "login-form.json").write_text(json.dumps(data))
+    write_bench(home, target_repo.parent / "bench-out")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     argv = [sys.executable, "-m", "hero", "serve", "--home", str(home)]
     proc = subprocess.Popen(
@@ -101,7 +128,14 @@ def test_every_page_fits_every_screen_in_light_and_dark(
 ) -> None:
     shots = Path(os.environ.get("HERO_SCREENSHOTS_DIR") or tmp_path / "screens")
     shots.mkdir(parents=True, exist_ok=True)
-    pages = {"board": "/", "story": "/stories/login-form", "plan": "/plans/pl"}
+    started = time.time_ns() - 2_000_000_000  # a file system's clock may lag a little
+    pages = {
+        "board": "/",
+        "story": "/stories/login-form",
+        "plan": "/plans/pl",
+        "bench": "/bench",
+        "bench-folder": "/bench/bench-out",
+    }
     problems: dict[str, list[str]] = {}
     backgrounds: dict[tuple[str, str], str] = {}
     for name, path in pages.items():
@@ -126,7 +160,9 @@ def test_every_page_fits_every_screen_in_light_and_dark(
     for name in pages:
         assert backgrounds[(name, "light")] == "rgb(255, 255, 255)"
         assert backgrounds[(name, "dark")] != backgrounds[(name, "light")]
-    assert len(list(shots.glob("*.png"))) >= len(pages) * len(WIDTHS) * len(SCHEMES)
+    # every screen's PNG, in HERO_SCREENSHOTS_DIR when it is set (the lead cites them)
+    written = {p.name for p in shots.glob("*.png") if p.stat().st_mtime_ns >= started}
+    assert written >= {f"{n}-{w}-{s}.png" for n in pages for w in WIDTHS for s in SCHEMES}
 
 
 def test_the_story_page_colours_its_diff_and_lists_its_files(

@@ -43,7 +43,7 @@ import json
 import os
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +53,7 @@ from hero.config.sections import GitHubSettings
 from hero.fsio import atomic_write
 from hero.redact import Redactor
 from hero.story.feedback import contain_sections
+from hero.story.fields import MAX_LABEL_CHARS, MAX_LABELS
 from hero.story.format import story_handler, write_story
 from hero.story.record import MAX_STORY_BYTES, StoryError
 from hero.yamlio import ValueProblem, decode_text, read_file
@@ -203,7 +204,31 @@ def issue_story(
         source["url"] = url
     source["author"] = author
     metadata["source"] = source
+    labels = issue_labels(issue, settings, redact)
+    if labels:
+        metadata["labels"] = labels
     return IssueStory(number, metadata, text)
+
+
+def issue_labels(
+    issue: Mapping[str, Any], settings: GitHubSettings, redact: Callable[[str], str]
+) -> list[str]:
+    """The issue's label names a story may carry (one line, 1 to 50 printable characters, at
+    most 20), the watched label and hero's progress labels left out: they say where hero is,
+    not what the story is about."""
+    labels = settings.labels
+    own = {settings.label, labels.in_progress, labels.done, labels.failed}
+    own_lower = {name.lower() for name in own}
+    out: list[str] = []
+    for label in issue.get("labels") or []:
+        name = label.get("name") if isinstance(label, Mapping) else label
+        if not isinstance(name, str):
+            continue
+        name = redact(sanitize(name)).strip()
+        ok = 0 < len(name) <= MAX_LABEL_CHARS and name.isprintable()
+        if ok and name.lower() not in own_lower and name not in out:
+            out.append(name)
+    return out[:MAX_LABELS]
 
 
 def issue_number(issue: Mapping[str, Any]) -> int | None:

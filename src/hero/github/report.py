@@ -284,6 +284,7 @@ def _report(
         return
     if state.status == Status.PASSED:
         url, reused = _open_pull(issue, gh, settings, config, redactor)
+        memory.remember_pull(issue.id, url)
         _set_labels(gh, issue.number, add=labels.done, remove=(labels.in_progress, labels.failed))
         gh.add_comment(issue.number, _passed_comment(issue, url, reused, redactor))
         log.info("reported", story=issue.id, issue=issue.number, status="passed", pull=url)
@@ -561,9 +562,13 @@ class _Memory:
     """``runs/github/reported.json``: per story, the last report done. It saves API calls;
     when it is missing, unreadable or stale, the markers on GitHub decide."""
 
-    def __init__(self, path: Path, done: dict[str, str]) -> None:
+    def __init__(
+        self, path: Path, done: dict[str, str], pulls: dict[str, str] | None = None
+    ) -> None:
         self.path = path
         self._done = done
+        #: per story, the html_url of the pull request hero opened or found (the board links it)
+        self._pulls = pulls or {}
         self._changed = False
 
     @classmethod
@@ -576,7 +581,14 @@ class _Memory:
         done = data.get("done") if isinstance(data, dict) else None
         if not isinstance(done, dict):
             done = {}
-        return cls(path, {str(k): str(v) for k, v in done.items()})
+        pulls = data.get("pulls") if isinstance(data, dict) else None
+        if not isinstance(pulls, dict):
+            pulls = {}
+        return cls(
+            path,
+            {str(k): str(v) for k, v in done.items()},
+            {str(k): v for k, v in pulls.items() if isinstance(v, str)},
+        )
 
     def done(self, story_id: str, key: str) -> bool:
         return self._done.get(story_id) == key
@@ -586,12 +598,20 @@ class _Memory:
             self._done[story_id] = key
             self._changed = True
 
+    def remember_pull(self, story_id: str, url: str) -> None:
+        if url and self._pulls.get(story_id) != url:
+            self._pulls[story_id] = url
+            self._changed = True
+
     def save(self, log: Any) -> None:
         if not self._changed:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            data = json.dumps({"done": dict(sorted(self._done.items()))}, indent=2)
+            record = {"done": dict(sorted(self._done.items()))}
+            if self._pulls:
+                record["pulls"] = dict(sorted(self._pulls.items()))
+            data = json.dumps(record, indent=2)
             atomic_write(self.path, data.encode("utf-8") + b"\n")
         except OSError as exc:  # the markers on GitHub still say what was reported
             log.warning("report memory not saved", file=str(self.path), error=str(exc))

@@ -51,6 +51,7 @@ def mark_skipped(home: Path, story: Story, path: Path, reason: str) -> bool:
     state.phase = ""
     state.error = text
     state.title = story.title
+    state.labels = list(story.labels)
     state.story_path = str(path)
     state.story_digest = file_digest(path)
     state.finished_at = time.time()

@@ -87,6 +87,7 @@ class RunStart:
             state.revises = self.revision.of
         state.status = Status.RUNNING
         state.title = story.title
+        state.labels = list(story.labels)
         state.story_path = str(story.path)
         state.error = ""
         state.conflict = {}  # an end on a conflict is over once the story runs again
@@ -121,6 +122,7 @@ class RunStart:
         state.phase = ""
         state.error = " ".join(message.split())
         state.title = story.title
+        state.labels = list(story.labels)
         state.story_path = str(story.path)
         state.finished_at = time.time()
         state.story_digest = file_digest(story.path)

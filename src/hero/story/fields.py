@@ -40,6 +40,10 @@ from hero.yamlio import (
 #: A reasoning effort as providers spell them (minimal, low, medium, high, xhigh, ...).
 _EFFORT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 
+#: GitHub's own limit on a label's name; and how many labels a story may have.
+MAX_LABEL_CHARS = 50
+MAX_LABELS = 20
+
 
 # ----------------------------------------------------------------------------- fields
 
@@ -356,6 +360,15 @@ FIELDS = (
         lambda value, path, fields: _source(value, path),
         "none (a story a person wrote)",
     ),
+    StoryField(
+        "labels",
+        "list of strings",
+        f"Words to group and filter stories by (the status page's label filter): each one "
+        f"line of at most {MAX_LABEL_CHARS} characters, at most {MAX_LABELS} of them. A story "
+        "taken from a GitHub issue carries the issue's labels.",
+        lambda value, path, fields: _labels(value, path),
+        "[]",
+    ),
 )
 KNOWN_FIELDS = tuple(f.name for f in FIELDS)
 #: The Story's value of each field when the frontmatter does not give it.
@@ -458,6 +471,22 @@ def _required_str(value: Any, key: str, path: Path) -> str:
     if not text:
         raise StoryError(path, key, "expected a non-empty string; found an empty string")
     return text
+
+
+def _labels(value: Any, path: Path) -> tuple[str, ...]:
+    """``labels:``: distinct one-line strings, order kept."""
+    labels = _str_list(value, "labels", path)
+    for label in labels:
+        if not label.strip() or len(label) > MAX_LABEL_CHARS or not label.isprintable():
+            raise StoryError(
+                path,
+                "labels",
+                f"expected one-line labels of 1 to {MAX_LABEL_CHARS} printable characters; "
+                f"found {quote(label)}",
+            )
+    if len(labels) > MAX_LABELS:
+        raise StoryError(path, "labels", f"at most {MAX_LABELS} labels; found {len(labels)}")
+    return tuple(dict.fromkeys(labels))
 
 
 def _str_list(value: Any, key: str, path: Path) -> tuple[str, ...]:

@@ -88,6 +88,9 @@ class Story:
     tools: Mapping[str, tuple[str, ...]] | None = field(default=None, hash=False)
     # where the story came from: {repo, issue, url, author} of a GitHub issue; None: a person
     source: Mapping[str, Any] | None = field(default=None, hash=False)
+    # free words to group and filter stories by (the board's label filter); a GitHub issue's
+    # story carries the issue's labels
+    labels: tuple[str, ...] = ()
     body: str = ""
     goal: str = ""
     acceptance_criteria: tuple[str, ...] = ()

@@ -282,6 +282,8 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         "key": ref.key,
         "status": str(state.status),
         "title": str(state.title),
+        # the story's labels as its last run read them (the board's label filter)
+        "labels": _labels(state.labels),
         "current_round": int(state.current_round or 0),
         "rounds_done": len(state.rounds) if isinstance(state.rounds, list) else 0,
         "phase": str(state.phase or ""),
@@ -312,6 +314,11 @@ def _row(state: Any, ref: StoryRef, now: float, live: bool = False) -> dict[str,
         "updated_at": updated or None,
         "overlaps": [],  # running: the stories whose scopes overlap (_flag_overlaps)
     }
+
+
+def _labels(labels: Any) -> list[str]:
+    """A record's ``labels`` as text (a hand-edited file may hold anything)."""
+    return [str(x) for x in labels if isinstance(x, str)] if isinstance(labels, list) else []
 
 
 def _models(models: Any) -> dict[str, dict[str, str | None]]:
@@ -346,6 +353,7 @@ def _unreadable(ref: StoryRef, path: Path, reason: str, home: Path) -> dict[str,
         "key": ref.key,
         "status": UNREADABLE,
         "title": "",
+        "labels": [],
         "current_round": 0,
         "rounds_done": 0,
         "phase": "",

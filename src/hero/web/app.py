@@ -339,9 +339,12 @@ class _Pages:
         return self._fresh(request, etag) or self._once(etag, make)
 
     def api_stories(self, request: Request) -> Response:
-        etag = self._etag("api-board", data.board_signature(self.site))
+        query = dict(request.query_params)  # the board's filters (hero.web.overview)
+        chosen = sorted(overview.filters(query).items())
+        sig = data.board_signature(self.site) + data.signature(repr(chosen))
+        etag = self._etag("api-board", sig)
         return self._fresh(request, etag) or self._once(
-            etag, lambda: _json(data.board(self.site), etag)
+            etag, lambda: _json(overview.narrow(data.board(self.site), query), etag)
         )
 
     def api_health(self, request: Request) -> Response:

@@ -130,6 +130,7 @@ def board_signature(site: Site) -> str:
         _listing(home / "inbox", depth=2),
         _listing(home / "done"),
         [daemon_lock_path(home), home / "runs" / "breakers.json"],
+        [home / "runs" / "github" / "reported.json"],  # the pull requests the board links
         f"daemon={held}",
     )
 
@@ -265,6 +266,7 @@ def story(site: Site, ref: StoryRef, *, now: float | None = None) -> dict[str, A
         "id": ref.id,
         "plan": ref.plan,
         "title": str(state.title),
+        "labels": [str(x) for x in state.labels],
         "status": str(state.status),
         "phase": str(state.phase or ""),
         "current_round": int(state.current_round or 0),

@@ -4,14 +4,15 @@ Plain functions over the rows :func:`hero.views.status.collect_status` makes (on
 run record): the totals sum each row's ``tokens`` and ``cost_usd``, which are the record's
 ``usage`` as ``hero status`` reads it, so the page, ``hero status`` and the budgets count
 one spend. The charts are inline SVG made here (no script, no other origin), every text
-in them escaped; the filters are the query string's (``/?status=passed&q=login``), applied
-on the server, so they work without JavaScript.
+in them escaped; the filters are the query string's (``/?status=passed&label=ui&q=login``),
+applied on the server, so they work without JavaScript (and on ``/api/stories`` alike).
 """
 
 from __future__ import annotations
 
 import heapq
 import html
+import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +24,7 @@ from hero.names import StoryRef
 from hero.state import StateError, load_state
 from hero.story.format import parse_story
 from hero.story.record import StoryError
-from hero.yamlio import ValueProblem
+from hero.yamlio import ValueProblem, read_file
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
@@ -33,6 +34,7 @@ FAILED = frozenset({"gave_up", "error", "budget_exceeded"})
 FILTER_CHARS = 200
 #: A GitHub repository's name as ``owner/name``: anything else makes no link.
 _REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,38}/[A-Za-z0-9._-]{1,100}$")
+_PULL_RE = re.compile(r"^https://github\.com/[A-Za-z0-9._/-]+/pull/[0-9]{1,12}$")
 _FILE_RE = re.compile(r"^diff --git a/(.*) b/(.*)$")
 
 
@@ -123,24 +125,53 @@ def totals(rows: Sequence[Mapping[str, Any]], now: float | None = None) -> dict[
 # ----------------------------------------------------------------------------- filters
 
 
+#: The board's filters, as the query string names them: status, plan, label, text.
+FILTERS = ("status", "plan", "label", "q")
+
+
 def filters(query: Mapping[str, str]) -> dict[str, str]:
     """The board's filters from the query string (each cut to FILTER_CHARS)."""
-    return {k: str(query.get(k) or "").strip()[:FILTER_CHARS] for k in ("status", "plan", "q")}
+    return {k: str(query.get(k) or "").strip()[:FILTER_CHARS] for k in FILTERS}
 
 
 def keep(row: Mapping[str, Any], chosen: Mapping[str, str]) -> bool:
-    """Whether a story passes the filters: status and plan exactly, ``q`` anywhere in its
-    id, key or title (any case)."""
+    """Whether a story passes the filters: status and plan exactly, ``label`` one of its
+    labels (any case), ``q`` anywhere in its id, key or title (any case)."""
     status = "stale" if row.get("stale") else str(row.get("status") or "")
     if chosen.get("status") and chosen["status"] not in (status, str(row.get("status"))):
         return False
     if chosen.get("plan") and chosen["plan"] != str(row.get("plan") or ""):
+        return False
+    label = chosen.get("label", "").casefold()
+    if label and label not in {str(x).casefold() for x in labels_of(row)}:
         return False
     q = chosen.get("q", "").casefold()
     if q:
         hay = " ".join(str(row.get(k) or "") for k in ("id", "key", "title")).casefold()
         return q in hay
     return True
+
+
+def labels_of(row: Mapping[str, Any]) -> list[str]:
+    """The row's labels (a list of text; anything else is none)."""
+    found = row.get("labels")
+    return [x for x in found if isinstance(x, str)] if isinstance(found, list) else []
+
+
+def grouped(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows by plan ("" first: the loose stories), each plan's in the order given."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(str(row.get("plan") or ""), []).append(row)
+    return [{"plan": p, "stories": groups[p]} for p in sorted(groups)]
+
+
+def narrow(board: dict[str, Any], query: Mapping[str, str]) -> dict[str, Any]:
+    """``/api/stories``: the board with only the stories that pass the query's filters (in
+    ``stories`` and ``groups``), and the filters it applied."""
+    chosen = filters(query)
+    shown = [r for r in board["stories"] if keep(r, chosen)]
+    return {**board, "stories": shown, "groups": grouped(shown), "filters": chosen}
 
 
 # ----------------------------------------------------------------------------- links
@@ -167,10 +198,32 @@ def source_of(home: Path, row: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
-def links(row: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, str]:
-    """The story's branch, pull request and issue on GitHub, where its record has them.
-    Only an ``https://github.com/`` URL, or one made from a well-formed ``owner/name``,
-    is ever a link."""
+#: Where `hero watch`'s report-back records, per story, the pull request it opened or found
+#: (``hero.github.report.REPORTED_FILE``, a layer above this one), relative to the home.
+REPORTED_FILE = Path("runs") / "github" / "reported.json"
+MAX_REPORTED_BYTES = 4 * 1024 * 1024
+
+
+def pulls_of(home: Path) -> dict[str, str]:
+    """``{story id: pull request URL}`` from the report-back's record; {} when it is missing,
+    unreadable or not hero's."""
+    try:
+        data = json.loads(read_file(home / REPORTED_FILE, limit=MAX_REPORTED_BYTES))
+    except (OSError, ValueProblem, ValueError):
+        return {}
+    pulls = data.get("pulls") if isinstance(data, dict) else None
+    if not isinstance(pulls, dict):
+        return {}
+    return {str(k): v for k, v in pulls.items() if isinstance(v, str)}
+
+
+def links(
+    row: Mapping[str, Any], source: Mapping[str, Any], pull: str | None = None
+) -> dict[str, str]:
+    """The story's branch, pull request and issue on GitHub, where its record has them: the
+    pull request's own URL when the report-back recorded it, else a search for the branch's
+    pull requests (records from before it did). Only an ``https://github.com/`` URL, or one
+    made from a well-formed ``owner/name``, is ever a link."""
     repo = str(source.get("repo") or "")
     branch = str(row.get("branch") or "")
     out: dict[str, str] = {}
@@ -186,6 +239,8 @@ def links(row: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, str]:
     if branch:
         out["branch"] = f"{base}/tree/{quote(branch, safe='/')}"
         out["pull"] = f"{base}/pulls?q={quote('is:pr head:' + branch, safe='')}"
+    if pull and _PULL_RE.match(pull) and pull.startswith(base + "/pull/"):
+        out["pull"] = pull
     return out
 
 
@@ -282,9 +337,10 @@ def bar_chart(
                     f'<rect class="s{j}" x="{x + 1:.1f}" y="{y:.1f}" width="{max(step - 2, 1):.1f}" '
                     f'height="{h:.1f}"><title>{name}</title></rect>'
                 )
-        if i % every == 0:
+        if i % every == 0:  # of many, every other one is "alt": a narrow chart leaves it out
+            alt = " alt" if (i // every) % 2 and len(bars) > 6 else ""
             parts.append(
-                f'<text class="axis" x="{x:.1f}" y="{PAD + CHART_H + 16}">{e(label)}</text>'
+                f'<text class="axis{alt}" x="{x:.1f}" y="{PAD + CHART_H + 16}">{e(label)}</text>'
             )
     parts.append("</svg>")
     legend = "".join(
@@ -355,20 +411,19 @@ def view(
     """The board with its totals, charts, filters (applied to its groups) and links."""
     rows = board["stories"]
     chosen = filters(query)
+    pulls = pulls_of(home)
     for row in rows:
-        row["links"] = links(row, source_of(home, row))
+        row["links"] = links(row, source_of(home, row), pulls.get(str(row.get("id") or "")))
         row["left"] = budget_left(row)
     shown = [r for r in rows if keep(r, chosen)]
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in shown:
-        groups.setdefault(str(row.get("plan") or ""), []).append(row)
     return {
         **board,
-        "groups": [{"plan": p, "stories": groups[p]} for p in sorted(groups)],
+        "groups": grouped(shown),
         "shown": len(shown),
         "filters": chosen,
         "statuses": sorted({str(r.get("status")) for r in rows}),
         "plan_choices": sorted({str(r.get("plan")) for r in rows if r.get("plan")}),
+        "label_choices": sorted({x for r in rows for x in labels_of(r)}, key=str.casefold),
         "totals": totals(rows, now),
         "charts": charts(rows, now),
     }
