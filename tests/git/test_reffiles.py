@@ -310,3 +310,11 @@ def test_a_phase_reuses_the_refs_git_listed_while_the_files_still_show_them(
     git(target_repo, "tag", "-d", "v9")
     third.watch()
     assert len(calls) == 2 and "refs/tags/v9" not in third.before
+
+
+def test_refs_nested_too_deep_are_left_to_git(target_repo: Path) -> None:
+    deep = target_repo / ".git" / "refs" / "heads"
+    for i in range(40):
+        deep = deep / f"d{i}"
+    deep.mkdir(parents=True)
+    assert refs_from_files(target_repo) is None

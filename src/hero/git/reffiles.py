@@ -254,14 +254,21 @@ def head_from_files(worktree: Path) -> str | None:
         return None
 
 
-_MAX_LOOSE = 100_000  # more loose refs than this are left to git
+_MAX_LOOSE = 100_000  # more loose refs (or directory entries) than this are left to git
+_MAX_DEPTH = 32  # refs nested deeper than this are left to git
 
 
-def _walk_loose(fd: int, prefix: str, found: dict[str, str]) -> None:
+def _walk_loose(fd: int, prefix: str, found: dict[str, str], depth: int = 0) -> None:
     """Every loose ref under the directory ``fd`` (named ``prefix``) into ``found``."""
+    if depth > _MAX_DEPTH:
+        raise _NotPlain
+    names: list[str] = []
     with os.scandir(fd) as entries:
-        names = sorted(entry.name for entry in entries)
-    for name in names:
+        for entry in entries:
+            names.append(entry.name)
+            if len(names) > _MAX_LOOSE:
+                raise _NotPlain
+    for name in sorted(names):
         if not _PLAIN.fullmatch(name) or ".." in name or name.endswith((".lock", ".")):
             raise _NotPlain
         if len(found) >= _MAX_LOOSE:
@@ -272,7 +279,7 @@ def _walk_loose(fd: int, prefix: str, found: dict[str, str]) -> None:
             if sub is None:  # gone meanwhile: git is at work there
                 raise _NotPlain
             try:
-                _walk_loose(sub, f"{prefix}{name}/", found)
+                _walk_loose(sub, f"{prefix}{name}/", found, depth + 1)
             finally:
                 os.close(sub)
         else:
