@@ -61,6 +61,7 @@ PAUSE_S = 0.6  # section 1 and 2: after a story passed, before the next drop (da
 RECORD_ENV = "HERO_BENCH_RECORD"  # server process: file that gets one line per request
 TURNS_ENV = "HERO_BENCH_TURNS"  # server process: worker turns with a bash call
 BENCH_DIR = Path(__file__).resolve().parent
+PROFILE_DIR: Path | None = None  # --profile: where each daemon's merged cProfile stats go
 
 # --------------------------------------------------------------------------- the model's policy
 # This part runs in the scripted server's process: `python -m hero.llm.scripted --handler
@@ -111,6 +112,53 @@ def sec(seconds: float) -> str:
 
 def mib(kb: float) -> str:
     return f"{kb / 1024:.1f} MiB"
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(own user+sys, reaped children's user+sys) of a process, in seconds, from
+    /proc/PID/stat (fields 14-17). Children count once their parent has waited for them, and
+    a child's figure includes its own reaped children: git, bwrap, the sandboxed shell."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    utime, stime, cutime, cstime = (int(x) / tick for x in fields[11:15])
+    return utime + stime, cutime + cstime
+
+
+def count_execs(trace: Path) -> dict[str, int]:
+    """Programs started, from `strace -f -e trace=execve -o trace` output: by basename, git
+    by subcommand (`git worktree`, ...); failed execve (PATH lookups) are not counted. With
+    -f a call another thread interrupts is split in two lines, `PID execve(...
+    <unfinished ...>` and `PID <... execve resumed>) = RESULT`: the result decides."""
+    counts: dict[str, int] = {}
+    exec_re = re.compile(r'^(\d+)\s+execve\("([^"]+)", \[([^\]]*)\]')
+    resumed_re = re.compile(r"^(\d+)\s+<\.\.\. execve resumed>.*= (-?\d+)")
+    pending: dict[str, tuple[str, str]] = {}
+
+    def add(path: str, argv: str) -> None:
+        name = os.path.basename(path)
+        if name == "git":  # `git [-C dir | -c k=v | --flag]... sub`
+            args = [a.strip().strip('"') for a in argv.split(", ")]
+            i = 1
+            while i < len(args) and args[i].startswith("-"):
+                i += 2 if args[i] in ("-C", "-c") else 1
+            name = f"git {args[i] if i < len(args) else ''}".rstrip()
+        counts[name] = counts.get(name, 0) + 1
+
+    for line in trace.read_text(errors="replace").splitlines():
+        found = exec_re.search(line)
+        if found:
+            if line.rstrip().endswith("<unfinished ...>"):
+                pending[found.group(1)] = (found.group(2), found.group(3))
+            elif "= -1" not in line:
+                add(found.group(2), found.group(3))
+            continue
+        done = resumed_re.search(line)
+        if done and done.group(1) in pending:
+            path, argv = pending.pop(done.group(1))
+            if done.group(2) != "-1":
+                add(path, argv)
+    return counts
 
 
 def p90(xs: Sequence[float]) -> float:
@@ -236,6 +284,9 @@ class Daemon:
         self.home = home
         self.launched = time.time()
         argv = [sys.executable, "-m", "hero", "watch", "--home", str(home), "--log-format", "json"]
+        if PROFILE_DIR is not None:  # --profile: the same command under bench/profile_hero.py
+            out = PROFILE_DIR / f"{home.parent.name}.prof"
+            argv[1:3] = [str(BENCH_DIR / "profile_hero.py"), str(out)]
         self.proc = _spawn(
             [*argv, *extra_args],
             stdin=subprocess.DEVNULL,
@@ -568,7 +619,21 @@ def _turn_client_times(reqs: list[Request], story: str, latency: float) -> list[
     return [b.at - a.at - latency for a, b in zip(w, w[1:], strict=False)]
 
 
-def bench_throughput(report: Report, work: Path, stories: int, singles: int, extra: dict) -> None:
+def trace_execs(pid: int, out: Path) -> subprocess.Popen:
+    """`strace -f -qq -e trace=execve -p PID -o out`, attached (returns once it is)."""
+    tracer = _spawn(
+        ["strace", "-f", "-qq", "-e", "trace=execve", "-p", str(pid), "-o", str(out)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)  # strace attaches to every thread of the daemon
+    return tracer
+
+
+def bench_throughput(
+    report: Report, work: Path, stories: int, singles: int, extra: dict, strace: bool = False
+) -> None:
     waves = math.ceil(stories / PARALLEL)
     calls = TURNS + 2  # TURNS bash turns + the final text turn + one review
     report.section(
@@ -586,11 +651,16 @@ def bench_throughput(report: Report, work: Path, stories: int, singles: int, ext
             alone.append(drop_one(daemon, server, f"one{i}"))
             time.sleep(PAUSE_S)
         ids = [f"tp{i:02d}" for i in range(stories)]
+        tracer = trace_execs(daemon.proc.pid, work / "throughput-execve.txt") if strace else None
+        cpu0 = cpu_times(daemon.proc.pid)
         t0 = drop_batch(home, ids)
         for s in ids:
             daemon.wait(is_finished(s), 180, f"'finished' of {s}")
         states = {s: read_state(home, s) for s in ids}
         time.sleep(1.5)
+        cpu1 = cpu_times(daemon.proc.pid)
+        if tracer is not None:
+            _end(tracer)
         extra["idle after throughput"] = (daemon.status(), singles + stories)
 
     bad = {s: st.get("status") for s, st in states.items() if st.get("status") != "passed"}
@@ -622,6 +692,21 @@ def bench_throughput(report: Report, work: Path, stories: int, singles: int, ext
         f"  / (inbox pickup once + {waves} x single story run) ({sec(strict)})",
         f"{wall / strict:.2f}x",
     )
+
+    own, kids = ((b - a) / stories for a, b in zip(cpu0, cpu1, strict=True))
+    report.add(
+        "  batch: CPU per story, the daemon / its reaped children (git, bwrap, sh) / sum",
+        f"{ms(own)} / {ms(kids)} / {ms(own + kids)}",
+    )
+    if strace:
+        execs = count_execs(work / "throughput-execve.txt")
+        total = sum(execs.values())
+        report.add(
+            "  batch: programs started per story (strace; timings above not valid)",
+            f"{total / stories:.1f}",
+        )
+        for name, n in sorted(execs.items(), key=lambda kv: -kv[1]):
+            report.add(f"    {name}", f"{n / stories:.2f}")
 
     # Where one story's time goes, alone.
     d = alone[-1]
@@ -765,8 +850,23 @@ def main(argv: list[str] | None = None) -> int:
         "--stories", type=int, default=STORIES, help=f"section 2 batch (default {STORIES})"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--strace",
+        action="store_true",
+        help="count the programs the daemon starts in section 2 (strace slows it: timings invalid)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="run each daemon under cProfile (all threads); stats to DIR/<section>.prof",
+    )
+    parser.add_argument("--only", choices=["latency", "throughput", "memory"], help="one section")
     args = parser.parse_args(argv)
 
+    global PROFILE_DIR
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        PROFILE_DIR = args.profile.resolve()
     started = time.monotonic()
     print(env_line("hero", "watchdog", "openai"), flush=True)
     report = Report()
@@ -784,10 +884,14 @@ def main(argv: list[str] | None = None) -> int:
         ),
         (
             "throughput",
-            lambda: bench_throughput(report, work, max(PARALLEL + 1, args.stories), SINGLES, extra),
+            lambda: bench_throughput(
+                report, work, max(PARALLEL + 1, args.stories), SINGLES, extra, args.strace
+            ),
         ),
         ("memory", lambda: bench_memory(report, work, extra)),
     ]
+    if args.only:
+        sections = [(n, f) for n, f in sections if args.only in n]
     try:
         run_sections(report, sections, after_each=lambda: cleanup(False))
     finally:

@@ -617,3 +617,24 @@ def test_two_cleans_at_once_remove_everything_once_without_an_error(
         # each story removed by one of the two, or left to the other while it held the lock
         assert text_out.count(f"{sid}: removed repository") == 1, text_out
     assert list((home / "worktrees" / ".trash").iterdir()) == []
+
+
+def test_a_pass_with_no_environment_reads_no_record_for_them(
+    scripted, make_home, target_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon runs a pass after each story: with no project environment to weigh, the
+    records of every story are not read for them."""
+    from hero.config.loader import load_config
+    from hero.git.ops import TargetRepo
+    from hero.run.housekeeping import Housekeeper, Rules
+
+    home = make_home(scripted([]), housekeeping_after_days=1)
+    write_record(home, target_repo, "old", Status.PASSED, finished_at=time.time() - 3 * 86400)
+    config = load_config(home, roles=())
+
+    def unexpected(self: Housekeeper) -> set[str]:
+        raise AssertionError("the records were read for no environment")
+
+    monkeypatch.setattr(Housekeeper, "_environments_in_use", unexpected)
+    outcome = Housekeeper(config, TargetRepo(target_repo)).run(Rules.automatic(config.housekeeping))
+    assert ("old", "repository") in {(r.key, r.what) for r in outcome.removed}

@@ -42,6 +42,7 @@ from hero.git.ops import (
     head_sha,
 )
 from hero.git.output import untracked
+from hero.git.reffiles import refs_from_files
 from hero.git.refs import (
     FAST_DROP_MIN,
     LISTED,
@@ -230,19 +231,34 @@ class Guard:
         self.branch = branch
         self.start = start  # the head (a full sha) the phase must build on
         self.before: Refs = {}
+        self._watched = False  # ``before`` is a record ``watch`` made
         self.left = ""  # where the worktree was found instead of on the story branch
         self.problems: list[str] = []
         self.notes: list[str] = []
         self.strays = Strays(repo, branch)
 
-    def watch(self, start: str | None = None) -> None:
+    def watch(self, start: str | None = None, *, listed: Refs | None = None) -> None:
         """Before a phase: record the refs the worker must leave alone (and, if given, a new
-        head to build on); the problems and notes of an earlier phase are cleared."""
+        head to build on); the problems and notes of an earlier phase are cleared.
+        ``listed``: the protected refs git listed here before (an earlier phase's record);
+        when the ref files still show exactly those (git.reffiles), no git runs. A guard
+        that watched before takes its own record as ``listed``."""
         if start is not None:
             self.start = start
         self.left = ""
         self.problems, self.notes = [], []
-        self.before = snapshot(self.repo)
+        if listed is None and self._watched:
+            listed = self.before
+        self._watched = True
+        if listed is not None and self._files_show(listed):
+            self.before = dict(listed)
+        else:
+            self.before = snapshot(self.repo)
+
+    def _files_show(self, refs: Refs) -> bool:
+        """The ref files of ``repo`` show exactly the protected refs ``refs`` (all plain)."""
+        held = refs_from_files(self.repo)
+        return held is not None and {n: v for n, v in held.items() if is_protected(n)} == refs
 
     # -- after the phase ----------------------------------------------------------------
 
@@ -300,7 +316,7 @@ class Guard:
         """The story branch must still hold ``start``; if not, it is put back there and the
         rewritten commits are kept on a stray branch."""
         tip = branch_tip(self.repo, self.branch)
-        if not self.start or is_ancestor(self.repo, self.start, tip):
+        if not self.start or tip == self.start or is_ancestor(self.repo, self.start, tip):
             return
         self.save_uncommitted(f"putting {self.branch} back")
         git(self.worktree, "reset", "-q", "--hard", self.start)
@@ -337,7 +353,10 @@ class Guard:
         commit, not the old) is taken as the user's commit and left alone. In bulk, whatever
         the number of refs: one read, one transaction for the removals (in the story's own
         repository, the worker's refs dropped without git when there are many), one for the
-        refs put back (``hero.git.refs``)."""
+        refs put back (``hero.git.refs``). When the ref files show every protected ref
+        as it was (git.reffiles, the common case), no git runs."""
+        if self._files_show(self.before):
+            return
         everything = read_refs(self.repo)
         now = protected(everything)
         if now == self.before:

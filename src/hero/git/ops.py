@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hero.errors import UsageError
+from hero.git.reffiles import head_from_files, ref_from_files
 from hero.locks import repo_story_busy, repo_story_lock
 from hero.names import StoryRef
 from hero.runner import child_env, run_process
@@ -251,6 +252,15 @@ class TargetRepo:
         self._identity: dict[str, str] | None = None
         self._lock_path: Path | None = None
         self._common: Path | None = None
+        self._format = ""  # the object format, once asked
+
+    def object_format(self) -> str:
+        """The repository's object format (sha1, sha256; a repository keeps the one it was
+        made with, so it is asked once)."""
+        if not self._format:
+            out = git(self.path, "rev-parse", "--show-object-format", check=False)
+            self._format = out.strip() or "sha1"
+        return self._format
 
     def common_dir(self) -> Path:
         """The repository's git common directory (``.git`` of the main worktree), absolute."""
@@ -415,7 +425,12 @@ def commit_of(repo: Path, rev: str) -> str:
 
 def branch_tip(repo: Path, branch: str) -> str:
     """The object ``refs/heads/<branch>`` points at in ``repo`` (not peeled: what the ref
-    holds, whatever a worker made it hold), or "" when there is no such branch."""
+    holds, whatever a worker made it hold), or "" when there is no such branch. Read from
+    the repository's files when that is plain (git.reffiles, which trusts nothing a worker
+    wrote there), else asked of git (in the story's sandbox when ``confined``)."""
+    tip = ref_from_files(repo, branch)
+    if tip is not None:
+        return tip
     return git(
         repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False
     ).strip()
@@ -620,8 +635,11 @@ def _registered_worktrees(common: Path) -> list[Path]:
 
 
 def current_branch(worktree: Path) -> str:
-    """The branch checked out in ``worktree``, or ``HEAD`` (detached)."""
-    name = git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
+    """The branch checked out in ``worktree``, or ``HEAD`` (detached). Read from the
+    files when that is plain (git.reffiles), else asked of git."""
+    name = head_from_files(worktree)
+    if name is None:
+        name = git(worktree, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).strip()
     return name or "HEAD"
 
 

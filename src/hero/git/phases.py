@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from hero.git.guard import Guard, leftovers, uncommit_secrets
+from hero.git.guard import Guard, Refs, leftovers, uncommit_secrets
 from hero.git.ops import TargetRepo, Wrap, confined
 from hero.git.output import commit_all
 from hero.git.storyrepo import BringBackRefused, StoryRepo
@@ -62,13 +62,17 @@ class StoryGit:
         self.tidy = tidy
         #: where hero's own git in the story's repository runs (its sandbox), once known
         self.sandbox: Wrap | None = None
+        #: the protected refs of the last phase's record (first listed by git): the next
+        #: phase's, when the ref files still show them (``Guard.watch``)
+        self._listed: Refs | None = None
 
     # -- before a phase -------------------------------------------------------------------
 
     def watch(self, start: str) -> Guard:
         """The guard of a phase that must build on ``start``, watching from now."""
         guard = Guard(self.repo.path, self.repo.path, self.branch, start, own=True)
-        guard.watch()
+        guard.watch(listed=self._listed)
+        self._listed = guard.before
         return guard
 
     # -- after a phase --------------------------------------------------------------------

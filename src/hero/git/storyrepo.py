@@ -155,8 +155,9 @@ class StoryRepo:
         self.build_output = tuple(build_output)
         self.gitdir = path / ".git"
         self._config = ""  # what hero writes as the repository's config
+        #: the user's submodules by ``rev``, read once (``_base_submodules``)
+        self._submodules: dict[str, dict[str, tuple[str, str]]] = {}
         self._packed_ok: tuple[int, ...] | None = None  # packed-refs last found sound
-        self._format = ""  # the target's object format
         #: what hero writes in ``info/exclude``: the project environment's directories
         #: (hero.run.environment), which no commit may take; "" for none
         self.excluded = ""
@@ -235,10 +236,7 @@ class StoryRepo:
 
     def object_format(self) -> str:
         """The target's object format (sha1, sha256): the story's repository uses it too."""
-        if not self._format:
-            out = git(self.target.path, "rev-parse", "--show-object-format", check=False)
-            self._format = out.strip() or "sha1"
-        return self._format
+        return self.target.object_format()
 
     def _registration(self) -> Path | None:
         """The target's git directory of the linked worktree an earlier hero made here: only
@@ -386,8 +384,12 @@ class StoryRepo:
         with both a path and a URL."""
         if not rev:
             return {}
-        found = _submodules_at(self.target.path, rev)
-        return {n: (p, u) for n, (p, u) in found.items() if p and u and "\n" not in n}
+        if rev not in self._submodules:  # the config and the checkout see the same entries
+            found = _submodules_at(self.target.path, rev)
+            self._submodules[rev] = {
+                n: (p, u) for n, (p, u) in found.items() if p and u and "\n" not in n
+            }
+        return dict(self._submodules[rev])
 
     def init_submodules(self) -> list[str]:
         """Check out the submodules the user's ``submodules_from`` names, from the URLs it

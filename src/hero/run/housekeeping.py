@@ -264,9 +264,12 @@ class Housekeeper:
         in its record, none took it in the last RECENT_S): all of them with
         ``rules.environments``, else while over the cap or under the floor, least recently
         used first. What a killed setup left (``.make-*``) goes whenever its process is gone."""
+        found = sorted(environments(self.home), key=last_used)
+        if not found:  # nothing to weigh: no story's record is read (a pass after each story)
+            return
         used = self._environments_in_use()
         now = self.now()
-        for path in sorted(environments(self.home), key=last_used):
+        for path in found:
             key = path.name
             if key.startswith("."):
                 if key.startswith(".make-") and not maker_alive(path):
