@@ -139,9 +139,14 @@ def marked(marker: str) -> list[int]:
 
 def detach(pid_file: Path) -> str:
     """Shell: `setsid sleep 777 &`, going on once the sleep is in a session of its own
-    (its pid in ``pid_file``, written after ``setsid``)."""
+    (its pid in ``pid_file``, written after ``setsid``). The file an earlier run of the
+    same command left (the baseline's checks, then the round's) is removed first and the
+    pid moved into place whole: the wait never ends on an old pid, and the test never reads
+    a file that a process killed as the command returned had only just opened."""
     return (
-        f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 777' & "
+        f"rm -f {pid_file}; "
+        f"setsid sh -c 'echo $$ > {pid_file}.new; mv {pid_file}.new {pid_file}; "
+        "exec sleep 777' & "
         f"while [ ! -s {pid_file} ]; do sleep 0.01; done"
     )
 

@@ -29,6 +29,8 @@ import re
 import stat
 from pathlib import Path
 
+from hero.errors import HeroError
+
 _OID = re.compile(rb"[0-9a-f]{40}")
 #: Branch names read from files: plain components only (no "..", no leading dot, no
 #: ".lock" end, no characters git refuses or treats specially); anything else goes to git.
@@ -41,7 +43,7 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 
-class _NotPlain(Exception):
+class _NotPlain(HeroError):
     """The files are not in the plain form: git must answer."""
 
 
