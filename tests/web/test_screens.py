@@ -147,6 +147,15 @@ def test_every_page_fits_every_screen_in_light_and_dark(
                         "document.querySelectorAll('details').forEach(d => d.open = true)"
                     )
                 found = chromium.evaluate(OVERFLOW_JS)
+                if name == "board" and width == 360:  # a phone: the wide tables as cards,
+                    # nothing to scroll sideways (each fits the window)
+                    wide = chromium.evaluate(
+                        "[...document.querySelectorAll('table.stack')]"
+                        ".filter(t => t.scrollWidth > t.clientWidth + 1"
+                        " || t.getBoundingClientRect().right > innerWidth + 1)"
+                        ".map(t => t.className)"
+                    )
+                    found["problems"] = [*found["problems"], *(f"{c} scrolls" for c in wide)]
                 # a phone's window grows to fit a page wider than it: that is the failure
                 grew = [] if found["width"] == width else [f"the window grew to {found}"]
                 if found["problems"] or grew:
