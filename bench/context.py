@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import tempfile
 import time
@@ -127,15 +126,8 @@ class ContextServer(ServerProcess):
     """run.py's server process (dump, close), serving this bench's script (no echo server:
     the loopback rows are run.py's)."""
 
-    def __init__(self, turns: int) -> None:  # replaces run.py's launch, keeps the rest
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve", str(turns)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        self.base_url = json.loads(self.proc.stdout.readline())["base_url"]
+    def __init__(self, turns: int) -> None:
+        super().__init__(turns, Path(__file__).resolve())
 
 
 # --------------------------------------------------------------------------- one round

@@ -200,14 +200,7 @@ def bench_mini(report: Report, runs: int = 3, launches: int = 5) -> None:
 
     class Server(ServerProcess):
         def __init__(self, turns: int) -> None:  # run.py's protocol, this module's script
-            self.proc = subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), "--serve", str(turns)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert self.proc.stdout is not None
-            self.base_url = json.loads(self.proc.stdout.readline())["base_url"]
+            super().__init__(turns, Path(__file__).resolve())
             self.dumps: list[list[tuple[float, float]]] = []
 
         def dump(self) -> list[tuple[float, float]]:  # type: ignore[override]

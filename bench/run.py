@@ -214,9 +214,12 @@ def serve_main(turns: int) -> int:
 class ServerProcess:
     """The scripted model server (plus the echo server) in a child process."""
 
-    def __init__(self, turns: int) -> None:
+    def __init__(self, turns: int, script: Path | None = None) -> None:
+        """``script``: another bench module whose ``--serve TURNS`` serves its own script
+        the same way (a JSON line with base_url; then `dump` on stdin); this one's by default."""
+        serve = ["--serve-turns"] if script is None else ["--serve"]
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve-turns", str(turns)],
+            [sys.executable, str(script or Path(__file__).resolve()), *serve, str(turns)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -224,8 +227,8 @@ class ServerProcess:
         assert self.proc.stdout is not None and self.proc.stdin is not None
         info = json.loads(self.proc.stdout.readline())
         self.base_url: str = info["base_url"]
-        self.echo_port: int = info["echo_port"]
-        self.instrumented: bool = info["instrumented"]
+        self.echo_port: int = info.get("echo_port", 0)
+        self.instrumented: bool = info.get("instrumented", False)
 
     def dump(self) -> list[tuple[float, int]]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -109,6 +110,17 @@ def _no_global_git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", "/dev/null")
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.delenv("HERO_HOME", raising=False)
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that accepts connections (the kernel completes them): what a
+    command with the network reaches, and one without cannot."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    yield server.getsockname()[1]
+    server.close()
 
 
 @pytest.fixture

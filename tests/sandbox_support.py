@@ -20,12 +20,13 @@ from hero.sandbox.limits import Limits
 
 
 def story_sandbox(
-    tmp_path: Path, target_repo: Path, limits: Limits | None = None
+    tmp_path: Path, target_repo: Path, limits: Limits | None = None, *, cgroups: bool = True
 ) -> tuple[Path, Sandbox]:
-    """A story's repository (``hero/s1`` of ``target_repo``) in a hero home, and its
-    sandbox: the worktree, the Sandbox."""
+    """A story's repository (``hero/s1`` of ``target_repo``) in a hero home
+    (``tmp_path/home``, which may hold files already), and its sandbox: the worktree, the
+    Sandbox."""
     home = tmp_path / "home"
-    (home / "worktrees").mkdir(parents=True)
+    (home / "worktrees").mkdir(parents=True, exist_ok=True)
     worktree = home / "worktrees" / "s1"
     target = TargetRepo(target_repo)
     git(target_repo, "branch", "hero/s1")
@@ -38,6 +39,7 @@ def story_sandbox(
         guarded=repo.guarded(),
         hide=(home, target_repo),
         limits=limits or Limits(),
+        cgroups=cgroups,
     )
     assert box is not None
     return worktree, box

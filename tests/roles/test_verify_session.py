@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import socket
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -232,15 +230,6 @@ def test_the_limits_hold_for_each_check(bwrap: str, tmp_path: Path, target_repo:
     assert fine.exit_code == 0 and fine.tail == "fine\n"  # a limit hit is the check's own
     assert again.exit_code != 0 and "limit_file_size_mb" in again.tail, again
     assert (limited.worktree / "big").stat().st_size == 1 << 20
-
-
-@pytest.fixture
-def loopback_server() -> Iterator[int]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    yield server.getsockname()[1]
-    server.close()
 
 
 def test_the_checks_have_the_network_verify_network_gives(

@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from conftest import git
-from helpers import PY, SUB_IMPL, alive, is_review, step_of
+from helpers import PY, SUB_IMPL, is_review, step_of
+from sandbox_support import processes_with
 
 from hero.cli import main
 from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
@@ -242,7 +241,7 @@ def test_a_detached_process_does_not_outlive_its_command(story: Story) -> None:
     result = story.run(command)
 
     assert result.output.strip() == "upupup", result.output
-    assert _processes_with(token) == []
+    assert processes_with(token) == []
 
 
 def test_detached_processes_are_gone_when_their_command_returns(story: Story) -> None:
@@ -267,31 +266,7 @@ def test_detached_processes_are_gone_when_their_command_returns(story: Story) ->
     result = story.run(command)
 
     assert result.output.strip() == "up", result.output
-    assert _processes_with(token) == []
-
-
-def _processes_with(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-            if token.encode() in cmdline and alive(int(name)):
-                found.append(int(name))
-        except OSError:  # gone meanwhile (reading its stat may say ESRCH)
-            continue
-    return found
-
-
-@pytest.fixture
-def loopback_server() -> Iterator[int]:
-    """A TCP port on 127.0.0.1 that accepts connections (the kernel completes them)."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    yield server.getsockname()[1]
-    server.close()
+    assert processes_with(token) == []
 
 
 def connect_command(port: int) -> str:
@@ -540,7 +515,7 @@ def test_a_stopped_command_ends_every_process_in_its_sandbox(story: Story) -> No
     watcher.join(10)
 
     assert result.cancelled and "up" in result.output, result.output
-    assert _processes_with(token) == []
+    assert processes_with(token) == []
 
 
 def test_a_system_file_that_links_outside_the_system_is_bound_where_it_points(

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 from conftest import git
+from sandbox_support import story_sandbox
 
-from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
-from hero.git.storyrepo import StoryRepo
+from hero.git.ops import DEFAULT_IDENTITY
 from hero.runner import child_env, run_command
-from hero.sandbox.bwrap import Sandbox, build, hidden_path_dirs, resolve
+from hero.sandbox.bwrap import Sandbox, build, hidden_path_dirs
 from hero.sandbox.limits import HOLDS_UID, HOLDS_WEAK, Limits, holds
 from hero.sandbox.session import SandboxSession
 
@@ -50,23 +50,7 @@ def _sleeps() -> list[int]:
 
 
 def _box(tmp_path: Path, target_repo: Path, *, cgroups: bool) -> Sandbox:
-    worktree = tmp_path / "home" / "worktrees" / "s1"
-    worktree.parent.mkdir(parents=True)
-    target = TargetRepo(target_repo)
-    git(target_repo, "branch", "hero/s1")
-    repo = StoryRepo(target, worktree, "hero/s1")
-    repo.lay_out(target.rev_parse("hero/s1"))
-    box = resolve(
-        "bwrap",
-        worktree=worktree,
-        objects=repo.objects_dir(),
-        guarded=repo.guarded(),
-        hide=(tmp_path / "home", target_repo),
-        limits=Limits(processes=64),
-        cgroups=cgroups,
-    )
-    assert box is not None
-    return box
+    return story_sandbox(tmp_path, target_repo, Limits(processes=64), cgroups=cgroups)[1]
 
 
 @pytest.fixture(params=["auto", "off"])

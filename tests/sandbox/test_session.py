@@ -12,7 +12,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import sys
 import threading
 import uuid
@@ -20,18 +19,16 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import pytest
-from conftest import git
 from helpers import PY, SUB_IMPL, alive, is_review, step_of, wait_dead
+from sandbox_support import agents, processes_with, story_sandbox
 
 from hero.agent.tools import ToolContext
 from hero.agent.tools.shell import tool_bash
 from hero.cli import main
-from hero.git.ops import DEFAULT_IDENTITY, TargetRepo
-from hero.git.storyrepo import StoryRepo
+from hero.git.ops import DEFAULT_IDENTITY
 from hero.llm.scripted import call, text
 from hero.runner import CommandResult, child_env, run_command
-from hero.sandbox import pid1 as sandbox_agent
-from hero.sandbox.bwrap import SANDBOX_HOME, Sandbox, resolve
+from hero.sandbox.bwrap import SANDBOX_HOME, Sandbox
 from hero.sandbox.limits import Limits, mechanism
 from hero.sandbox.session import SandboxSession
 
@@ -87,22 +84,9 @@ def mounted_in_tmp(box: Sandbox) -> set[str]:
 
 def make_round(tmp_path: Path, target_repo: Path, limits: Limits | None = None) -> Round:
     home = tmp_path / "home"
-    (home / "worktrees").mkdir(parents=True)
+    home.mkdir()
     (home / "config.local.yaml").write_text(f"keys:\n  scripted: {SECRET}\n")
-    worktree = home / "worktrees" / "s1"
-    target = TargetRepo(target_repo)
-    git(target_repo, "branch", "hero/s1")
-    repo = StoryRepo(target, worktree, "hero/s1")
-    repo.lay_out(target.rev_parse("hero/s1"))
-    box = resolve(
-        "bwrap",
-        worktree=worktree,
-        objects=repo.objects_dir(),
-        guarded=repo.guarded(),
-        hide=(home, target_repo),
-        limits=limits or Limits(),
-    )
-    assert box is not None
+    worktree, box = story_sandbox(tmp_path, target_repo, limits)
     return Round(home, worktree, box)
 
 
@@ -113,45 +97,8 @@ def rnd(bwrap: str, tmp_path: Path, target_repo: Path) -> Iterator[Round]:
     made.session.close()
 
 
-def _processes_with(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            if token.encode() in Path(f"/proc/{name}/cmdline").read_bytes() and alive(int(name)):
-                found.append(int(name))
-        except OSError:
-            continue
-    return found
-
-
-def _parent(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(") ", 1)[1].split()[1])
-
-
-def _agents() -> list[int]:
-    """The sandbox agents this test process started (the children of its bwraps) that run."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if sandbox_agent.BOOT.encode() in argv and argv[0] == sys.executable.encode():
-            if _parent(_parent(int(name))) == os.getpid() and alive(int(name)):
-                found.append(int(name))
-    return found
-
-
 def _our_agent() -> int:
-    (pid,) = _agents()
+    (pid,) = agents()
     return pid
 
 
@@ -189,7 +136,7 @@ def test_detached_processes_are_gone_when_their_command_returns(rnd: Round) -> N
 
     assert result.exit_code == 0 and result.output.strip() == "upupupupup", result.output
     assert not result.timed_out
-    assert _processes_with(token) == []
+    assert processes_with(token) == []
     # in the sandbox: the agent, sh, ls and grep
     assert int(after.output.strip()) <= 4, after.output
     assert rnd.session.started == 1
@@ -226,7 +173,7 @@ def test_a_stopped_command_ends_with_all_it_started_and_the_next_runs_in_the_sam
         assert result.cancelled and result.exit_code == 130
     else:
         assert result.timed_out and result.exit_code == 124
-    assert _processes_with(token) == []
+    assert processes_with(token) == []
     assert after.exit_code == 0 and after.output == "next\n", after.output
     assert rnd.session.started == 1
 
@@ -274,7 +221,7 @@ def test_when_the_sandbox_dies_under_a_command_the_result_says_so_and_a_fresh_on
     assert "up" in result.output and result.exit_code == 137, result
     assert not result.timed_out and not result.cancelled
     assert result.sandbox_note and "fresh sandbox" in result.sandbox_note
-    assert _processes_with(token) == [] and not alive(agent)
+    assert processes_with(token) == [] and not alive(agent)
     assert after.exit_code == 0, after.output
     assert "No such file or directory" in after.output  # /tmp/earlier went with it
     assert after.output.splitlines()[-1] == "next" and "kept" not in after.output
@@ -417,15 +364,6 @@ def test_the_mounts_are_the_sandboxs(rnd: Round, target_repo: Path) -> None:
     assert "wrote" in result.output and (rnd.worktree / "made.txt").read_text() == "made\n"
 
 
-@pytest.fixture
-def loopback_server() -> Iterator[int]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    yield server.getsockname()[1]
-    server.close()
-
-
 def connect_command(port: int) -> str:
     code = (
         f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=10); "
@@ -518,7 +456,7 @@ def test_closing_the_session_ends_its_sandbox(rnd: Round) -> None:
     rnd.session.close()
 
     assert not alive(agent)
-    assert _agents() == []
+    assert agents() == []
 
 
 # ----------------------------------------------------------------------------- the pipeline
@@ -555,7 +493,7 @@ def test_a_rounds_bash_calls_share_one_sandbox_that_ends_with_the_round(
     assert results[0].splitlines()[-1] == "up", results[0]
     # the second call saw the first's /tmp, and none of its processes
     assert results[1].splitlines()[-2:] == ["note", "4"], results[1]
-    assert _processes_with(token) == []
-    assert _agents() == []  # ended with the worker's turn
+    assert processes_with(token) == []
+    assert agents() == []  # ended with the worker's turn
     log = (home / "runs" / "s1" / "verify-r1.log").read_text()
     assert "no-note" in log  # the checks run in sandboxes of their own
